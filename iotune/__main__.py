@@ -1,0 +1,3 @@
+from iotune.cli import main
+
+main()

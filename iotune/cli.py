@@ -1,0 +1,296 @@
+"""The `iotune` command line. Thin: parse options, call the library, render the result."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from iotune import __version__, doctor
+from iotune.errors import DeviceNotFound, IotuneError, NotRootError, UsageError
+from iotune.probes.blockdev import BlockDevice, Transport, find_block_devices
+from iotune.probes.host import LiveHost
+from iotune.probes.sysfs import SysTree
+from iotune.render import console, emit_json, human_bytes, warn
+
+
+class IotuneGroup(click.Group):
+    """Every failure ends as one error line and a hint; tracebacks only with --debug."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except IotuneError as exc:
+            if STATE.debug:
+                traceback.print_exc()
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            click.echo(f"iotune: error: {exc.format_message()}", err=True)
+            cmd = exc.ctx.command_path if exc.ctx else "iotune"
+            click.echo(f"hint: '{cmd} --help' lists the commands and options", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"iotune: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("iotune: aborted", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("iotune: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if STATE.debug:
+                traceback.print_exc()
+            click.echo(f"iotune: internal error: {type(exc).__name__}: {exc}", err=True)
+            click.echo("hint: run with --debug for the traceback, and report it", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@dataclass
+class State:
+    json: bool = False
+    debug: bool = False
+
+
+STATE = State()
+
+STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+
+def json_option(f: Any) -> Any:
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            STATE.json = True
+        return value
+
+    return click.option(
+        "--json",
+        "json_out",
+        is_flag=True,
+        expose_value=False,
+        callback=callback,
+        help="Print one JSON document on stdout instead of tables.",
+    )(f)
+
+
+@click.group(
+    cls=IotuneGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, prog_name="iotune")
+@click.option(
+    "--json", "json_out", is_flag=True, help="Machine-readable JSON on stdout, nothing else there."
+)
+@click.option("--debug", is_flag=True, help="Log every external command; show tracebacks.")
+@click.option("-v", "--verbose", count=True, help="More progress detail on stderr.")
+def cli(json_out: bool, debug: bool, verbose: int) -> None:
+    """Measure and tune NVMe offload for DeepSpeed training.
+
+    \b
+    The loop:
+      iotune doctor    is this host ready? (root, BPF, headers, mdadm, fio, libaio,
+                       DeepSpeed, GPU)
+      iotune devices   NVMe drives: PCIe link, NUMA node, queue limits, in use or
+                       free (and why)
+
+    Every command takes --json for scripts. Errors print one line and a hint;
+    --debug shows the commands iotune runs and full tracebacks.
+    """
+    STATE.json = json_out
+    STATE.debug = debug
+    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="iotune: %(name)s: %(message)s", stream=sys.stderr)
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+@cli.command("doctor")
+@click.option(
+    "--for",
+    "family",
+    type=click.Choice([f.value for f in doctor.Family]),
+    help="Exit non-zero unless everything this command family needs is present.",
+)
+@click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs) before checking.")
+@click.option(
+    "--build-ops",
+    is_flag=True,
+    help="Build and load DeepSpeed's async_io op now (JIT, minutes once).",
+)
+@json_option
+def doctor_cmd(family: str | None, fix: bool, build_ops: bool) -> None:
+    """Check that this host can run iotune's commands, and say how to fix what is missing.
+
+    Each line is PASS, WARN or FAIL with what was found and the exact fix; the last lines
+    say which command families (raid, sweep, trace, train) are ready. With --for FAMILY
+    the exit code is 1 when something that family needs failed.
+    """
+    tree = SysTree("/")
+    applied: list[str] = []
+    if fix and doctor.tracefs_dir(tree) is None:
+        if os.geteuid() != 0:
+            raise NotRootError("iotune doctor --fix")
+        applied.append(" ".join(doctor.fix_tracefs()))
+    checks = doctor.run_checks(tree, build_ops=build_ops)
+    readiness = {f.value: [c.name for c in doctor.ready(checks, f)] for f in doctor.Family}
+    if STATE.json:
+        emit_json(
+            {
+                "checks": checks,
+                "ready": {k: not v for k, v in readiness.items()},
+                "missing": readiness,
+                "fixed": applied,
+            }
+        )
+    else:
+        con = console()
+        for line in applied:
+            con.print(f"applied: {line}")
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        table.add_column("CHECK")
+        table.add_column("STATUS")
+        table.add_column("FOUND / FIX", overflow="fold")
+        for c in checks:
+            text = Text(c.found)
+            if c.fix and c.status is not doctor.Status.PASS:
+                text.append(f"\n  fix: {c.fix}", style="cyan")
+            table.add_row(c.name, Text(c.status.value, style=STATUS_STYLE[c.status.value]), text)
+        con.print(table)
+        con.print()
+        for fam, missing in readiness.items():
+            if missing:
+                con.print(f"[bold red]not ready[/] for {fam}: {', '.join(missing)}")
+            else:
+                con.print(f"[green]ready[/] for {fam}")
+    if family and readiness[family]:
+        raise IotuneError(
+            f"this host is not ready for '{family}': {', '.join(readiness[family])} failed",
+            hint="each FAIL line above says how to fix it",
+        )
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def _state_text(d: BlockDevice) -> Text:
+    if not d.in_use:
+        return Text("free", style="green")
+    kinds = list(dict.fromkeys(r.kind.value for r in d.in_use))
+    return Text(f"in use: {', '.join(kinds)}", style="bold red")
+
+
+def devices_table(devs: list[BlockDevice]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "DEVICE",
+        "TRANSPORT",
+        "MODEL",
+        "SERIAL",
+        "FW",
+        "SIZE",
+        "LBS/PBS",
+        "PCIe LINK",
+        "NUMA",
+        "MAX KB (HW)",
+        "NR_REQ",
+        "SCHED",
+        "STATE",
+    ):
+        table.add_column(col, overflow="fold")
+    for d in devs:
+        model = d.model or ("loop: " + d.backing_file if d.backing_file else "-")
+        table.add_row(
+            d.path,
+            d.transport.value,
+            model,
+            d.serial or "-",
+            d.firmware or "-",
+            human_bytes(d.size_bytes),
+            f"{d.logical_block_size}/{d.physical_block_size}",
+            str(d.pcie) if d.pcie else "-",
+            "-" if d.numa_node is None else str(d.numa_node),
+            f"{d.queue.max_sectors_kb} ({d.queue.max_hw_sectors_kb})",
+            str(d.queue.nr_requests) if d.queue.nr_requests is not None else "-",
+            d.queue.scheduler or "-",
+            _state_text(d),
+        )
+    return table
+
+
+def _resolve_names(wanted: tuple[str, ...]) -> list[str]:
+    names = []
+    for w in wanted:
+        name = w.removeprefix("/dev/")
+        if os.path.islink(w):
+            name = os.path.basename(os.path.realpath(w))
+        if not os.path.isdir(f"/sys/block/{name}"):
+            if os.path.exists(f"/sys/class/block/{name}/partition"):
+                disk = Path(os.path.realpath(f"/sys/class/block/{name}")).parent.name
+                raise UsageError(
+                    f"{w} is a partition; iotune works on whole disks",
+                    hint=f"ask for its disk: iotune devices /dev/{disk}",
+                )
+            raise DeviceNotFound(w)
+        names.append(name)
+    return names
+
+
+@cli.command("devices")
+@click.argument("device", nargs=-1)
+@click.option(
+    "--all", "show_all", is_flag=True, help="Every disk (loop, virtio, md, …), not only NVMe."
+)
+@json_option
+def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
+    """List NVMe drives (or DEVICE…, or --all disks) and whether each is in use, and why.
+
+    In use means any of: mounted (where), has partitions, holds a filesystem/RAID/LVM
+    signature (read-only wipefs probe), has holders (md, dm), is swap, backs / or /boot,
+    or cannot be opened with O_EXCL. Sizes are binary (GiB); MAX KB is the queue's
+    max_sectors_kb (largest request the kernel will issue) with the hardware limit.
+    """
+    names = _resolve_names(device)
+    if os.geteuid() != 0:
+        raise NotRootError("iotune devices")
+    devs = find_block_devices(LiveHost())
+    if names:
+        devs = [d for d in devs if d.name in names]
+    elif not show_all:
+        others = [d.name for d in devs if d.transport is not Transport.NVME]
+        devs = [d for d in devs if d.transport is Transport.NVME]
+        if not devs and not STATE.json:
+            listed = ", ".join(others) if others else "none"
+            warn(f"no NVMe drives found (other disks: {listed}); use --all to list every disk")
+    if STATE.json:
+        emit_json({"devices": devs})
+        return
+    if devs:
+        con = console()
+        con.print(devices_table(devs))
+        busy = [d for d in devs if d.in_use]
+        if busy:
+            con.print()
+        for d in busy:
+            con.print(f"[bold]{d.name}[/] is in use:")
+            for r in d.in_use:
+                con.print(f"  - {r.detail}")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main() -> None:
+    """Console entry point (``iotune``)."""
+    cli()

@@ -1,0 +1,482 @@
+"""`iotune doctor`: is this host ready? Each check reports PASS/WARN/FAIL, what it found and
+the exact fix, and names the command families (raid, sweep, trace, train) that need it.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import enum
+import json
+import os
+import platform
+import re
+import resource
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import CommandFailed, IotuneError
+from iotune.paths import bpf_source
+from iotune.probes.sysfs import SysTree
+
+
+class Status(enum.StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+class Family(enum.StrEnum):
+    RAID = "raid"
+    SWEEP = "sweep"
+    TRACE = "trace"
+    TRAIN = "train"
+
+
+ALL = frozenset(Family)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    found: str
+    fix: str | None = None
+    needed_by: frozenset[Family] = field(default_factory=frozenset)
+
+
+def tracefs_dir(tree: SysTree) -> str | None:
+    for rel in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        if tree.exists(f"{rel}/events"):
+            return rel
+    return None
+
+
+def check_root() -> Check:
+    if os.geteuid() == 0:
+        return Check("root", Status.PASS, "running as root", needed_by=ALL - {Family.TRAIN})
+    return Check(
+        "root",
+        Status.FAIL,
+        f"running as uid {os.geteuid()}",
+        "run as root (sudo): probes open block devices, BPF needs CAP_BPF/CAP_SYS_ADMIN",
+        ALL - {Family.TRAIN},
+    )
+
+
+def check_kernel(tree: SysTree) -> Check:
+    release = platform.release()
+    m = re.match(r"(\d+)\.(\d+)", release)
+    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if version < (5, 4):
+        return Check(
+            "kernel", Status.WARN, f"{release}: older than 5.4", "a 5.4+ kernel is tested", ALL
+        )
+    return Check("kernel", Status.PASS, release)
+
+
+def check_btf(tree: SysTree) -> Check:
+    if tree.exists("/sys/kernel/btf/vmlinux"):
+        return Check("BTF", Status.PASS, "/sys/kernel/btf/vmlinux present")
+    return Check(
+        "BTF",
+        Status.WARN,
+        "no /sys/kernel/btf/vmlinux",
+        "optional for bcc; a kernel built with CONFIG_DEBUG_INFO_BTF=y enables CO-RE loaders",
+    )
+
+
+def check_tracefs(tree: SysTree) -> Check:
+    found = tracefs_dir(tree)
+    if found:
+        return Check(
+            "tracefs", Status.PASS, f"mounted at {found}", needed_by=frozenset({Family.TRACE})
+        )
+    return Check(
+        "tracefs",
+        Status.FAIL,
+        "not mounted",
+        "mount -t tracefs nodev /sys/kernel/tracing   (or: iotune doctor --fix)",
+        frozenset({Family.TRACE}),
+    )
+
+
+def check_block_tracepoint(tree: SysTree) -> Check:
+    base = tracefs_dir(tree)
+    if base is None:
+        return Check(
+            "block tracepoints",
+            Status.FAIL,
+            "tracefs not mounted, cannot look",
+            "mount tracefs first",
+            frozenset({Family.TRACE}),
+        )
+    fmt = tree.read(f"{base}/events/block/block_rq_issue/format")
+    if fmt is None:
+        return Check(
+            "block tracepoints",
+            Status.FAIL,
+            "block:block_rq_issue does not exist",
+            "the kernel needs CONFIG_BLK_DEV_IO_TRACE / tracepoints in the block layer",
+            frozenset({Family.TRACE}),
+        )
+    fields = re.findall(r"field:[^;]*?(\w+)(?:\[\d*\])?;", fmt)
+    wanted = {"dev", "sector", "nr_sector", "bytes", "rwbs"}
+    missing = sorted(wanted - set(fields))
+    if missing:
+        return Check(
+            "block tracepoints",
+            Status.FAIL,
+            f"block:block_rq_issue lacks field(s) {', '.join(missing)}",
+            "iotune's tracer needs dev, sector, nr_sector, bytes and rwbs (kernel 5.x+)",
+            frozenset({Family.TRACE}),
+        )
+    return Check(
+        "block tracepoints",
+        Status.PASS,
+        "block:block_rq_issue with dev, sector, nr_sector, bytes, rwbs",
+        needed_by=frozenset({Family.TRACE}),
+    )
+
+
+def check_headers(tree: SysTree) -> Check:
+    release = platform.release()
+    build = f"/lib/modules/{release}/build"
+    if tree.exists(f"{build}/include"):
+        target = tree.realpath(build)
+        note = ""
+        if release not in target:
+            note = " (headers of another kernel: fine for bcc tracepoint programs, "
+            note += "the tracepoint layout comes from the running kernel's tracefs)"
+        return Check(
+            "kernel headers",
+            Status.PASS,
+            f"{build} -> {target}{note}",
+            needed_by=frozenset({Family.TRACE}),
+        )
+    if tree.exists("/sys/kernel/kheaders.tar.xz"):
+        return Check(
+            "kernel headers",
+            Status.PASS,
+            "in-kernel headers (/sys/kernel/kheaders.tar.xz)",
+            needed_by=frozenset({Family.TRACE}),
+        )
+    return Check(
+        "kernel headers",
+        Status.FAIL,
+        f"no {build}",
+        f"apt-get install linux-headers-{release}; if the kernel has no headers package, "
+        "scripts/setup.sh links the distribution's headers (README: 'bcc on a kernel "
+        "without its own headers')",
+        frozenset({Family.TRACE}),
+    )
+
+
+def _bcc() -> Any:
+    import bcc  # system python3-bpfcc, linked into the virtualenv by scripts/setup.sh
+
+    return bcc
+
+
+def check_bcc() -> Check:
+    try:
+        bcc = _bcc()
+    except ImportError as exc:
+        return Check(
+            "bcc",
+            Status.FAIL,
+            f"cannot import bcc ({exc})",
+            "apt-get install python3-bpfcc bpfcc-tools; then scripts/setup.sh links it into "
+            "the virtualenv (bcc is not on PyPI)",
+            frozenset({Family.TRACE}),
+        )
+    version = getattr(bcc, "__version__", "?")
+    return Check("bcc", Status.PASS, f"bcc {version}", needed_by=frozenset({Family.TRACE}))
+
+
+def check_bpf_load(tree: SysTree) -> Check:
+    """Compile, load and attach bpf/probe.bpf.c to block:block_rq_issue, then detach."""
+    families = frozenset({Family.TRACE})
+    if os.geteuid() != 0:
+        return Check("BPF load", Status.FAIL, "not tried: needs root", "run as root", families)
+    try:
+        bcc = _bcc()
+    except ImportError:
+        return Check("BPF load", Status.FAIL, "not tried: bcc missing", "see 'bcc'", families)
+    source = bpf_source("probe.bpf.c")
+    try:
+        prog = bcc.BPF(src_file=str(source).encode())
+        try:
+            attached = prog.num_open_tracepoints()
+        finally:
+            prog.cleanup()
+    except Exception as exc:
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        return Check(
+            "BPF load",
+            Status.FAIL,
+            f"loading {source.name} failed: {last}",
+            "check 'kernel headers' and 'tracefs' above; run with --debug for bcc's output",
+            families,
+        )
+    return Check(
+        "BPF load",
+        Status.PASS,
+        f"compiled, loaded and attached {source.name} ({attached} tracepoint), then detached",
+        needed_by=families,
+    )
+
+
+def _tool_version(tool: str, args: list[str], pattern: str) -> str | None:
+    if proc.which(tool) is None:
+        return None
+    try:
+        done = proc.run([tool, *args], check=False, timeout=20)
+    except IotuneError:
+        return None
+    m = re.search(pattern, done.stdout + done.stderr)
+    return m.group(1) if m else (done.stdout + done.stderr).strip().splitlines()[0]
+
+
+def check_tool(
+    tool: str, package: str, args: list[str], pattern: str, needed: set[Family]
+) -> Check:
+    version = _tool_version(tool, args, pattern)
+    if version is None:
+        return Check(
+            tool, Status.FAIL, "not installed", f"apt-get install {package}", frozenset(needed)
+        )
+    return Check(tool, Status.PASS, f"{proc.which(tool)} {version}", needed_by=frozenset(needed))
+
+
+def check_md(tree: SysTree) -> Check:
+    families = frozenset({Family.RAID})
+    mdstat = tree.read("/proc/mdstat")
+    if mdstat and "[raid0]" in mdstat:
+        return Check("md raid0", Status.PASS, "raid0 personality loaded", needed_by=families)
+    release = platform.release()
+    for listing in (
+        f"/lib/modules/{release}/modules.dep",
+        f"/lib/modules/{release}/modules.builtin",
+    ):
+        text = tree.read_raw(listing) or ""
+        if re.search(r"(^|/)raid0\.ko", text, re.M):
+            how = "built in" if listing.endswith("builtin") else "module available (modprobe raid0)"
+            return Check("md raid0", Status.PASS, how, needed_by=families)
+    return Check(
+        "md raid0",
+        Status.FAIL,
+        f"the running kernel {release} has no md raid0 driver",
+        "boot a kernel with CONFIG_MD_RAID0 (e.g. the distribution kernel); "
+        "'iotune raid' cannot build arrays here",
+        families,
+    )
+
+
+def check_libaio(tree: SysTree) -> Check:
+    families = frozenset({Family.SWEEP, Family.TRAIN})
+    lib = ctypes.util.find_library("aio")
+    header = next(
+        (p for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h") if Path(p).exists()),
+        None,
+    )
+    if lib and header:
+        return Check("libaio", Status.PASS, f"{lib}, {header}", needed_by=families)
+    missing = "library" if not lib else "header (libaio.h)"
+    return Check(
+        "libaio",
+        Status.FAIL,
+        f"{missing} missing",
+        "apt-get install libaio-dev (DeepSpeed builds its async_io op against it)",
+        families,
+    )
+
+
+def probe_torch(build: bool, timeout: float = 600.0) -> dict[str, Any]:
+    """Run the torch/DeepSpeed probe in a worker process (it imports torch and may JIT-build)."""
+    try:
+        done = proc.run(
+            [sys.executable, "-m", "iotune.workers.torch_probe", *(["--build"] if build else [])],
+            timeout=timeout,
+        )
+    except CommandFailed as exc:
+        return {"worker_error": exc.message}
+    lines = done.stdout.strip().splitlines()
+    return dict(json.loads(lines[-1])) if lines else {"worker_error": "no output"}
+
+
+def checks_from_torch(info: dict[str, Any]) -> list[Check]:
+    out: list[Check] = []
+    train = frozenset({Family.TRAIN})
+    if info.get("worker_error"):
+        out.append(
+            Check(
+                "torch",
+                Status.FAIL,
+                info["worker_error"],
+                "run with --debug",
+                train | {Family.SWEEP},
+            )
+        )
+        return out
+    if not info.get("torch"):
+        out.append(
+            Check(
+                "torch",
+                Status.FAIL,
+                "not installed",
+                "pip install 'iotune[train]' (scripts/setup.sh picks a CPU build on hosts "
+                "without a GPU)",
+                train | {Family.SWEEP},
+            )
+        )
+        return out
+    out.append(
+        Check("torch", Status.PASS, f"torch {info['torch']}", needed_by=train | {Family.SWEEP})
+    )
+    gpus = info.get("gpus") or []
+    if gpus:
+        desc = "; ".join(f"{g['name']} ({g['memory_bytes'] / 2**30:.1f} GiB)" for g in gpus)
+        out.append(Check("GPU", Status.PASS, f"CUDA {info.get('cuda')}: {desc}"))
+    else:
+        out.append(
+            Check(
+                "GPU",
+                Status.WARN,
+                "no CUDA GPU visible to torch",
+                "training runs use the CPU presets (tiny_*) with DS_ACCELERATOR=cpu",
+            )
+        )
+    if not info.get("deepspeed"):
+        out.append(
+            Check(
+                "DeepSpeed",
+                Status.FAIL,
+                info.get("deepspeed_error", "not installed"),
+                "pip install 'iotune[train]'",
+                train | {Family.SWEEP},
+            )
+        )
+        return out
+    out.append(
+        Check(
+            "DeepSpeed",
+            Status.PASS,
+            f"deepspeed {info['deepspeed']} (accelerator {info.get('accelerator')})",
+            needed_by=train | {Family.SWEEP},
+        )
+    )
+    aio = info.get("aio") or {}
+    if aio.get("loaded"):
+        out.append(
+            Check("async_io op", Status.PASS, "built and loaded", needed_by=train | {Family.SWEEP})
+        )
+    elif aio.get("error"):
+        out.append(
+            Check(
+                "async_io op",
+                Status.FAIL,
+                f"build/load failed: {aio['error']}",
+                "install libaio-dev and a C++ compiler; run 'iotune --debug doctor --build-ops'",
+                train | {Family.SWEEP},
+            )
+        )
+    elif aio.get("compatible"):
+        out.append(
+            Check(
+                "async_io op",
+                Status.PASS,
+                "buildable, not built yet (the first sweep or run JIT-builds it: 1-3 min)",
+                "iotune doctor --build-ops builds it now",
+                train | {Family.SWEEP},
+            )
+        )
+    else:
+        out.append(
+            Check(
+                "async_io op",
+                Status.FAIL,
+                "DeepSpeed reports async_io incompatible with this host",
+                "apt-get install libaio-dev g++",
+                train | {Family.SWEEP},
+            )
+        )
+    return out
+
+
+def meminfo(tree: SysTree) -> dict[str, int]:
+    out = {}
+    for line in (tree.read_raw("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def check_memory(tree: SysTree) -> Check:
+    avail = meminfo(tree).get("MemAvailable")
+    if avail is None:
+        return Check("free RAM", Status.WARN, "MemAvailable not found in /proc/meminfo")
+    gib = avail / 2**30
+    if gib < 8:
+        return Check(
+            "free RAM",
+            Status.WARN,
+            f"{gib:.1f} GiB available",
+            "offloaded training keeps gradients and pinned buffers in RAM: only tiny presets fit",
+        )
+    return Check("free RAM", Status.PASS, f"{gib:.1f} GiB available")
+
+
+def check_memlock() -> Check:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if os.geteuid() == 0:
+        return Check("ulimit -l", Status.PASS, "root: CAP_IPC_LOCK, pinned memory is not limited")
+    if soft == resource.RLIM_INFINITY:
+        return Check("ulimit -l", Status.PASS, "unlimited")
+    return Check(
+        "ulimit -l",
+        Status.WARN,
+        f"{soft // 1024} KiB of locked memory",
+        "raise it for pinned AIO buffers: 'ulimit -l unlimited' or memlock in limits.conf",
+    )
+
+
+def run_checks(
+    tree: SysTree, *, build_ops: bool = False, torch_info: dict[str, Any] | None = None
+) -> list[Check]:
+    checks: list[Check] = [
+        check_root(),
+        check_kernel(tree),
+        check_btf(tree),
+        check_tracefs(tree),
+        check_block_tracepoint(tree),
+        check_headers(tree),
+        check_bcc(),
+        check_bpf_load(tree),
+        check_tool("mdadm", "mdadm", ["--version"], r"(v[\d.]+)", {Family.RAID}),
+        check_tool("mkfs.xfs", "xfsprogs", ["-V"], r"version ([\d.]+)", {Family.RAID}),
+        check_tool("wipefs", "util-linux", ["--version"], r"([\d.]+)", {Family.RAID}),
+        check_md(tree),
+        check_tool("fio", "fio", ["--version"], r"fio-([\d.]+)", {Family.SWEEP}),
+        check_libaio(tree),
+    ]
+    info = torch_info if torch_info is not None else probe_torch(build_ops)
+    checks += checks_from_torch(info)
+    checks += [check_memory(tree), check_memlock()]
+    return checks
+
+
+def ready(checks: list[Check], family: Family) -> list[Check]:
+    """The failed checks that *family* needs (empty: ready)."""
+    return [c for c in checks if c.status is Status.FAIL and family in c.needed_by]
+
+
+def fix_tracefs() -> list[str]:
+    """Mount tracefs (the only fix doctor applies itself: it changes nothing on disk)."""
+    argv = ["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"]
+    proc.run(argv, timeout=30)
+    return argv

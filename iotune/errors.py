@@ -1,0 +1,97 @@
+"""One error hierarchy for everything a user can see.
+
+Every user-facing failure is an :class:`IotuneError`: it prints one line saying what went
+wrong and, where there is one, a hint line saying what to do. Exit code 1 is a runtime
+failure, 2 a usage error (click's convention). Tracebacks appear only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+import click
+
+
+class IotuneError(click.ClickException):
+    """A failure the user can act on: a message and an optional hint."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def format_message(self) -> str:
+        return self.message
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"iotune: error: {self.message}", err=True)
+        if self.hint:
+            click.echo(f"hint: {self.hint}", err=True)
+
+
+class UsageError(IotuneError):
+    """Bad input: an option value, a path or a device that does not make sense."""
+
+    exit_code = 2
+
+
+class NotRootError(IotuneError):
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} needs root",
+            hint="run it as root, e.g. 'sudo iotune ...' (the probes open block devices "
+            "and load BPF programs)",
+        )
+
+
+class DeviceNotFound(UsageError):
+    def __init__(self, device: str) -> None:
+        super().__init__(
+            f"no block device {device!r}",
+            hint="'iotune devices --all' lists every disk this host has",
+        )
+
+
+class ToolMissing(IotuneError):
+    """An external program is not installed."""
+
+    def __init__(self, tool: str, package: str | None = None) -> None:
+        pkg = package or tool
+        super().__init__(
+            f"{tool} is not installed",
+            hint=f"install it with 'apt-get install {pkg}' (or run scripts/setup.sh)",
+        )
+        self.tool = tool
+
+
+class CommandFailed(IotuneError):
+    """An external program exited non-zero; carries argv, exit code and stderr tail."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr_tail: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        last = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else "no output"
+        super().__init__(
+            f"{shlex.join(self.argv)} failed with exit code {returncode}: {last}",
+            hint="run with --debug to see every command and its full error output",
+        )
+
+
+class CommandTimeout(CommandFailed):
+    def __init__(self, argv: Sequence[str], timeout: float, stderr_tail: str) -> None:
+        IotuneError.__init__(
+            self,
+            f"{shlex.join(argv)} did not finish within {timeout:g} s",
+            hint="the device may be hung or very slow; run with --debug for the command's output",
+        )
+        self.argv = list(argv)
+        self.returncode = -1
+        self.stderr_tail = stderr_tail
+        self.timeout = timeout
+
+
+class ProbeError(IotuneError):
+    """A sysfs/procfs fact could not be read or parsed."""

@@ -1,0 +1,112 @@
+"""The one process gateway: every external program iotune starts goes through :func:`run`.
+
+argv lists only (never a shell), a timeout on every call, the exact command logged under
+``--debug``, and failures raised as typed errors carrying argv, exit code and stderr tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from iotune.errors import CommandFailed, CommandTimeout, ToolMissing
+
+log = logging.getLogger("iotune.proc")
+
+#: Debian/Ubuntu package that provides each program, for the "install it" hint.
+PACKAGES: dict[str, str] = {
+    "fio": "fio",
+    "mdadm": "mdadm",
+    "mkfs.xfs": "xfsprogs",
+    "xfs_info": "xfsprogs",
+    "mkfs.ext4": "e2fsprogs",
+    "wipefs": "util-linux",
+    "blkid": "util-linux",
+    "losetup": "util-linux",
+    "mount": "mount",
+    "umount": "mount",
+    "bpftool": "bpftool",
+    "modprobe": "kmod",
+    "udevadm": "udev",
+    "nvidia-smi": "nvidia-utils",
+}
+
+STDERR_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def which(tool: str) -> str | None:
+    """Path of *tool* on PATH or in the sbin directories a root shell would search."""
+    found = shutil.which(tool)
+    if found:
+        return found
+    extra = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+    return shutil.which(tool, path=extra)
+
+
+def run(
+    argv: Sequence[str | Path],
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Completed:
+    """Run *argv* and return its output; raise a typed error on failure.
+
+    ``check=False`` returns a non-zero exit as data instead of raising (for probes whose
+    exit code is an answer, e.g. ``wipefs`` on a blank disk).
+    """
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("empty argv")
+    exe = args[0] if "/" in args[0] else which(args[0])
+    if exe is None:
+        raise ToolMissing(args[0], PACKAGES.get(args[0]))
+    args[0] = exe
+    log.debug("run: %s", shlex.join(args))
+    full_env = None
+    if env is not None:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            args,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        raise CommandTimeout(args, timeout, err[-STDERR_TAIL_CHARS:]) from exc
+    except FileNotFoundError as exc:
+        raise ToolMissing(args[0], PACKAGES.get(Path(args[0]).name)) from exc
+    seconds = time.monotonic() - start
+    log.debug("exit %d after %.2f s: %s", proc.returncode, seconds, shlex.join(args))
+    if proc.stderr:
+        log.debug("stderr: %s", proc.stderr[-STDERR_TAIL_CHARS:].rstrip())
+    done = Completed(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)
+    if check and proc.returncode != 0:
+        raise CommandFailed(args, proc.returncode, proc.stderr[-STDERR_TAIL_CHARS:])
+    return done

@@ -1,0 +1,76 @@
+"""Worker: report torch, CUDA/GPU, DeepSpeed and its async_io op as one JSON object on stdout.
+
+Run as ``python -m iotune.workers.torch_probe [--build]``. With ``--build`` the async_io op
+is loaded even when that means a JIT build (minutes the first time, cached afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+from typing import Any
+
+
+def probe(build: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"torch": None, "cuda": None, "gpus": [], "deepspeed": None, "aio": None}
+    try:
+        import torch
+    except ImportError as exc:
+        out["torch_error"] = str(exc)
+        return out
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out["gpus"].append({"index": i, "name": p.name, "memory_bytes": int(p.total_memory)})
+    else:
+        # DeepSpeed runs on a CPU-only torch with its cpu accelerator (gloo backend)
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+    except Exception as exc:
+        out["deepspeed_error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    out["deepspeed"] = deepspeed.__version__
+    out["accelerator"] = os.environ.get("DS_ACCELERATOR") or "auto"
+    aio: dict[str, Any] = {"compatible": False, "built": False, "loaded": False}
+    builder = AsyncIOBuilder()
+    aio["compatible"] = bool(builder.is_compatible(verbose=False))
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        build_dir = _get_build_directory(builder.name, verbose=False)
+        aio["built"] = bool(glob.glob(os.path.join(build_dir, "*.so")))
+        aio["build_dir"] = build_dir
+    except Exception as exc:
+        aio["build_dir_error"] = str(exc)
+    if aio["compatible"] and (aio["built"] or build):
+        try:
+            builder.load(verbose=False)
+            aio["loaded"] = True
+            aio["built"] = True
+        except Exception as exc:
+            aio["error"] = f"{type(exc).__name__}: {exc}"[-500:]
+    out["aio"] = aio
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", action="store_true")
+    args = parser.parse_args()
+    # DeepSpeed and its compiler checks print on fd 1 (some through child processes), so the
+    # report gets a private copy of stdout and everything else goes to stderr.
+    report = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    result = probe(args.build)
+    report.write(json.dumps(result) + "\n")
+    report.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# iotune set-up for a Debian/Ubuntu host, as root. Installs only what is missing, so a
+# second run takes seconds.
+#
+#   scripts/setup.sh run    install, then run the main job (iotune doctor, iotune devices --all)
+#   scripts/setup.sh test   install (plus QEMU, a distribution kernel, virtme-ng), then run
+#                           every CI test tier: unit, root, vm
+#   scripts/setup.sh        install only
+#
+# Environment: PYTHON (interpreter for the virtualenv, default python3), VENV (default
+# .venv in the checkout), IOTUNE_TORCH_INDEX (pip index for torch, default: a locally
+# configured wheel, else PyTorch's CPU index on hosts without an NVIDIA GPU).
+set -euo pipefail
+
+mode="${1:-install}"
+shift || true
+case "$mode" in run|test|install) ;; *)
+    echo "usage: scripts/setup.sh [run|test|install] [pytest args...]" >&2; exit 2 ;;
+esac
+
+top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$top"
+venv="${VENV:-$top/.venv}"
+python="${PYTHON:-python3}"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$1" >&2; [ -n "${2:-}" ] && printf 'hint: %s\n' "$2" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "scripts/setup.sh needs root (it installs packages and mounts tracefs)" \
+    "run: sudo scripts/setup.sh $mode"
+command -v apt-get >/dev/null || die "apt-get not found: this script supports Debian and Ubuntu" \
+    "install the packages listed in README.md by hand, then 'pip install -e .[train]'"
+
+. /etc/os-release
+release="$(uname -r)"
+pkgs=(fio mdadm xfsprogs e2fsprogs util-linux libaio-dev g++ bpfcc-tools python3-bpfcc
+      bpftool python3-venv kmod udev)
+if [ "$mode" = test ]; then
+    # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules)
+    pkgs+=(qemu-system-x86 busybox-static)
+    case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+
+# Kernel headers for bcc: the running kernel's own package if the distribution has one;
+# otherwise the distribution's generic headers, linked below (see README).
+headers_dir="/lib/modules/$release/build"
+link_headers=no
+if [ ! -e "$headers_dir/include" ] && [ ! -e /sys/kernel/kheaders.tar.xz ]; then
+    if [ -z "$(apt-cache policy "linux-headers-$release" 2>/dev/null | grep -E 'Candidate: [0-9]')" ] \
+       && [ "${#missing[@]}" -gt 0 ]; then
+        apt-get update -q >&2
+    fi
+    if apt-cache policy "linux-headers-$release" 2>/dev/null | grep -qE 'Candidate: [0-9]'; then
+        missing+=("linux-headers-$release")
+    else
+        case "${ID:-}" in ubuntu) generic=linux-headers-generic ;; *) generic=linux-headers-amd64 ;; esac
+        dpkg-query -W -f='${Status}' "$generic" 2>/dev/null | grep -q "ok installed" || missing+=("$generic")
+        link_headers=yes
+    fi
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing: ${missing[*]}"
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+if [ "$link_headers" = yes ]; then
+    # bcc compiles against /lib/modules/$(uname -r)/build. A kernel without a headers
+    # package (cloud and micro-VM kernels) can borrow the distribution's: the tracepoint
+    # structs bcc uses are generated from the running kernel's tracefs format files, so
+    # their layout is right; kprobes on kernel structs would not be.
+    hdr="$(ls -d /usr/src/linux-headers-*-amd64 /usr/src/linux-headers-*-generic 2>/dev/null | sort -V | tail -1)"
+    [ -n "$hdr" ] || die "no kernel headers found under /usr/src" "apt-get install linux-headers-amd64"
+    common="${hdr%-amd64}-common"
+    mkdir -p "/lib/modules/$release"
+    ln -sfn "$hdr" "/lib/modules/$release/build"
+    [ -d "$common" ] && ln -sfn "$common" "/lib/modules/$release/source"
+    say "linked $hdr as the headers of kernel $release (for bcc tracepoint programs)"
+fi
+
+if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing
+    say "mounted tracefs at /sys/kernel/tracing"
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating virtualenv $venv with $python"
+    "$python" -m venv "$venv"
+fi
+purelib="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# bcc is not on PyPI: its Python half is pure Python over libbcc.so from python3-bpfcc.
+# Link just that package into the virtualenv (not all of the system's site-packages).
+if [ ! -e "$purelib/bcc" ]; then
+    ln -sfn /usr/lib/python3/dist-packages/bcc "$purelib/bcc"
+    say "linked the system bcc module into the virtualenv"
+fi
+
+extras=train
+[ "$mode" = test ] && extras=train,dev
+stamp="$venv/.iotune-installed"
+want="$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16) $extras"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+        if [ -n "${IOTUNE_TORCH_INDEX:-}" ]; then
+            "${pip[@]}" torch --index-url "$IOTUNE_TORCH_INDEX" >&2
+        elif command -v nvidia-smi >/dev/null || [ -e /proc/driver/nvidia ]; then
+            say "NVIDIA GPU present: installing the default (CUDA) torch"
+            "${pip[@]}" torch >&2
+        elif "${pip[@]}" --no-index torch==2.13.0 >/dev/null 2>&1; then
+            say "installed torch 2.13.0 from a locally configured CPU wheel"
+        else
+            say "no GPU: installing the CPU build of torch (no CUDA download)"
+            "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu >&2
+        fi
+    fi
+    say "installing iotune[$extras] into $venv"
+    "${pip[@]}" -e ".[$extras]" >&2
+    echo "$want" > "$stamp"
+fi
+ln -sfn "$venv/bin/iotune" /usr/local/bin/iotune
+
+case "$mode" in
+    run)
+        iotune doctor
+        iotune devices --all
+        ;;
+    test)
+        exec "$venv/bin/python" -m pytest -m "unit or root or vm" "$@"
+        ;;
+esac

@@ -1,0 +1,79 @@
+"""Test tiers by directory (tests/unit, tests/root, tests/vm, tests/gpu) and the CI rule:
+with CI=true a skipped test of the unit, root or vm tier fails the run, and so does a
+selected tier that ran no test at all."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+TIERS = ("unit", "root", "vm", "gpu")
+CI_TIERS = ("unit", "root", "vm")
+_outcomes: dict[str, Counter[str]] = {t: Counter() for t in TIERS}
+_selected: set[str] = set()
+
+
+def _tier(item: pytest.Item) -> str | None:
+    parts = Path(str(item.fspath)).parts
+    for tier in TIERS:
+        if tier in parts:
+            return tier
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = _tier(item)
+        if tier:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        tier = _tier(item)
+        if tier:
+            _selected.add(tier)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = next((t for t in TIERS if f"tests/{t}/" in report.nodeid), None)
+    if tier is None:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _outcomes[tier][report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = []
+    for tier in TIERS:
+        c = _outcomes[tier]
+        if c or tier in _selected:
+            lines.append(
+                f"{tier}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
+            )
+    terminalreporter.write_sep("=", "tiers")
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    problems = []
+    for tier in CI_TIERS:
+        if _outcomes[tier]["skipped"]:
+            problems.append(f"{_outcomes[tier]['skipped']} skipped test(s) in the {tier} tier")
+        if tier in _selected and not sum(_outcomes[tier].values()):
+            problems.append(f"the {tier} tier ran no test")
+    markexpr = session.config.getoption("markexpr") or ""
+    for tier in CI_TIERS:
+        if markexpr and tier not in _selected:
+            problems.append(f"the {tier} tier was not selected ({markexpr!r})")
+    if problems:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_sep("!", "CI: " + "; ".join(problems), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

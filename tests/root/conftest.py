@@ -1,0 +1,68 @@
+"""Root tier: real loop devices, real BPF, real tools on the host. Needs root: without it
+every test here fails (never skips), so a CI host that cannot run them is noticed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+IOTUNE = str(Path(sys.executable).parent / "iotune")
+
+
+@pytest.fixture(autouse=True)
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the root tier needs root: run 'sudo scripts/setup.sh test'")
+
+
+def sh(*argv: str, input: str | None = None) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, input=input).stdout
+
+
+def iotune(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([IOTUNE, *args], capture_output=True, text=True, check=False, timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"iotune {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+def iotune_json(*args: str) -> Any:
+    return json.loads(iotune("--json", *args).stdout)
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Factory: a loop device over a sparse file; unmounted and detached afterwards."""
+    made: list[str] = []
+    mounts: list[Path] = []
+
+    def make(
+        size_mib: int = 64, sector_size: int = 512, fs: str | None = None, mount: bool = False
+    ) -> str:
+        img = tmp_path / f"disk{len(made)}.img"
+        with img.open("wb") as fh:
+            fh.truncate(size_mib * 2**20)
+        dev = sh("losetup", "--find", "--show", f"--sector-size={sector_size}", str(img)).strip()
+        made.append(dev)
+        if fs:
+            sh(f"mkfs.{fs}", "-q", "-F", dev) if fs == "ext4" else sh(f"mkfs.{fs}", "-q", "-f", dev)
+        if mount:
+            mnt = tmp_path / f"mnt{len(made)}"
+            mnt.mkdir()
+            sh("mount", dev, str(mnt))
+            mounts.append(mnt)
+        return dev
+
+    make.mounts = mounts  # type: ignore[attr-defined]
+    yield make
+    for mnt in mounts:
+        subprocess.run(["umount", str(mnt)], check=False)
+    for dev in made:
+        subprocess.run(["losetup", "-d", dev], check=False)

@@ -1,0 +1,133 @@
+"""The CLI's contract: exit codes, one-line errors with a hint, JSON on stdout."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune import cli as cli_mod
+from iotune import doctor
+from iotune.doctor import Family, Status
+from iotune.probes.host import RecordedHost
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    runner = CliRunner()
+    result = runner.invoke(cli_mod.cli, list(args), prog_name="iotune")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def one_error(stderr: str) -> list[str]:
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr
+    assert len(lines) == 2, stderr
+    assert lines[0].startswith("iotune: error: ")
+    assert lines[1].startswith("hint: ")
+    return lines
+
+
+def test_help_explains_the_commands() -> None:
+    code, out, _ = invoke("--help")
+    assert code == 0
+    assert "doctor" in out and "devices" in out and "--json" in out
+
+
+def test_unknown_option_is_a_usage_error() -> None:
+    code, _, err = invoke("devices", "--bogus")
+    assert code == 2
+    lines = one_error(err)
+    assert "--bogus" in lines[0]
+    assert "iotune devices --help" in lines[1]
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    code, _, err = invoke("frobnicate")
+    assert code == 2
+    assert "frobnicate" in one_error(err)[0]
+
+
+def test_nonexistent_device_path() -> None:
+    code, _, err = invoke("devices", "/dev/iotune-does-not-exist")
+    assert code == 2
+    lines = one_error(err)
+    assert "no block device '/dev/iotune-does-not-exist'" in lines[0]
+    assert "iotune devices --all" in lines[1]
+
+
+def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 1000)
+    code, out, err = invoke("devices")
+    assert code == 1
+    assert out == ""
+    assert "iotune devices needs root" in one_error(err)[0]
+
+
+def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    code, out, _ = invoke("devices", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    serials = [d["serial"] for d in doc["devices"]]
+    assert serials == ["IOT0", "IOT1", "IOT2", "IOT3", "IOT4", "IOT5"]
+    iot2 = doc["devices"][2]
+    assert {r["kind"] for r in iot2["in_use"]} == {"signature", "holders", "busy"}
+
+
+def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    code, out, _ = invoke("devices")
+    assert code == 0
+    assert "QEMU NVMe Ctrl" in out and "md127" not in out.split("\n\n")[0]
+    assert "nvme3n1 is mounted at /tmp/iot3 (ext4)" in out
+    assert "held by md127" in out
+
+
+def test_devices_all_includes_the_md_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    code, out, _ = invoke("--json", "devices", "--all")
+    assert code == 0
+    names = [d["name"] for d in json.loads(out)["devices"]]
+    assert "md127" in names
+
+
+def _fake_checks(*_: object, **__: object) -> list[doctor.Check]:
+    return [
+        doctor.Check(
+            "md raid0", Status.FAIL, "no raid0", "boot another kernel", frozenset({Family.RAID})
+        ),
+        doctor.Check("fio", Status.PASS, "fio 3.33", needed_by=frozenset({Family.SWEEP})),
+    ]
+
+
+def test_doctor_for_family_sets_the_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "run_checks", _fake_checks)
+    code, out, err = invoke("doctor", "--for", "raid")
+    assert code == 1
+    assert "not ready for raid: md raid0" in out
+    assert "fix: boot another kernel" in out
+    assert "not ready for 'raid'" in one_error(err)[0]
+    code, out, _ = invoke("doctor", "--for", "sweep")
+    assert code == 0
+    code, _, err = invoke("doctor", "--for", "nonsense")
+    assert code == 2 and "nonsense" in one_error(err)[0]
+
+
+def test_doctor_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "run_checks", _fake_checks)
+    code, out, _ = invoke("doctor", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["ready"] == {"raid": False, "sweep": True, "trace": True, "train": True}
+    assert doc["checks"][0] == {
+        "name": "md raid0",
+        "status": "FAIL",
+        "found": "no raid0",
+        "fix": "boot another kernel",
+        "needed_by": ["raid"],
+    }

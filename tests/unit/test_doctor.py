@@ -1,0 +1,112 @@
+from pathlib import Path
+
+from iotune import doctor
+from iotune.doctor import Family, Status
+from iotune.probes.sysfs import SysTree
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def tree_with(tmp_path: Path, files: dict[str, str]) -> SysTree:
+    for rel, text in files.items():
+        p = tmp_path / rel.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return SysTree(tmp_path)
+
+
+def test_tracefs_missing_fails_trace_with_the_mount_command(tmp_path: Path) -> None:
+    c = doctor.check_tracefs(SysTree(tmp_path))
+    assert c.status is Status.FAIL
+    assert c.fix and "mount -t tracefs nodev /sys/kernel/tracing" in c.fix
+    assert c.needed_by == {Family.TRACE}
+
+
+def test_block_tracepoint_fields_from_a_recorded_format_file() -> None:
+    # the format file of block:block_rq_issue recorded from the CI host's kernel
+    c = doctor.check_block_tracepoint(SysTree(DATA / "ci-host"))
+    assert c.status is Status.PASS, c.found
+
+
+def test_block_tracepoint_without_bytes_field_fails(tmp_path: Path) -> None:
+    fmt = (DATA / "ci-host/sys/kernel/tracing/events/block/block_rq_issue/format").read_text()
+    old = "\n".join(line for line in fmt.splitlines() if " bytes;" not in line)
+    t = tree_with(tmp_path, {"/sys/kernel/tracing/events/block/block_rq_issue/format": old})
+    c = doctor.check_block_tracepoint(t)
+    assert c.status is Status.FAIL
+    assert "bytes" in c.found
+
+
+def test_md_raid0_from_mdstat_modules_or_missing(tmp_path: Path) -> None:
+    loaded = tree_with(tmp_path / "a", {"/proc/mdstat": "Personalities : [raid0] [raid1]\n"})
+    assert doctor.check_md(loaded).status is Status.PASS
+    import platform
+
+    rel = platform.release()
+    dep = tree_with(
+        tmp_path / "b",
+        {
+            f"/lib/modules/{rel}/modules.dep": "kernel/drivers/md/raid0.ko.xz: kernel/drivers/md/md-mod.ko.xz\n"
+        },
+    )
+    c = doctor.check_md(dep)
+    assert c.status is Status.PASS and "modprobe raid0" in c.found
+    none = doctor.check_md(SysTree(tmp_path / "c"))
+    assert none.status is Status.FAIL and none.needed_by == {Family.RAID}
+
+
+def test_torch_report_without_gpu_warns_and_aio_states() -> None:
+    info = {
+        "torch": "2.13.0+cpu",
+        "cuda": None,
+        "gpus": [],
+        "deepspeed": "0.19.8",
+        "accelerator": "cpu",
+        "aio": {"compatible": True, "built": False, "loaded": False},
+    }
+    checks = {c.name: c for c in doctor.checks_from_torch(info)}
+    assert checks["GPU"].status is Status.WARN
+    assert checks["DeepSpeed"].status is Status.PASS
+    assert checks["async_io op"].status is Status.PASS
+    assert "not built yet" in checks["async_io op"].found
+    info["aio"] = {"compatible": True, "built": True, "loaded": False, "error": "CompileError: x"}
+    failed = {c.name: c for c in doctor.checks_from_torch(info)}["async_io op"]
+    assert failed.status is Status.FAIL and Family.SWEEP in failed.needed_by
+
+
+def test_torch_missing_fails_train_and_sweep() -> None:
+    checks = doctor.checks_from_torch({"torch": None})
+    assert [c.name for c in checks] == ["torch"]
+    assert checks[0].status is Status.FAIL
+    assert {Family.TRAIN, Family.SWEEP} <= checks[0].needed_by
+
+
+def test_gpu_is_described_with_memory() -> None:
+    info = {
+        "torch": "2.11",
+        "cuda": "13.0",
+        "deepspeed": None,
+        "gpus": [{"name": "NVIDIA H100", "memory_bytes": 80 * 2**30}],
+    }
+    gpu = {c.name: c for c in doctor.checks_from_torch(info)}["GPU"]
+    assert gpu.status is Status.PASS and "NVIDIA H100 (80.0 GiB)" in gpu.found
+
+
+def test_ready_only_counts_failures_the_family_needs() -> None:
+    checks = [
+        doctor.Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
+        doctor.Check("GPU", Status.WARN, "none"),
+        doctor.Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
+    ]
+    assert [c.name for c in doctor.ready(checks, Family.RAID)] == ["md raid0"]
+    assert doctor.ready(checks, Family.TRACE) == []
+
+
+def test_memory_thresholds(tmp_path: Path) -> None:
+    low = tree_with(
+        tmp_path / "a", {"/proc/meminfo": "MemTotal: 4000000 kB\nMemAvailable: 3000000 kB\n"}
+    )
+    assert doctor.check_memory(low).status is Status.WARN
+    high = tree_with(tmp_path / "b", {"/proc/meminfo": "MemAvailable: 30000000 kB\n"})
+    c = doctor.check_memory(high)
+    assert c.status is Status.PASS and "28.6 GiB" in c.found

@@ -1,0 +1,129 @@
+"""Probes over trees recorded from real machines (tests/tools/record_tree.py):
+
+- ``ci-host``: a Debian micro-VM (virtio root disk) with loop devices: loop0 blank with
+  max_sectors_kb lowered to 256, loop1 ext4 mounted at /tmp/rec/mnt, loop2 with 4 KiB
+  sectors, loop3 with a GPT partition holding ext4.
+- ``qemu-nvme``: a QEMU guest with six emulated NVMe drives IOT0..IOT5: IOT1 formatted
+  ext4, IOT2 a member of md127 (/dev/md/held, RAID1), IOT3 ext4 mounted at /tmp/iot3.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from iotune.errors import ProbeError
+from iotune.probes.blockdev import BlockDevice, Transport, Use, find_block_devices
+from iotune.probes.host import RecordedHost, parse_wipefs_json
+from iotune.probes.mounts import read_mounts
+from iotune.probes.sysfs import SysTree
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def devices(machine: str) -> dict[str, BlockDevice]:
+    return {d.name: d for d in find_block_devices(RecordedHost(DATA / machine))}
+
+
+def kinds(d: BlockDevice) -> set[Use]:
+    return {r.kind for r in d.in_use}
+
+
+def test_qemu_nvme_identity_from_controller_sysfs() -> None:
+    devs = devices("qemu-nvme")
+    nvme = {d.serial: d for d in devs.values() if d.transport is Transport.NVME}
+    assert sorted(nvme) == ["IOT0", "IOT1", "IOT2", "IOT3", "IOT4", "IOT5"]
+    d = nvme["IOT0"]
+    assert d.model == "QEMU NVMe Ctrl"
+    assert d.firmware == "7.2.22"
+    assert d.size_bytes == 128 * 2**20
+    assert (d.logical_block_size, d.physical_block_size) == (512, 512)
+    assert d.queue.max_sectors_kb == 512 and d.queue.max_hw_sectors_kb == 512
+    assert d.queue.scheduler == "none"
+    assert d.rotational is False
+    assert d.pcie is not None and d.pcie.current_speed == "Unknown"
+    assert str(d.pcie) == "? (max ?)"
+    assert d.in_use == ()
+
+
+def test_qemu_nvme_in_use_reasons() -> None:
+    nvme = {d.serial: d for d in devices("qemu-nvme").values() if d.serial}
+    assert kinds(nvme["IOT1"]) == {Use.SIGNATURE}
+    assert any("ext4" in r.detail for r in nvme["IOT1"].in_use)
+    assert kinds(nvme["IOT2"]) == {Use.SIGNATURE, Use.HOLDERS, Use.BUSY}
+    assert nvme["IOT2"].holders == ("md127",)
+    assert any("linux_raid_member" in r.detail for r in nvme["IOT2"].in_use)
+    assert kinds(nvme["IOT3"]) == {Use.MOUNTED, Use.SIGNATURE, Use.BUSY}
+    assert any("mounted at /tmp/iot3" in r.detail for r in nvme["IOT3"].in_use)
+    assert not nvme["IOT4"].in_use and not nvme["IOT5"].in_use
+
+
+def test_qemu_md_array_lists_its_members() -> None:
+    md = devices("qemu-nvme")["md127"]
+    assert md.transport is Transport.MD
+    assert md.slaves == ("nvme2n1",)
+    assert md.model == "Linux md raid1"
+
+
+def test_ci_host_loop_devices() -> None:
+    devs = devices("ci-host")
+    assert "loop4" not in devs  # unattached loop devices (size 0) are left out
+    loop0 = devs["loop0"]
+    assert loop0.transport is Transport.LOOP
+    assert loop0.size_bytes == 64 * 2**20
+    assert loop0.queue.max_sectors_kb == 256 and loop0.queue.max_hw_sectors_kb == 1280
+    assert loop0.backing_file == "/tmp/rec/blank.img"
+    assert loop0.in_use == ()
+    assert devs["loop2"].logical_block_size == 4096
+    loop1 = devs["loop1"]
+    assert kinds(loop1) == {Use.MOUNTED, Use.SIGNATURE, Use.BUSY}
+    assert "loop1 is mounted at /tmp/rec/mnt (ext4)" in [r.detail for r in loop1.in_use]
+
+
+def test_ci_host_partitions_and_their_signatures() -> None:
+    loop3 = devices("ci-host")["loop3"]
+    assert [p.name for p in loop3.partitions] == ["loop3p1"]
+    assert loop3.partitions[0].start_sector == 2048
+    assert Use.PARTITIONS in kinds(loop3)
+    details = [r.detail for r in loop3.in_use]
+    assert "ext4 signature on loop3p1 at offset 0x438" in details
+    assert any(d.startswith("gpt signature on loop3") for d in details)
+
+
+def test_ci_host_root_disk_is_in_use() -> None:
+    vda = devices("ci-host")["vda"]
+    assert vda.transport is Transport.VIRTIO
+    assert {Use.ROOT, Use.MOUNTED} <= kinds(vda)
+
+
+def test_mountinfo_unescapes_spaces(tmp_path: Path) -> None:
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "mountinfo").write_text(
+        "36 35 7:1 / /mnt/with\\040space rw,noatime shared:1 - xfs /dev/loop1 rw\n"
+        "37 35 0:5 / /proc rw - proc proc rw\n"
+    )
+    mounts = read_mounts(SysTree(tmp_path))
+    assert mounts[0].mountpoint == "/mnt/with space"
+    assert (mounts[0].devno, mounts[0].fstype, mounts[0].source) == ("7:1", "xfs", "/dev/loop1")
+    assert mounts[1].fstype == "proc"
+
+
+def test_typed_reader_raises_on_garbage(tmp_path: Path) -> None:
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "size").write_text("lots\n")
+    tree = SysTree(tmp_path)
+    with pytest.raises(ProbeError, match="expected an integer"):
+        tree.read_int("/sys/size")
+    assert tree.read_int("/sys/absent") is None
+
+
+def test_wipefs_json_parsing() -> None:
+    text = (
+        '{"signatures": [{"device":"sdb","offset":"0x1000","type":"linux_raid_member",'
+        '"uuid":"a-b","label":"host:0"},{"device":"sdb","offset":"0x438","type":"ext4",'
+        '"uuid":null,"label":null}]}'
+    )
+    sigs = parse_wipefs_json(text)
+    assert [(s.type, s.offset, s.label) for s in sigs] == [
+        ("linux_raid_member", "0x1000", "host:0"),
+        ("ext4", "0x438", None),
+    ]

@@ -1,0 +1,56 @@
+"""Runs inside the QEMU guest: executes commands the host drops into a shared directory.
+
+Protocol (files in DIR, written atomically with rename): the host writes ``cmd-N.json``
+(``{"argv": [...], "timeout": s, "input": str|null}``); the agent runs it without a shell
+and writes ``res-N.json`` (``{"rc", "stdout", "stderr"}``). ``ready`` appears once the
+agent runs; ``{"argv": ["__exit__"]}`` ends it (and the guest).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def main() -> None:
+    d = sys.argv[1]
+    with open(os.path.join(d, "ready.tmp"), "w") as fh:
+        fh.write(str(os.getpid()))
+    os.rename(os.path.join(d, "ready.tmp"), os.path.join(d, "ready"))
+    done = set()
+    while True:
+        names = sorted(n for n in os.listdir(d) if n.startswith("cmd-") and n.endswith(".json"))
+        todo = [n for n in names if n not in done]
+        if not todo:
+            time.sleep(0.05)
+            continue
+        for name in todo:
+            done.add(name)
+            with open(os.path.join(d, name)) as fh:
+                cmd = json.load(fh)
+            if cmd["argv"] == ["__exit__"]:
+                return
+            try:
+                p = subprocess.run(
+                    cmd["argv"],
+                    input=cmd.get("input"),
+                    capture_output=True,
+                    text=True,
+                    timeout=cmd.get("timeout", 120),
+                    env={**os.environ, **cmd.get("env", {})},
+                    check=False,
+                )
+                res = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+            except subprocess.TimeoutExpired as exc:
+                res = {"rc": -9, "stdout": str(exc.stdout or ""), "stderr": "timeout"}
+            except OSError as exc:
+                res = {"rc": -2, "stdout": "", "stderr": str(exc)}
+            out = os.path.join(d, "res-" + name[4:])
+            with open(out + ".tmp", "w") as fh:
+                json.dump(res, fh)
+            os.rename(out + ".tmp", out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""vm tier: one QEMU guest per test session with emulated NVMe drives, real kernel, real md.
+
+Drives (serial → state after set-up):
+  IOT0 blank · IOT1 ext4 (formatted on the host) · IOT2 member of /dev/md/held (RAID1)
+  IOT3 ext4 mounted at /tmp/iot3 · IOT4 blank · IOT5 blank
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.vm.guest import Drive, Guest
+
+DRIVES = [
+    Drive("IOT0"),
+    Drive("IOT1", prepare="ext4"),
+    Drive("IOT2"),
+    Drive("IOT3", prepare="ext4"),
+    Drive("IOT4"),
+    Drive("IOT5"),
+]
+
+
+class Session:
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+        self.names = guest.by_serial()
+
+    def dev(self, serial: str) -> str:
+        return f"/dev/{self.names[serial]}"
+
+    def iotune_json(self, *args: str) -> Any:
+        r = self.guest.iotune("--json", *args).check()
+        return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def vm() -> Iterator[Session]:
+    if os.geteuid() != 0:
+        pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
+    workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
+    guest = Guest(workdir, DRIVES)
+    guest.start()
+    try:
+        guest.run(
+            ["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]
+        ).check()
+        s = Session(guest)
+        guest.run(
+            [
+                "mdadm",
+                "--create",
+                "/dev/md/held",
+                "--level=1",
+                "--raid-devices=2",
+                "--metadata=1.2",
+                "--run",
+                "--force",
+                s.dev("IOT2"),
+                "missing",
+            ]
+        ).check()
+        guest.run(["mkdir", "-p", "/tmp/iot3"]).check()
+        guest.run(["mount", s.dev("IOT3"), "/tmp/iot3"]).check()
+        yield s
+    finally:
+        guest.stop()

@@ -1,0 +1,183 @@
+"""A QEMU guest (virtme-ng, no KVM) with emulated NVMe drives, booted once and driven by
+tests/vm/agent.py through a shared directory.
+
+The guest shares the host's root filesystem read-only (virtme-ng), so it runs this very
+virtualenv, mdadm and fio against a distribution kernel that has the nvme and md drivers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOP = HERE.parent.parent
+
+
+@dataclass(frozen=True)
+class Drive:
+    serial: str
+    size_mib: int = 128
+    prepare: str = "blank"  # "blank" | "ext4" (formatted on the host before boot)
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+
+    def check(self) -> Result:
+        if self.rc != 0:
+            raise AssertionError(
+                f"guest command {shlex.join(self.argv)} failed ({self.rc}):\n{self.stderr[-3000:]}"
+            )
+        return self
+
+
+def find_kernel() -> tuple[Path, str]:
+    """A distribution kernel whose modules include nvme and md (IOTUNE_VM_KERNEL overrides)."""
+    override = os.environ.get("IOTUNE_VM_KERNEL")
+    candidates = (
+        [Path(override)] if override else sorted(Path("/boot").glob("vmlinuz-*"), reverse=True)
+    )
+    for image in candidates:
+        version = image.name.removeprefix("vmlinuz-")
+        mods = Path("/lib/modules") / version / "kernel" / "drivers"
+        if (mods / "nvme").is_dir() and (mods / "md").is_dir():
+            return image, version
+    raise RuntimeError(
+        "no kernel image with nvme and md modules under /boot "
+        "(scripts/setup.sh test installs linux-image-amd64)"
+    )
+
+
+class Guest:
+    def __init__(self, workdir: Path, drives: list[Drive], memory: str = "2G") -> None:
+        self.workdir = workdir
+        self.drives = drives
+        self.memory = memory
+        self.share = workdir / "share"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "guest.log"
+        self._n = 0
+
+    def _prepare_images(self) -> list[Path]:
+        images = []
+        for i, d in enumerate(self.drives):
+            img = self.workdir / f"nvme{i}-{d.serial}.img"
+            with img.open("wb") as fh:
+                fh.truncate(d.size_mib * 2**20)
+            if d.prepare == "ext4":
+                subprocess.run(
+                    ["mkfs.ext4", "-q", "-F", "-L", d.serial.lower(), str(img)], check=True
+                )
+            images.append(img)
+        return images
+
+    def start(self, timeout: float = 300.0) -> None:
+        self.share.mkdir(parents=True, exist_ok=True)
+        images = self._prepare_images()
+        kernel, _version = find_kernel()
+        qemu = []
+        for i, (img, d) in enumerate(zip(images, self.drives, strict=True)):
+            qemu += [
+                "-drive",
+                f"file={img},if=none,id=n{i},format=raw,cache=unsafe",
+                "-device",
+                f"nvme,serial={d.serial},drive=n{i}",
+            ]
+        venv_bin = Path(sys.executable).parent
+        agent = f"{shlex.quote(sys.executable)} {shlex.quote(str(HERE / 'agent.py'))} {shlex.quote(str(self.share))}"
+        argv = [
+            str(venv_bin / "vng"),
+            "--run",
+            str(kernel),
+            "--disable-kvm",
+            "--user",
+            "root",
+            "--memory",
+            self.memory,
+            "--cpus",
+            "2",
+            "--rwdir",
+            str(self.share),
+            "--qemu-opts=" + " ".join(qemu),
+            "--exec",
+            agent,
+        ]
+        env = dict(os.environ)
+        env["PATH"] = f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        deadline = time.monotonic() + timeout
+        while not (self.share / "ready").exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"guest exited early ({self.proc.returncode}):\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"guest did not come up in {timeout:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def run(self, argv: list[str], timeout: float = 300.0, input: str | None = None) -> Result:
+        self._n += 1
+        name = f"{self._n:06d}.json"
+        cmd = self.share / f"cmd-{name}"
+        tmp = self.share / f"tmp-{name}"
+        tmp.write_text(json.dumps({"argv": argv, "timeout": timeout, "input": input}))
+        tmp.rename(cmd)
+        res = self.share / f"res-{name}"
+        deadline = time.monotonic() + timeout + 30
+        while not res.exists():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"guest died while running {argv}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"guest did not answer {argv} in {timeout:.0f} s")
+            time.sleep(0.05)
+        data = json.loads(res.read_text())
+        return Result(argv, data["rc"], data["stdout"], data["stderr"])
+
+    def iotune(self, *args: str, timeout: float = 300.0) -> Result:
+        return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)
+
+    def by_serial(self) -> dict[str, str]:
+        """Guest disk name (nvme0n1 …) of each drive serial, read from sysfs."""
+        script = (
+            "import glob, os\n"
+            "for d in sorted(glob.glob('/sys/block/nvme*')):\n"
+            "    print(os.path.basename(d), open(d + '/device/serial').read().strip())\n"
+        )
+        out = self.run([sys.executable, "-c", script]).check()
+        pairs = [line.split() for line in out.stdout.splitlines() if line.strip()]
+        return {serial: name for name, serial in pairs}
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                tmp = self.share / "tmp-exit.json"
+                tmp.write_text(json.dumps({"argv": ["__exit__"]}))
+                tmp.rename(self.share / "cmd-999999.json")
+                self.proc.wait(timeout=60)
+            except (subprocess.TimeoutExpired, OSError):
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
