@@ -113,7 +113,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         elif command -v nvidia-smi >/dev/null || [ -e /proc/driver/nvidia ]; then
             say "NVIDIA GPU present: installing the default (CUDA) torch"
             "${pip[@]}" torch >&2
-        elif "${pip[@]}" --no-index torch==2.13.0 >/dev/null 2>&1; then
+        elif "${pip[@]}" --no-index --no-deps torch==2.13.0 >/dev/null 2>&1; then
+            # a CPU wheel configured locally (pip's find-links); its dependencies from the index
+            "${pip[@]}" torch==2.13.0 >&2
             say "installed torch 2.13.0 from a locally configured CPU wheel"
         else
             say "no GPU: installing the CPU build of torch (no CUDA download)"
