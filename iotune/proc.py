@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,3 +111,38 @@ def run(
     if check and proc.returncode != 0:
         raise CommandFailed(args, proc.returncode, proc.stderr[-STDERR_TAIL_CHARS:])
     return done
+
+
+def spawn(
+    argv: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdout_to_stderr: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start a long-running workload with the terminal's stdin/stdout/stderr.
+
+    ``stdout_to_stderr`` keeps the workload's output off our stdout (for ``--json``).
+
+    The caller owns the process (waits for it, forwards signals). Same rules as :func:`run`:
+    argv only, the exact command logged under ``--debug``, a typed error if it is missing.
+    """
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("empty argv")
+    exe = args[0] if "/" in args[0] else which(args[0])
+    if exe is None:
+        raise ToolMissing(args[0], PACKAGES.get(args[0]))
+    log.debug("spawn: %s", shlex.join(args))
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        return subprocess.Popen(
+            [exe, *args[1:]],
+            env=full_env,
+            cwd=cwd,
+            stdout=sys.stderr.fileno() if stdout_to_stderr else None,
+        )
+    except OSError as exc:
+        raise ToolMissing(args[0], PACKAGES.get(Path(args[0]).name)) from exc

@@ -51,6 +51,10 @@ def loop_device(tmp_path: Path) -> Iterator[Callable[..., str]]:
             fh.truncate(size_mib * 2**20)
         dev = sh("losetup", "--find", "--show", f"--sector-size={sector_size}", str(img)).strip()
         made.append(dev)
+        # queue limits outlive losetup -d: a reused loop device keeps the last test's
+        # max_sectors_kb, so start every device at its hardware limit
+        queue = Path(f"/sys/block/{Path(dev).name}/queue")
+        (queue / "max_sectors_kb").write_text((queue / "max_hw_sectors_kb").read_text())
         if fs:
             sh(f"mkfs.{fs}", "-q", "-F", dev) if fs == "ext4" else sh(f"mkfs.{fs}", "-q", "-f", dev)
         if mount:

@@ -1,0 +1,73 @@
+"""Loads bpf/reqsize.bpf.c through bcc and reads its maps."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import Any
+
+from iotune.errors import IotuneError
+from iotune.paths import bpf_source
+
+log = logging.getLogger("iotune.trace")
+
+MAX_SIZES = 65536  # distinct (dev, op, size) keys; sizes are 512-byte multiples ≤ max_sectors_kb
+MAX_HIST = 8192
+
+
+class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
+    _fields_ = [
+        ("dev", ctypes.c_uint32),
+        ("op", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    ]
+
+
+class ReqSizeTracer:
+    """Attached on construction; :meth:`close` detaches (idempotent)."""
+
+    def __init__(self, devs: list[int] | None) -> None:
+        try:
+            import bcc
+        except ImportError as exc:
+            raise IotuneError(
+                "bcc is not importable",
+                hint="apt-get install python3-bpfcc, then scripts/setup.sh links it into the "
+                "virtualenv; or use --backend diskstats",
+            ) from exc
+        source = bpf_source("reqsize.bpf.c")
+        cflags = [
+            f"-I{source.parent}",
+            f"-DMAX_SIZES={MAX_SIZES}",
+            f"-DMAX_HIST={MAX_HIST}",
+            f"-DFILTER={1 if devs else 0}",
+        ]
+        log.debug("loading %s with %s", source, cflags)
+        try:
+            self._bpf: Any = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
+        except Exception as exc:
+            raise IotuneError(
+                f"loading {source.name} failed: {str(exc).strip().splitlines()[-1]}",
+                hint="'iotune doctor --for trace' checks headers, tracefs and BPF; "
+                "or use --backend diskstats",
+            ) from exc
+        if devs:
+            table = self._bpf["devices"]
+            for d in devs:
+                table[ctypes.c_uint32(d)] = ctypes.c_uint8(1)
+
+    def counts(self) -> dict[tuple[int, int, int], int]:
+        return {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
+
+    def hist(self) -> dict[tuple[int, int, int], int]:
+        return {(k.dev, k.op, k.slot): v.value for k, v in self._bpf["hist"].items()}
+
+    def dropped(self) -> tuple[int, int]:
+        t = self._bpf["dropped"]
+        return int(t[ctypes.c_int(0)].value), int(t[ctypes.c_int(1)].value)
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None

@@ -1,0 +1,109 @@
+"""Screen rendering of a trace result: the seed study's columns, sizes, histograms, check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from iotune.units import format_size, gb
+
+BAR = 40
+
+
+def _n(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def summary_table(result: dict[str, Any]) -> Table:
+    f = format_size(result["focus_size"])
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "DEVICE",
+        "READ GB",
+        "WRITE GB",
+        f"R {f}",
+        f"W {f}",
+        "R OTHER",
+        "W OTHER",
+        "MAX KB",
+        "CHUNK",
+        "DISKSTATS CHECK",
+    ):
+        table.add_column(col, justify="left" if col in ("DEVICE", "DISKSTATS CHECK") else "right")
+    for d in result["devices"]:
+        r, w = d["read"], d["write"]
+        chk = d.get("check")
+        table.add_row(
+            d["name"] + (" (md/dm)" if d.get("stacked") else ""),
+            f"{gb(r['bytes']):.3f}",
+            f"{gb(w['bytes']):.3f}",
+            _n(r["focus_requests"]),
+            _n(w["focus_requests"]),
+            _n(r["other_requests"]),
+            _n(w["other_requests"]),
+            _n(d.get("max_sectors_kb")),
+            format_size(d["chunk_bytes"]) if d.get("chunk_bytes") else "-",
+            chk["summary"] if chk else "diskstats only",
+        )
+    for a in result["arrays"]:
+        r, w = a["read"], a["write"]
+        table.add_row(
+            f"{a['name']} = {' + '.join(a['members'])}",
+            f"{gb(r['bytes']):.3f}",
+            f"{gb(w['bytes']):.3f}",
+            _n(r["focus_requests"]),
+            _n(w["focus_requests"]),
+            _n(r["other_requests"]),
+            _n(w["other_requests"]),
+            "-",
+            format_size(a["chunk_bytes"]) if a.get("chunk_bytes") else "-",
+            f"{a.get('level') or 'md'}: sum over members",
+        )
+    return table
+
+
+def print_details(con: Console, result: dict[str, Any], top: int = 5) -> None:
+    for d in result["devices"]:
+        if result["backend"] != "bcc":
+            continue
+        for op in ("read", "write", "discard", "flush"):
+            sizes = d[op]["sizes"]
+            if not sizes:
+                continue
+            ranked = sorted(((int(k), v) for k, v in sizes.items()), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{format_size(k)} x{v:,}" for k, v in ranked[:top])
+            more = f" (+{len(ranked) - top} more sizes)" if len(ranked) > top else ""
+            con.print(f"{d['name']} {op}: {d[op]['requests']:,} requests; top sizes: {shown}{more}")
+            hist = d.get("histogram", {}).get(op, [])
+            peak = max((n for _, _, n in hist), default=0)
+            for lo, hi, n in hist:
+                bar = "*" * max(1, round(BAR * n / peak)) if peak else ""
+                con.print(
+                    f"  {format_size(lo):>6} -> {format_size(hi + 1) if hi else '0':<6} {n:>10,} |{bar:<{BAR}}|"
+                )
+
+
+def print_steps(con: Console, result: dict[str, Any]) -> None:
+    steps = result.get("steps") or []
+    if not steps:
+        return
+    f = format_size(result["focus_size"])
+    table = Table(
+        box=None, pad_edge=False, header_style="bold", title="per step (all traced drives)"
+    )
+    for col in ("STEP", "SECONDS", "READ GB", "WRITE GB", f"R {f}", f"W {f}", "R OTHER", "W OTHER"):
+        table.add_column(col, justify="left" if col == "STEP" else "right")
+    for s in steps:
+        table.add_row(
+            s["label"],
+            f"{s['t_end'] - s['t_start']:.2f}",
+            f"{gb(s['read']['bytes']):.3f}",
+            f"{gb(s['write']['bytes']):.3f}",
+            _n(s["read"]["focus_requests"]),
+            _n(s["write"]["focus_requests"]),
+            _n(s["read"]["other_requests"]),
+            _n(s["write"]["other_requests"]),
+        )
+    con.print(table)

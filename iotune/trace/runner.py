@@ -1,0 +1,387 @@
+"""Runs a trace: attach, start the workload, sample, detach on every exit path, write results.
+
+Every sample (periodic, or at a step event the workload reports) is appended to
+``samples.jsonl`` as it is taken, so an interrupted trace keeps everything up to the
+interruption; the summary files are written in a ``finally`` block.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from iotune import proc
+from iotune.probes.sysfs import SysTree
+from iotune.records import append_record, host_facts, to_jsonable
+from iotune.trace import model
+from iotune.trace.diskstats import DiskStat, read_stat
+from iotune.trace.targets import Targets, devno_of, kernel_dev
+
+log = logging.getLogger("iotune.trace")
+
+EVENTS_ENV = "IOTUNE_EVENTS"  # a workload appends JSON lines {"event": ..., "step": n} here
+POLL_S = 0.05
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: treated like Ctrl-C, results are still written."""
+
+
+@dataclass
+class TraceRequest:
+    targets: Targets
+    backend: str  # "bcc" | "diskstats"
+    focus: int
+    interval: float
+    out: Path
+    duration: float | None = None
+    command: list[str] | None = None
+    quiet_stdout: bool = False  # send the workload's stdout to stderr (--json owns stdout)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    t: float
+    label: str
+    counts: dict[tuple[int, int, int], int]
+    stats: dict[str, DiskStat]
+
+
+def _devinfo(tree: SysTree, name: str) -> dict[str, Any]:
+    base = f"/sys/block/{name}"
+    return {
+        "name": name,
+        "path": f"/dev/{name}",
+        "model": (tree.read(f"{base}/device/model") or "").strip() or None,
+        "serial": (tree.read(f"{base}/device/serial") or "").strip() or None,
+        "max_sectors_kb": tree.read_int(f"{base}/queue/max_sectors_kb"),
+        "max_hw_sectors_kb": tree.read_int(f"{base}/queue/max_hw_sectors_kb"),
+        # bios larger than max_segments x max_segment_size are split too
+        "max_segments": tree.read_int(f"{base}/queue/max_segments"),
+        "max_segment_size": tree.read_int(f"{base}/queue/max_segment_size"),
+    }
+
+
+class Tracer:
+    def __init__(
+        self,
+        req: TraceRequest,
+        tree: SysTree | None = None,
+        on_sample: Callable[[Sample], None] | None = None,
+    ) -> None:
+        self.req = req
+        self.tree = tree or SysTree("/")
+        self.on_sample = on_sample
+        names = list(dict.fromkeys([*req.targets.disks, *req.targets.stacked]))
+        self.names = names
+        self.devs = {n: kernel_dev(*devno_of(self.tree, n)) for n in names}
+        self.samples: list[Sample] = []
+        self.bpf: Any = None
+        self.start = 0.0
+        self.exit_code: int | None = None
+        self.interrupted: str | None = None
+        self.events_path = req.out / "events.jsonl"
+        self._events_pos = 0
+
+    # ------------------------------------------------------------------ sampling
+    def _counts(self) -> dict[tuple[int, int, int], int]:
+        return self.bpf.counts() if self.bpf is not None else {}
+
+    def sample(self, label: str) -> Sample:
+        s = Sample(
+            t=time.monotonic() - self.start,
+            label=label,
+            counts=self._counts(),
+            stats={n: read_stat(self.tree, n) for n in self.names},
+        )
+        self.samples.append(s)
+        append_record(
+            self.req.out / "samples.jsonl",
+            {
+                "t": round(s.t, 6),
+                "label": label,
+                "counts": [[d, o, b, n] for (d, o, b), n in sorted(s.counts.items())],
+                "diskstats": {n: to_jsonable(v) for n, v in s.stats.items()},
+            },
+        )
+        if self.on_sample:
+            self.on_sample(s)
+        return s
+
+    def _new_events(self) -> list[dict[str, Any]]:
+        if not self.events_path.exists():
+            return []
+        with self.events_path.open() as fh:
+            fh.seek(self._events_pos)
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._events_pos += len(complete.encode())
+        out = []
+        for line in complete.splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("ignoring a malformed event line: %r", line[:200])
+        return out
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> dict[str, Any]:
+        req = self.req
+        req.out.mkdir(parents=True, exist_ok=True)
+        self.events_path.touch()
+        old_term = signal.signal(signal.SIGTERM, _raise_terminated)
+        child: subprocess.Popen[bytes] | None = None
+        try:
+            if req.backend == "bcc":
+                from iotune.trace.bpf import ReqSizeTracer
+
+                self.bpf = ReqSizeTracer(list(self.devs.values()))
+            self.start = time.monotonic()
+            self.sample("start")
+            if req.command:
+                child = proc.spawn(
+                    req.command,
+                    env={EVENTS_ENV: str(self.events_path)},
+                    stdout_to_stderr=req.quiet_stdout,
+                )
+            next_tick = req.interval
+            while True:
+                time.sleep(POLL_S)
+                now = time.monotonic() - self.start
+                for ev in self._new_events():
+                    label = str(ev.get("event", "event"))
+                    if "step" in ev:
+                        label += f":{ev['step']}"
+                    self.sample(label)
+                if child is not None and child.poll() is not None:
+                    self.exit_code = child.returncode
+                    break
+                if req.duration is not None and now >= req.duration:
+                    break
+                if now >= next_tick:
+                    self.sample("interval")
+                    next_tick += req.interval
+        except KeyboardInterrupt:
+            self.interrupted = "SIGINT"
+        except Terminated:
+            self.interrupted = "SIGTERM"
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            if child is not None and child.poll() is None:
+                _stop_child(
+                    child, signal.SIGTERM if self.interrupted == "SIGTERM" else signal.SIGINT
+                )
+            if child is not None:
+                self.exit_code = child.returncode
+            if self.start:
+                for ev in self._new_events():
+                    self.sample(
+                        str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
+                    )
+                self.sample("end")
+            hist = self.bpf.hist() if self.bpf is not None else {}
+            dropped = self.bpf.dropped() if self.bpf is not None else (0, 0)
+            if self.bpf is not None:
+                self.bpf.close()
+                self.bpf = None
+            result = self.result(hist, dropped) if len(self.samples) >= 2 else None
+            if result is not None:
+                write_outputs(req.out, result)
+        if result is None:
+            raise KeyboardInterrupt
+        return result
+
+    # ------------------------------------------------------------------ results
+    def result(
+        self, hist: dict[tuple[int, int, int], int], dropped: tuple[int, int]
+    ) -> dict[str, Any]:
+        req = self.req
+        first, last = self.samples[0], self.samples[-1]
+        counts = model.sub(last.counts, first.counts)
+        per_dev: dict[str, dict[str, model.OpStats]] = {}
+        devices = []
+        chunk_of = {m: a.chunk_bytes for a in req.targets.arrays for m in a.members}
+        for name in self.names:
+            kernel = last.stats[name] - first.stats[name]
+            if req.backend == "bcc":
+                ops = {
+                    op: model.op_stats(counts, self.devs[name], i, req.focus)
+                    for i, op in enumerate(model.OPS)
+                }
+            else:
+                ops = model.diskstats_only(kernel)
+            per_dev[name] = ops
+            entry: dict[str, Any] = _devinfo(self.tree, name)
+            entry["stacked"] = name in req.targets.stacked
+            entry["chunk_bytes"] = chunk_of.get(name)
+            for op, st in ops.items():
+                entry[op] = _opjson(st)
+            entry["diskstats"] = {
+                "read_ios": kernel.read_ios,
+                "read_bytes": kernel.read_bytes,
+                "write_ios": kernel.write_ios,
+                "write_bytes": kernel.write_bytes,
+                "discard_ios": kernel.discard_ios,
+                "flush_ios": kernel.flush_ios,
+            }
+            if req.backend == "bcc":
+                chk = model.check(ops["read"], ops["write"], kernel)
+                entry["check"] = {
+                    "exact": chk.exact,
+                    "summary": chk.describe(),
+                    "read_ios_diff": chk.read_ios[0] - chk.read_ios[1],
+                    "write_ios_diff": chk.write_ios[0] - chk.write_ios[1],
+                    "read_bytes_diff": chk.read_bytes[0] - chk.read_bytes[1],
+                    "write_bytes_diff": chk.write_bytes[0] - chk.write_bytes[1],
+                }
+                entry["histogram"] = {
+                    op: [
+                        [*model.slot_range(slot), n]
+                        for (d, o, slot), n in sorted(hist.items())
+                        if d == self.devs[name] and o == i and n
+                    ]
+                    for i, op in enumerate(model.OPS)
+                }
+            devices.append(entry)
+        arrays = []
+        for a in req.targets.arrays:
+            members = [m for m in a.members if m in per_dev]
+            entry = {
+                "name": a.name,
+                "path": f"/dev/{a.name}",
+                "level": a.level,
+                "chunk_bytes": a.chunk_bytes,
+                "members": members,
+            }
+            for op in model.OPS:
+                entry[op] = _opjson(model.merge(per_dev[m][op] for m in members))
+            arrays.append(entry)
+        return {
+            "focus_size": req.focus,
+            "backend": req.backend,
+            "duration_s": round(last.t - first.t, 3),
+            "command": req.command,
+            "devices": devices,
+            "arrays": arrays,
+            "steps": self.steps(),
+            "samples": len(self.samples),
+            "dropped": {"sizes": dropped[0], "hist": dropped[1]},
+            "interrupted": self.interrupted,
+            "exit_code": self.exit_code,
+            "out": str(req.out),
+            "host": host_facts(),
+            **req.meta,
+        }
+
+    def steps(self) -> list[dict[str, Any]]:
+        """I/O between consecutive step events (and from the start to the first)."""
+        marks = [s for s in self.samples if ":" in s.label]
+        if not marks:
+            return []
+        out = []
+        prev = self.samples[0]
+        for s in marks:
+            delta = model.sub(s.counts, prev.counts)
+            row: dict[str, Any] = {
+                "label": s.label,
+                "t_start": round(prev.t, 3),
+                "t_end": round(s.t, 3),
+            }
+            for i, op in enumerate(model.OPS[:2]):
+                stats = model.merge(
+                    model.op_stats(delta, self.devs[n], i, self.req.focus)
+                    for n in self.req.targets.disks
+                )
+                kernel_bytes = sum(
+                    getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
+                    for n in self.req.targets.disks
+                )
+                traced = self.req.backend == "bcc"
+                row[op] = {
+                    "bytes": stats.bytes if traced else kernel_bytes,
+                    "requests": stats.requests if traced else None,
+                    "focus_requests": stats.focus_requests if traced else None,
+                    "other_requests": stats.other_requests if traced else None,
+                    "diskstats_bytes": kernel_bytes,
+                }
+            out.append(row)
+            prev = s
+        return out
+
+
+def _opjson(st: model.OpStats) -> dict[str, Any]:
+    return {
+        "bytes": st.bytes,
+        "requests": st.requests,
+        "focus_requests": st.focus_requests,
+        "other_requests": st.other_requests,
+        "sizes": {str(k): v for k, v in st.sizes.items()},
+    }
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def _stop_child(child: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        child.send_signal(sig)
+        child.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def write_outputs(out: Path, result: dict[str, Any]) -> None:
+    (out / "trace.json").write_text(json.dumps(result, indent=2) + "\n")
+    with (out / "summary.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "device",
+                "kind",
+                "op",
+                "bytes",
+                "requests",
+                "focus_size",
+                "focus_requests",
+                "other_requests",
+                "diskstats_ios",
+                "diskstats_bytes",
+            ]
+        )
+        for kind, rows in (("disk", result["devices"]), ("array", result["arrays"])):
+            for d in rows:
+                for op in ("read", "write"):
+                    ks = d.get("diskstats", {})
+                    w.writerow(
+                        [
+                            d["name"],
+                            kind,
+                            op,
+                            d[op]["bytes"],
+                            d[op]["requests"],
+                            result["focus_size"],
+                            d[op]["focus_requests"],
+                            d[op]["other_requests"],
+                            ks.get(f"{op}_ios", ""),
+                            ks.get(f"{op}_bytes", ""),
+                        ]
+                    )
+    with (out / "sizes.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["device", "op", "bytes", "requests"])
+        for d in result["devices"]:
+            for op in model.OPS:
+                for size, n in d[op]["sizes"].items():
+                    w.writerow([d["name"], op, size, n])

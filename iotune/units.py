@@ -1,0 +1,36 @@
+"""Sizes as users type them (512K, 1M, 4KiB, 524288) and as iotune prints them."""
+
+from __future__ import annotations
+
+import re
+
+from iotune.errors import UsageError
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str, *, what: str = "size") -> int:
+    """Binary units: 512K = 512 KiB = 524288 bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not m:
+        raise UsageError(
+            f"{what} {text!r} is not a size",
+            hint="write it as bytes or with K, M, G (binary): 512K, 1M",
+        )
+    value = int(m.group(1)) * _UNITS[m.group(2)]
+    if value <= 0:
+        raise UsageError(f"{what} must be positive, got {text!r}", hint="e.g. 512K")
+    return value
+
+
+def format_size(n: int) -> str:
+    """Exact binary form: 524288 → '512K', 1536 → '1536', 1048576 → '1M'."""
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def gb(n: int | float) -> float:
+    """Decimal gigabytes (10^9 bytes), the unit of the seed study's tables, labelled GB."""
+    return n / 1e9

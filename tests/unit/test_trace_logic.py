@@ -1,0 +1,123 @@
+from pathlib import Path
+
+import pytest
+
+from iotune.errors import DeviceNotFound, UsageError
+from iotune.probes.sysfs import SysTree
+from iotune.trace import model
+from iotune.trace.diskstats import parse_stat
+from iotune.trace.targets import expand, kernel_dev, resolve_devices
+from iotune.units import format_size, parse_size
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+K = 1024
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("512K", 524288),
+        ("512k", 524288),
+        ("1M", 2**20),
+        ("4KiB", 4096),
+        ("524288", 524288),
+        ("2g", 2**31),
+    ],
+)
+def test_parse_size(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-4K", "0", "1.5M", "12Q"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_size(text)
+
+
+def test_format_size_is_exact() -> None:
+    assert [format_size(n) for n in (524288, 2**20, 1536, 4096, 1023 * K)] == [
+        "512K",
+        "1M",
+        "1536",
+        "4K",
+        "1023K",
+    ]
+
+
+def test_parse_stat_line_from_a_real_disk() -> None:
+    # /sys/block/vda/stat of the CI host (17 fields)
+    line = "   13468     1204  1433178    10716   297466   325745 13011098   581044        0   263816   603752        0        0        0        0    33164    11991"
+    s = parse_stat(line)
+    assert (s.read_ios, s.read_sectors, s.write_ios, s.write_sectors) == (
+        13468,
+        1433178,
+        297466,
+        13011098,
+    )
+    assert s.flush_ios == 33164 and s.read_bytes == 1433178 * 512
+    old = parse_stat("1 0 8 0 2 0 16 0 0 0 0")  # pre-4.18 kernels: 11 fields
+    assert (old.write_ios, old.discard_ios, old.flush_ios) == (2, 0, 0)
+
+
+def test_exact_sizes_split_focus_from_other_and_keep_1023k_apart() -> None:
+    dev = kernel_dev(259, 0)
+    counts = {
+        (dev, 1, 512 * K): 23,
+        (dev, 1, 1023 * K): 2,
+        (dev, 1, 4 * K): 5,
+        (dev, 0, 512 * K): 7,
+        (kernel_dev(259, 1), 1, 512 * K): 100,
+    }
+    w = model.op_stats(counts, dev, 1, 512 * K)
+    assert (w.requests, w.focus_requests, w.other_requests) == (30, 23, 7)
+    assert w.bytes == 23 * 512 * K + 2 * 1023 * K + 5 * 4 * K
+    assert w.sizes == {4 * K: 5, 512 * K: 23, 1023 * K: 2}
+    # a log2 histogram puts 512K and 1023K in one slot; the exact counts do not
+    assert model.log2_slots(w.sizes) == {13: 5, 20: 25}
+    assert model.slot_range(20) == (512 * K, 1024 * K - 1)
+    r = model.op_stats(counts, dev, 0, 512 * K)
+    assert (r.requests, r.focus_requests) == (7, 7)
+
+
+def test_merge_sums_members_and_keeps_unknown_unknown() -> None:
+    a = model.OpStats(10, 2, 1, 1, {4: 1, 6: 1})
+    b = model.OpStats(8, 2, 2, 0, {4: 2})
+    m = model.merge([a, b])
+    assert (m.bytes, m.requests, m.focus_requests, m.other_requests, m.sizes) == (
+        18,
+        4,
+        3,
+        1,
+        {4: 3, 6: 1},
+    )
+    assert model.merge([a, model.OpStats(1, 1, None, None)]).focus_requests is None
+
+
+def test_sub_drops_unchanged_keys() -> None:
+    assert model.sub({(1, 0, 4): 5, (1, 1, 4): 3}, {(1, 0, 4): 5, (1, 1, 4): 1}) == {(1, 1, 4): 2}
+
+
+def test_check_against_diskstats() -> None:
+    w = model.OpStats(23 * 512 * K, 23, 23, 0)
+    r = model.OpStats(0, 0, 0, 0)
+    ok = model.check(r, w, parse_stat(f"0 0 0 0 23 0 {23 * 1024} 0 0 0 0"))
+    assert ok.exact and ok.describe().startswith("exact: ")
+    off = model.check(r, w, parse_stat(f"0 0 0 0 24 0 {24 * 1024} 0 0 0 0"))
+    assert not off.exact and "write ios 23/24 (-1)" in off.describe()
+
+
+def test_md_array_expands_to_its_member_disks() -> None:
+    tree = SysTree(DATA / "qemu-nvme")
+    t = expand(tree, "md127")
+    assert t.disks == ("nvme2n1",)
+    assert t.stacked == ("md127",)
+    assert [(a.name, a.level, a.members) for a in t.arrays] == [("md127", "raid1", ("nvme2n1",))]
+    assert t.arrays[0].chunk_bytes is None  # RAID1 has no chunk
+
+
+def test_named_devices_and_partitions_resolve_to_disks() -> None:
+    tree = SysTree(DATA / "ci-host")
+    t = resolve_devices(tree, ["loop0", "/dev/loop3p1", "loop0"])
+    assert t.disks == ("loop0", "loop3")
+    with pytest.raises(DeviceNotFound):
+        resolve_devices(tree, ["nvme9n9"])

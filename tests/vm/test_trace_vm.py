@@ -1,0 +1,88 @@
+"""`iotune trace` on md RAID0 over emulated NVMe drives: requests appear on the members,
+none on md (bio-based), and the array's figures are the sum over its members."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.vm.conftest import Session
+
+K = 1024
+MEMBERS = ("IOT0", "IOT4", "IOT5")
+
+
+@pytest.fixture(scope="module")
+def raid0(vm: Session) -> Iterator[str]:
+    devs = [vm.dev(s) for s in MEMBERS]
+    vm.guest.run(
+        [
+            "mdadm",
+            "--create",
+            "/dev/md/r0",
+            "--level=0",
+            "--raid-devices=3",
+            "--chunk=64K",
+            "--metadata=1.2",
+            "--run",
+            *devs,
+        ]
+    ).check()
+    yield "/dev/md/r0"
+    vm.guest.run(["mdadm", "--stop", "/dev/md/r0"]).check()
+    vm.guest.run(["mdadm", "--zero-superblock", *devs]).check()
+
+
+@pytest.fixture(scope="module")
+def traced(vm: Session, raid0: str) -> dict[str, Any]:
+    # 48 sequential 64 KiB direct writes = 16 full stripes: exactly 16 chunk-sized
+    # requests on each member
+    r = vm.guest.iotune(
+        "--json",
+        "trace",
+        "--target",
+        raid0,
+        "--out",
+        "/tmp/trace-r0",
+        "--",
+        "fio",
+        "--name=w",
+        f"--filename={raid0}",
+        "--direct=1",
+        "--ioengine=psync",
+        "--rw=write",
+        "--bs=64k",
+        f"--size={48 * 64}k",
+        timeout=600,
+    ).check()
+    return dict(json.loads(r.stdout))
+
+
+def test_requests_land_on_the_members_not_on_md(traced: dict[str, Any], vm: Session) -> None:
+    members = sorted(vm.dev(s).removeprefix("/dev/") for s in MEMBERS)
+    devs = {d["name"]: d for d in traced["devices"]}
+    md = [d for d in traced["devices"] if d["stacked"]]
+    assert len(md) == 1 and md[0]["name"].startswith("md")
+    assert md[0]["write"]["requests"] == 0 and md[0]["read"]["requests"] == 0
+    assert sorted(n for n, d in devs.items() if not d["stacked"]) == members
+    for name in members:
+        w = devs[name]["write"]
+        assert w["sizes"] == {str(64 * K): 16}, (name, w["sizes"])
+        assert devs[name]["chunk_bytes"] == 64 * K
+        assert devs[name]["check"]["exact"], devs[name]["check"]
+
+
+def test_array_total_is_the_member_sum(traced: dict[str, Any]) -> None:
+    (array,) = traced["arrays"]
+    assert array["level"] == "raid0" and array["chunk_bytes"] == 64 * K
+    members = [d for d in traced["devices"] if d["name"] in array["members"]]
+    assert len(members) == 3
+    for op in ("read", "write"):
+        assert array[op]["requests"] == sum(m[op]["requests"] for m in members)
+        assert array[op]["bytes"] == sum(m[op]["bytes"] for m in members)
+    assert array["write"]["bytes"] == 48 * 64 * K
+    assert array["write"]["sizes"] == {str(64 * K): 48}
+    assert traced["exit_code"] == 0
