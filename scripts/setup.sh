@@ -105,7 +105,10 @@ extras=train
 [ "$mode" = test ] && extras=train,dev
 stamp="$venv/.iotune-installed"
 want="$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16) $extras"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+have="$(cat "$stamp" 2>/dev/null || true)"
+# an install with the dev extra serves 'run' too: no reinstall when switching modes
+if [ "$have" = "${want% *} train,dev" ]; then want="$have"; fi
+if [ "$have" != "$want" ]; then
     pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
     if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
         if [ -n "${IOTUNE_TORCH_INDEX:-}" ]; then

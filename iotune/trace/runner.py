@@ -234,7 +234,13 @@ class Tracer:
                 "discard_ios": kernel.discard_ios,
                 "flush_ios": kernel.flush_ios,
             }
-            if req.backend == "bcc":
+            if entry["stacked"]:
+                # md/dm are bio-based: diskstats counts bios here, requests exist on members
+                entry["check"] = {
+                    "exact": None,
+                    "summary": "bio-based: requests are counted on its members",
+                }
+            elif req.backend == "bcc":
                 chk = model.check(ops["read"], ops["write"], kernel)
                 entry["check"] = {
                     "exact": chk.exact,
