@@ -1,8 +1,10 @@
 """vm tier: one QEMU guest per test session with emulated NVMe drives, real kernel, real md.
 
 Drives (serial → state after set-up):
-  IOT0 blank · IOT1 ext4 (formatted on the host) · IOT2 member of /dev/md/held (RAID1)
-  IOT3 ext4 mounted at /tmp/iot3 · IOT4 blank · IOT5 blank
+  IOT0 blank · IOT1 ext4 holding keep.txt (formatted on the host) · IOT2 member of
+  /dev/md/held (RAID1) · IOT3 ext4 mounted at /tmp/iot3 · IOT4, IOT5 blank (128 MiB)
+  IOT6..IOT9 blank (256 MiB, for the raid tests) · IOT10 a stale ext4 signature (256 MiB)
+Tests that build arrays leave their drives blank again.
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ import pytest
 
 from tests.vm.guest import Drive, Guest
 
+KEEP = "these bytes must survive every refusal\n"
 DRIVES = [
     Drive("IOT0"),
-    Drive("IOT1", prepare="ext4"),
+    Drive("IOT1", prepare="ext4", files=(("keep.txt", KEEP),)),
     Drive("IOT2"),
     Drive("IOT3", prepare="ext4"),
     Drive("IOT4"),
     Drive("IOT5"),
+    *(Drive(f"IOT{i}", size_mib=256) for i in range(6, 10)),
+    Drive("IOT10", size_mib=256, prepare="ext4"),
 ]
+BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 
 
 class Session:

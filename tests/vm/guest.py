@@ -25,6 +25,7 @@ class Drive:
     serial: str
     size_mib: int = 128
     prepare: str = "blank"  # "blank" | "ext4" (formatted on the host before boot)
+    files: tuple[tuple[str, str], ...] = ()  # (name, content) put into the ext4 filesystem
 
 
 @dataclass
@@ -76,8 +77,13 @@ class Guest:
             with img.open("wb") as fh:
                 fh.truncate(d.size_mib * 2**20)
             if d.prepare == "ext4":
+                content = self.workdir / f"content-{d.serial}"
+                content.mkdir()
+                for name, text in d.files:
+                    (content / name).write_text(text)
                 subprocess.run(
-                    ["mkfs.ext4", "-q", "-F", "-L", d.serial.lower(), str(img)], check=True
+                    ["mkfs.ext4", "-q", "-F", "-L", d.serial.lower(), "-d", str(content), str(img)],
+                    check=True,
                 )
             images.append(img)
         return images

@@ -1,0 +1,1 @@
+"""`iotune raid`: plan-then-apply mdadm volumes, safe by construction."""

@@ -1,0 +1,208 @@
+"""Probes for the raid layer: existing md arrays, their names, users and config entries."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from iotune import proc
+from iotune.probes.blockdev import read_disk
+from iotune.probes.host import Host
+from iotune.probes.mounts import read_mounts, read_swaps
+from iotune.raid.model import HostSetup
+from iotune.raid.plan import ArrayFacts, Uuids
+
+
+def new_uuids() -> Uuids:
+    h = uuid.uuid4().hex
+    return Uuids(array=":".join(h[i : i + 8] for i in range(0, 32, 8)), fs=str(uuid.uuid4()))
+
+
+def host_setup(root: Path = Path("/")) -> HostSetup:
+    """Where this distribution keeps mdadm.conf, and how it rebuilds the initramfs."""
+    conf = "/etc/mdadm/mdadm.conf" if (root / "etc/mdadm").is_dir() else "/etc/mdadm.conf"
+    initramfs: tuple[str, ...] | None = None
+    note = None
+    if proc.which("update-initramfs"):
+        initramfs = ("update-initramfs", "-u")
+    elif proc.which("dracut"):
+        initramfs = ("dracut", "--force")
+    else:
+        note = "no update-initramfs/dracut: the array is assembled after the initramfs, by udev"
+    if initramfs and not os.access(root / "boot", os.W_OK):
+        initramfs, note = None, "/boot is not writable: the initramfs was left as it is"
+    return HostSetup(mdadm_conf=conf, fstab="/etc/fstab", initramfs=initramfs, initramfs_note=note)
+
+
+def md_names() -> dict[str, str]:
+    """md kernel name (md127) → array name, from the /dev/md/NAME links mdadm/udev create."""
+    out = {}
+    d = Path("/dev/md")
+    if d.is_dir():
+        for link in d.iterdir():
+            out[Path(os.path.realpath(link)).name] = link.name
+    return out
+
+
+def find_array(host: Host, name: str) -> str | None:
+    """Kernel name of the array called *name* (/dev/md/NAME, or md/NAME in sysfs)."""
+    link = Path("/dev/md") / name
+    if link.exists():
+        return Path(os.path.realpath(link)).name
+    for md in host.tree.listdir("/sys/block"):
+        if md.startswith("md") and md == name:
+            return md
+    return None
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    device: str
+    kernel_name: str
+    level: str | None
+    chunk_bytes: int | None
+    state: str | None
+    size_bytes: int
+    members: list[dict[str, str | None]]
+    fs: str | None
+    fs_uuid: str | None
+    mountpoints: list[str]
+    max_sectors_kb: int | None
+    minimum_io_size: int | None
+    optimal_io_size: int | None
+    sync_action: str | None
+    sync_completed: str | None
+
+
+def _blkid(dev: str) -> dict[str, str]:
+    done = proc.run(["blkid", "-p", "-o", "export", dev], check=False, timeout=30)
+    out = {}
+    for line in done.stdout.splitlines():
+        k, _, v = line.partition("=")
+        out[k] = v
+    return out
+
+
+def array_info(host: Host, md: str) -> ArrayInfo:
+    t = host.tree
+    base = f"/sys/block/{md}"
+    names = md_names()
+    members = []
+    for s in t.listdir(f"{base}/slaves"):
+        disk = s if t.exists(f"/sys/block/{s}") else None
+        rec = read_disk(host, disk) if disk else None
+        members.append(
+            {
+                "device": f"/dev/{s}",
+                "model": rec.model if rec else None,
+                "serial": rec.serial if rec else None,
+            }
+        )
+    devno = t.read(f"{base}/dev") or ""
+    mounts = [m.mountpoint for m in read_mounts(t) if m.devno == devno]
+    name = names.get(md, md)
+    ident = _blkid(f"/dev/{md}")
+    chunk = t.read_int(f"{base}/md/chunk_size")
+    return ArrayInfo(
+        name=name,
+        device=f"/dev/md/{name}" if name != md else f"/dev/{md}",
+        kernel_name=md,
+        level=t.read(f"{base}/md/level"),
+        chunk_bytes=chunk or None,
+        state=t.read(f"{base}/md/array_state"),
+        size_bytes=(t.read_int(f"{base}/size") or 0) * 512,
+        members=members,
+        fs=ident.get("TYPE"),
+        fs_uuid=ident.get("UUID"),
+        mountpoints=mounts,
+        max_sectors_kb=t.read_int(f"{base}/queue/max_sectors_kb"),
+        minimum_io_size=t.read_int(f"{base}/queue/minimum_io_size"),
+        optimal_io_size=t.read_int(f"{base}/queue/optimal_io_size"),
+        sync_action=t.read(f"{base}/md/sync_action"),
+        sync_completed=t.read(f"{base}/md/sync_completed"),
+    )
+
+
+def list_arrays(host: Host) -> list[ArrayInfo]:
+    return [
+        array_info(host, md)
+        for md in host.tree.listdir("/sys/block")
+        if md.startswith("md") and host.tree.exists(f"/sys/block/{md}/md")
+    ]
+
+
+def open_files(paths: list[str], device: str) -> list[str]:
+    """Processes holding a file under *paths* or the device itself open (/proc/*/fd)."""
+    found = []
+    real_dev = os.path.realpath(device)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target == real_dev or any(
+                target == p or target.startswith(p.rstrip("/") + "/") for p in paths
+            ):
+                found.append(f"pid {pid} ({comm}) has {target} open")
+                break
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if any(cwd == p or cwd.startswith(p.rstrip("/") + "/") for p in paths):
+            found.append(f"pid {pid} ({comm}) works in {cwd}")
+    return found
+
+
+def config_lines(path: str, needles: list[str]) -> list[tuple[str, str]]:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        fields = line.split()
+        if any(n in fields or any(f.endswith("=" + n) for f in fields) for n in needles):
+            out.append((path, line))
+    return out
+
+
+def array_facts(host: Host, md: str, setup: HostSetup) -> ArrayFacts:
+    info = array_info(host, md)
+    t = host.tree
+    swaps = {s.removeprefix("/dev/") for s in read_swaps(t)}
+    mdadm_uuid = None
+    done = proc.run(["mdadm", "--detail", "--export", f"/dev/{md}"], check=False, timeout=30)
+    for line in done.stdout.splitlines():
+        if line.startswith("MD_UUID="):
+            mdadm_uuid = line.split("=", 1)[1]
+    conf_needles = [info.device, f"/dev/{md}"] + ([mdadm_uuid] if mdadm_uuid else [])
+    fstab_needles = [*info.mountpoints, info.device, f"/dev/{md}"]
+    if info.fs_uuid:
+        fstab_needles.append(info.fs_uuid)
+    return ArrayFacts(
+        name=info.name,
+        device=info.device,
+        kernel_name=md,
+        members=tuple(m["device"] or "" for m in info.members),
+        mountpoints=tuple(info.mountpoints),
+        holders=tuple(t.listdir(f"/sys/block/{md}/holders")),
+        open_by=tuple(open_files(info.mountpoints, f"/dev/{md}")),
+        swap=md in swaps,
+        conf_lines=tuple(config_lines(setup.mdadm_conf, conf_needles)),
+        fstab_lines=tuple(config_lines(setup.fstab, fstab_needles)),
+    )
