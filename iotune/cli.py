@@ -479,9 +479,9 @@ def raid_group() -> None:
 
 
 def _load_layout(path: str) -> dict[str, Any]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
 
     try:
