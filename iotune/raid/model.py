@@ -48,7 +48,7 @@ class Step:
         if self.path and self.line:
             verb = "remove from" if self.kind.startswith("un") else "append to"
             return f"{verb} {self.path}: {self.line}"
-        return f"({self.kind})"
+        return "(wait for the array, then verify it)" if self.kind == "wait" else f"({self.kind})"
 
 
 @dataclass(frozen=True)
