@@ -20,6 +20,7 @@ from iotune import proc
 from iotune.errors import CommandFailed, IotuneError
 from iotune.paths import bpf_source
 from iotune.probes.sysfs import SysTree
+from iotune.workers import worker_env
 
 
 class Status(enum.StrEnum):
@@ -212,7 +213,7 @@ def check_bpf_load(tree: SysTree) -> Check:
             attached = prog.num_open_tracepoints()
         finally:
             prog.cleanup()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception on compile or load errors
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         return Check(
             "BPF load",
@@ -300,6 +301,7 @@ def probe_torch(build: bool, timeout: float = 600.0) -> dict[str, Any]:
         done = proc.run(
             [sys.executable, "-m", "iotune.workers.torch_probe", *(["--build"] if build else [])],
             timeout=timeout,
+            env=worker_env(),
         )
     except CommandFailed as exc:
         return {"worker_error": exc.message}
@@ -388,7 +390,12 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
             Check(
                 "async_io op",
                 Status.PASS,
-                "buildable, not built yet (the first sweep or run JIT-builds it: 1-3 min)",
+                (
+                    "buildable; built for another DeepSpeed install, so the first use rebuilds it"
+                    if aio.get("stale")
+                    else "buildable, not built yet"
+                )
+                + " (the first sweep or run JIT-builds it: a few minutes, once)",
                 "iotune doctor --build-ops builds it now",
                 train | {Family.SWEEP},
             )

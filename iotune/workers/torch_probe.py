@@ -32,7 +32,7 @@ def probe(build: bool) -> dict[str, Any]:
     try:
         import deepspeed
         from deepspeed.ops.op_builder import AsyncIOBuilder
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure here is the answer, reported
         out["deepspeed_error"] = f"{type(exc).__name__}: {exc}"
         return out
     out["deepspeed"] = deepspeed.__version__
@@ -46,14 +46,22 @@ def probe(build: bool) -> dict[str, Any]:
         build_dir = _get_build_directory(builder.name, verbose=False)
         aio["built"] = bool(glob.glob(os.path.join(build_dir, "*.so")))
         aio["build_dir"] = build_dir
-    except Exception as exc:
+        ninja = os.path.join(build_dir, "build.ninja")
+        if aio["built"] and os.path.exists(ninja):
+            # built from another DeepSpeed install (another virtualenv): loading it would
+            # rebuild it first, which takes minutes; say so instead of doing it
+            with open(ninja) as fh:
+                if os.path.dirname(deepspeed.__file__) not in fh.read():
+                    aio["built"] = False
+                    aio["stale"] = True
+    except Exception as exc:  # noqa: BLE001 - any failure here is the answer, reported
         aio["build_dir_error"] = str(exc)
     if aio["compatible"] and (aio["built"] or build):
         try:
             builder.load(verbose=False)
             aio["loaded"] = True
             aio["built"] = True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure here is the answer, reported
             aio["error"] = f"{type(exc).__name__}: {exc}"[-500:]
     out["aio"] = aio
     return out

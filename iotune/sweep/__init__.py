@@ -1,0 +1,1 @@
+"""`iotune sweep-aio` and `iotune sweep-threads`."""

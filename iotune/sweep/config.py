@@ -1,0 +1,67 @@
+"""Merging the recommended "aio" block into a DeepSpeed config, checked by DeepSpeed itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import IotuneError, UsageError
+from iotune.workers import worker_env
+
+
+def merge_aio(existing: dict[str, Any], aio: dict[str, Any]) -> dict[str, Any]:
+    """A copy of *existing* with its "aio" section replaced; everything else is kept."""
+    merged: dict[str, Any] = json.loads(json.dumps(existing))
+    merged["aio"] = dict(aio)
+    return merged
+
+
+def validate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run DeepSpeed's own config readers on *cfg* in a worker process."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(cfg, fh)
+        name = fh.name
+    try:
+        done = proc.run(
+            [sys.executable, "-m", "iotune.workers.ds_config_check", name],
+            timeout=300,
+            env=worker_env(),
+        )
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:
+    existing: dict[str, Any] = {}
+    if path.exists():
+        try:
+            existing = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"{path} is not valid JSON: {exc}", hint="fix it, or name a new file"
+            ) from exc
+        if not isinstance(existing, dict):
+            raise UsageError(
+                f"{path} does not hold a JSON object", hint="a DeepSpeed config is an object"
+            )
+    merged = merge_aio(existing, aio)
+    report = validate(merged)
+    if report["errors"]:
+        raise IotuneError(
+            f"DeepSpeed rejects the merged config: {'; '.join(report['errors'])}",
+            hint=f"{path} was not changed",
+        )
+    if report.get("aio_used") != aio:
+        raise IotuneError(
+            f"DeepSpeed would read aio as {report.get('aio_used')}, not {aio}",
+            hint=f"{path} was not changed",
+        )
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=2) + "\n")
+    tmp.replace(path)
+    return report

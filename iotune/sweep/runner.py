@@ -1,0 +1,295 @@
+"""Runs a sweep: one worker process per point, every finished point appended to
+``points.jsonl`` at once (so ``--resume`` loses at most the point in flight), fio ceilings
+in ``fio.jsonl``, temporary data files removed on every exit path."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError
+from iotune.records import append_record, host_facts, read_records
+from iotune.sweep import space as sp
+from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
+from iotune.workers import worker_env
+from iotune.workers.aio_point import DATA_PREFIX
+
+log = logging.getLogger("iotune.sweep")
+
+POINTS = "points.jsonl"
+CEILINGS = "fio.jsonl"
+META = "sweep.json"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    target: str
+    space: sp.Space
+    io_size: int
+    repeats: int
+    strategy: str  # grid | adaptive
+    fio: bool
+    gpu: bool
+    gds: bool
+    budget_s: float | None
+    point_timeout_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["space"] = asdict(self.space)
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> SweepSpec:
+        space = sp.Space(**{k: tuple(v) for k, v in d["space"].items()})
+        return SweepSpec(**{**d, "space": space})
+
+
+def check_target(
+    target: Path, io_size: int, threads: tuple[int, ...], block_sizes: tuple[int, ...]
+) -> None:
+    """Bad input is refused before anything runs."""
+    for bs in block_sizes:
+        if bs % 4096:
+            raise UsageError(
+                f"block size {bs} is not a multiple of 4K", hint="e.g. --block-size 128K,512K,1M"
+            )
+    for t in threads:
+        if io_size % t:
+            raise UsageError(
+                f"--io-size {io_size} does not divide by {t} threads",
+                hint="DeepSpeed splits the buffer evenly between intra_op_parallelism threads",
+            )
+    if io_size % 4096:
+        raise UsageError(f"--io-size {io_size} is not a multiple of 4K", hint="e.g. --io-size 1G")
+    if not target.exists():
+        raise UsageError(
+            f"target {target} does not exist",
+            hint="--target takes a directory on the volume to test",
+        )
+    if not target.is_dir():
+        raise UsageError(
+            f"target {target} is not a directory",
+            hint="name the directory (mount point) to write in",
+        )
+    fs = _fstype(target)
+    if fs in ("tmpfs", "ramfs", "devtmpfs", "proc", "sysfs"):
+        raise UsageError(
+            f"target {target} is on {fs}: RAM, not a drive (and O_DIRECT, which DeepSpeed's "
+            "async I/O uses, fails there on kernels before 6.6)",
+            hint="pick a directory on the NVMe volume, e.g. the mount point of 'iotune raid create'",
+        )
+    probe = target / f".iotune-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise UsageError(
+                f"target {target} is not writable: {os.strerror(exc.errno)}",
+                hint="pick a directory on a volume mounted read-write",
+            ) from exc
+        raise UsageError(
+            f"target {target} ({fs}) does not support O_DIRECT: {os.strerror(exc.errno or 0)}",
+            hint="DeepSpeed's async I/O opens files with O_DIRECT: use a directory on a drive (xfs, ext4), not tmpfs",
+        ) from exc
+    finally:
+        # a read-only volume refuses even the unlink of a file that is not there
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+    free = shutil.disk_usage(target).free
+    need = int(io_size * 1.1)
+    if free < need:
+        raise UsageError(
+            f"target {target} has {free} bytes free, a point needs {need}",
+            hint="lower --io-size or free space",
+        )
+
+
+def _fstype(path: Path) -> str:
+    best, fstype = "", "?"
+    with open("/proc/self/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            if (
+                len(parts) > 2
+                and str(path.resolve()).startswith(parts[1])
+                and len(parts[1]) >= len(best)
+            ):
+                best, fstype = parts[1], parts[2]
+    return fstype
+
+
+def clean_leftovers(target: Path) -> list[str]:
+    removed = []
+    for f in target.glob(f"{DATA_PREFIX}*.dat"):
+        f.unlink(missing_ok=True)
+        removed.append(f.name)
+    for f in target.glob(f"{FIO_PREFIX}*.dat"):
+        f.unlink(missing_ok=True)
+        removed.append(f.name)
+    return removed
+
+
+class Sweep:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        out: Path,
+        on_point: Callable[[dict[str, Any], int, int], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.out = out
+        self.on_point = on_point
+        self.records: dict[str, dict[str, Any]] = {}
+        self.ceilings: dict[str, dict[str, Any]] = {}
+        self.start = time.monotonic()
+        self.budget_hit = False
+
+    # ---------------------------------------------------------------- persistence
+    def load(self) -> None:
+        if (self.out / POINTS).exists():
+            for r in read_records(self.out / POINTS):
+                self.records[r["key"]] = r
+        if (self.out / CEILINGS).exists():
+            for r in read_records(self.out / CEILINGS):
+                self.ceilings[r["key"]] = r
+
+    def save_meta(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / META).write_text(
+            json.dumps({"spec": self.spec.to_json(), "host": host_facts()}, indent=2) + "\n"
+        )
+
+    # ---------------------------------------------------------------- measuring
+    def run_point(self, p: sp.Point) -> dict[str, Any]:
+        s = self.spec
+        args = {**p.as_dict(), "target": s.target, "io_size": s.io_size, "gpu": s.gpu, "gds": s.gds}
+        rec: dict[str, Any] = {
+            "key": p.key(),
+            **p.as_dict(),
+            "io_size": s.io_size,
+            "target": s.target,
+            "gpu": s.gpu,
+            "gds": s.gds,
+        }
+        t0 = time.monotonic()
+        try:
+            done = proc.run(
+                [sys.executable, "-m", "iotune.workers.aio_point", json.dumps(args)],
+                timeout=s.point_timeout_s,
+                env=worker_env(),
+            )
+            rec.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            rec["status"] = "ok"
+            if p.op == "read" and rec.get("page_cache_dropped") is False:
+                rec["status"], rec["error"] = (
+                    "failed",
+                    "page cache still held the file after drop_caches",
+                )
+        except CommandTimeout:
+            rec["status"], rec["error"] = "timeout", f"no result within {s.point_timeout_s:g} s"
+        except CommandFailed as exc:
+            rec["status"], rec["error"] = (
+                "failed",
+                exc.stderr_tail.strip().splitlines()[-1]
+                if exc.stderr_tail.strip()
+                else f"exit {exc.returncode}",
+            )
+        finally:
+            clean_leftovers(Path(s.target))
+        rec["wall_s"] = round(time.monotonic() - t0, 3)
+        rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if rec["status"] == "ok" and s.fio:
+            ceil = self.ceiling(p.op, p.block_size, p.queue_depth)
+            if ceil:
+                rec["fio_bw_bytes_s"] = ceil["bw_bytes_s"]
+                rec["pct_of_fio"] = 100.0 * rec["bw_bytes_s"] / ceil["bw_bytes_s"]
+        append_record(self.out / POINTS, rec)
+        self.records[p.key()] = rec
+        return rec
+
+    def ceiling(self, op: str, bs: int, qd: int) -> dict[str, Any] | None:
+        key = f"{op}/bs={bs}/qd={qd}"
+        if key not in self.ceilings:
+            try:
+                res = measure_ceiling(Path(self.spec.target), op, bs, qd, self.spec.io_size)
+            except IotuneError as exc:
+                log.warning("fio ceiling %s failed: %s", key, exc.message)
+                return None
+            finally:
+                clean_leftovers(Path(self.spec.target))
+            rec = {"key": key, "op": op, "block_size": bs, "queue_depth": qd, **res}
+            append_record(self.out / CEILINGS, rec)
+            self.ceilings[key] = rec
+        return self.ceilings[key]
+
+    def over_budget(self) -> bool:
+        b = self.spec.budget_s
+        return b is not None and time.monotonic() - self.start > b
+
+    def measure(self, points: list[sp.Point]) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for p in points:
+            rec = self.records.get(p.key())
+            if rec is None:
+                if self.over_budget():
+                    self.budget_hit = True
+                    out[p.key()] = None
+                    continue
+                rec = self.run_point(p)
+                if self.on_point:
+                    self.on_point(rec, len(self.records), self.expected())
+            out[p.key()] = rec["bw_bytes_s"] if rec.get("status") == "ok" else None
+        return out
+
+    def expected(self) -> int:
+        s = self.spec.space
+        if self.spec.strategy == "grid":
+            return s.size() + 2
+        per_op = sum(len(getattr(s, c)) for c in sp.COORDS) * 2 - len(sp.COORDS) + 3
+        return per_op * len(s.ops) + 2
+
+    # ---------------------------------------------------------------- the run
+    def run(self) -> list[dict[str, Any]]:
+        self.save_meta()
+        clean_leftovers(Path(self.spec.target))
+        gen = (sp.grid if self.spec.strategy == "grid" else sp.adaptive)(
+            self.spec.space, self.spec.repeats
+        )
+        try:
+            batch = next(gen)
+            while True:
+                res = self.measure(batch)
+                batch = gen.send(res)
+        except StopIteration:
+            pass
+        self.cross_measure()
+        return list(self.records.values())
+
+    def cross_measure(self) -> None:
+        """Balanced choice needs configurations measured for both ops: measure each op's
+        best configuration on the other op when the strategy did not."""
+        recs = list(self.records.values())
+        if sp.balanced(recs) is not None or not {"read", "write"} <= set(self.spec.space.ops):
+            return
+        best = sp.best_per_op(recs)
+        extra = []
+        for op, other in (("read", "write"), ("write", "read")):
+            if op in best:
+                r = best[op]
+                extra.append(
+                    sp.Point(other, *sp.config_of(r), repeats=self.spec.repeats, phase="cross")
+                )
+        self.measure(extra)

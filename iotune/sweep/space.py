@@ -1,0 +1,198 @@
+"""The AIO search space, sweep points and the two strategies (pure logic).
+
+A strategy is a generator: it yields the next batch of points to measure and receives,
+via ``send``, a mapping from point key to bandwidth (None for a failed point).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+KIB = 1024
+MIB = 1024 * KIB
+# wider than DeepSpeed's ds_nvme_tune (block 128K-1M? queue 4-32, threads 1-8)
+DEFAULT_BLOCK_SIZES = (128 * KIB, 256 * KIB, 512 * KIB, MIB, 2 * MIB, 4 * MIB, 8 * MIB)
+DEFAULT_QUEUE_DEPTHS = (4, 8, 16, 32, 64, 128)
+DEFAULT_THREADS = (1, 2, 4, 8)
+COORDS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
+
+
+@dataclass(frozen=True)
+class Space:
+    block_size: tuple[int, ...] = DEFAULT_BLOCK_SIZES
+    queue_depth: tuple[int, ...] = DEFAULT_QUEUE_DEPTHS
+    threads: tuple[int, ...] = DEFAULT_THREADS
+    single_submit: tuple[bool, ...] = (False, True)
+    overlap_events: tuple[bool, ...] = (False, True)
+    ops: tuple[str, ...] = ("read", "write")
+
+    def size(self) -> int:
+        n = 1
+        for c in COORDS:
+            n *= len(getattr(self, c))
+        return n * len(self.ops)
+
+
+@dataclass(frozen=True)
+class Point:
+    op: str
+    block_size: int
+    queue_depth: int
+    threads: int
+    single_submit: bool
+    overlap_events: bool
+    repeats: int = 3
+    phase: str = "sweep"  # "sweep" | "final" (finalists re-measured) | "cross" (balanced)
+
+    def key(self) -> str:
+        return (
+            f"{self.op}/bs={self.block_size}/qd={self.queue_depth}/t={self.threads}/"
+            f"ss={int(self.single_submit)}/oe={int(self.overlap_events)}/r={self.repeats}/{self.phase}"
+        )
+
+    def config(self) -> tuple[int, int, int, bool, bool]:
+        return (
+            self.block_size,
+            self.queue_depth,
+            self.threads,
+            self.single_submit,
+            self.overlap_events,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Results = Mapping[str, float | None]
+Strategy = Generator[list[Point], Results, None]
+
+
+def grid(space: Space, repeats: int) -> Strategy:
+    for op in space.ops:
+        batch = [
+            Point(op, *cfg, repeats=repeats)  # type: ignore[misc]
+            for cfg in itertools.product(*(getattr(space, c) for c in COORDS))
+        ]
+        yield batch
+
+
+def _start(space: Space) -> dict[str, Any]:
+    """DeepSpeed's defaults where the space has them, else the middle value."""
+    defaults: dict[str, Any] = {
+        "block_size": MIB,
+        "queue_depth": 8,
+        "threads": 1,
+        "single_submit": False,
+        "overlap_events": True,
+    }
+    out = {}
+    for c in COORDS:
+        values = getattr(space, c)
+        out[c] = defaults[c] if defaults[c] in values else values[len(values) // 2]
+    return out
+
+
+def adaptive(space: Space, repeats: int, finalists: int = 3, passes: int = 2) -> Strategy:
+    """Coordinate search per op, then the best few re-measured with twice the repeats.
+
+    One coordinate at a time is swept with the others held at the best so far; passes
+    repeat until nothing changes. About sum(len(values)) points per pass instead of
+    their product.
+    """
+    for op in space.ops:
+        cur = _start(space)
+        seen: dict[str, tuple[Point, float | None]] = {}
+        for _ in range(passes):
+            changed = False
+            for c in COORDS:
+                cands = [Point(op, repeats=repeats, **{**cur, c: v}) for v in getattr(space, c)]
+                todo = [p for p in cands if p.key() not in seen]
+                if todo:
+                    res = yield todo
+                    for p in todo:
+                        seen[p.key()] = (p, res.get(p.key()))
+                scored = [(seen[p.key()][1], p) for p in cands if seen[p.key()][1] is not None]
+                if not scored:
+                    continue
+                best = max(scored, key=lambda s: s[0] or 0.0)[1]
+                if getattr(best, c) != cur[c]:
+                    cur[c] = getattr(best, c)
+                    changed = True
+            if not changed:
+                break
+        ranked = sorted(
+            (v for v in seen.values() if v[1] is not None), key=lambda v: -(v[1] or 0.0)
+        )
+        top = [replace(p, repeats=repeats * 2, phase="final") for p, _ in ranked[:finalists]]
+        if top:
+            yield top
+
+
+def best_per_op(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The best successful record per op; a finalist re-measurement outranks the sweep."""
+    out: dict[str, dict[str, Any]] = {}
+    for op in {r["op"] for r in records}:
+        ok = [r for r in records if r["op"] == op and r.get("status") == "ok"]
+        finals = [r for r in ok if r.get("phase") == "final"]
+        pool = finals or [r for r in ok if r.get("phase") == "sweep"] or ok
+        if pool:
+            out[op] = max(pool, key=lambda r: r["bw_bytes_s"])
+    return out
+
+
+def config_of(r: Mapping[str, Any]) -> tuple[int, int, int, bool, bool]:
+    return (
+        r["block_size"],
+        r["queue_depth"],
+        r["threads"],
+        r["single_submit"],
+        r["overlap_events"],
+    )
+
+
+def balanced(
+    records: Sequence[dict[str, Any]],
+) -> tuple[tuple[int, int, int, bool, bool], float] | None:
+    """The configuration with the best geometric mean of read and write bandwidth, each
+    relative to that op's best, among configurations measured for both."""
+    best = best_per_op(records)
+    if not {"read", "write"} <= set(best):
+        return None
+    by_cfg: dict[tuple[int, int, int, bool, bool], dict[str, float]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            slot = by_cfg.setdefault(config_of(r), {})
+            slot[r["op"]] = max(slot.get(r["op"], 0.0), r["bw_bytes_s"])
+    scored = [
+        (
+            (
+                (bw["read"] / best["read"]["bw_bytes_s"])
+                * (bw["write"] / best["write"]["bw_bytes_s"])
+            )
+            ** 0.5,
+            cfg,
+        )
+        for cfg, bw in by_cfg.items()
+        if "read" in bw and "write" in bw
+    ]
+    if not scored:
+        return None
+    score, cfg = max(scored)
+    return cfg, score
+
+
+def aio_block(cfg: tuple[int, int, int, bool, bool], use_gds: bool = False) -> dict[str, Any]:
+    """DeepSpeed's runtime "aio" section: the keys deepspeed.runtime.swap_tensor reads
+    (intra_op_parallelism, not num_threads/thread_count), booleans as JSON booleans."""
+    bs, qd, threads, single, overlap = cfg
+    return {
+        "block_size": bs,
+        "queue_depth": qd,
+        "intra_op_parallelism": threads,
+        "single_submit": bool(single),
+        "overlap_events": bool(overlap),
+        "use_gds": bool(use_gds),
+    }

@@ -1,0 +1,51 @@
+"""Worker: read a DeepSpeed JSON config with DeepSpeed's own code and report what the runtime
+will use: the "aio" section through deepspeed.runtime.swap_tensor.aio_config.get_aio_config
+(which silently ignores unknown keys, so those are reported here), and "zero_optimization"
+through DeepSpeedZeroConfig (pydantic: wrong types and values are errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def check(cfg: dict[str, Any]) -> dict[str, Any]:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.swap_tensor.aio_config import AIO_DEFAULT_DICT, get_aio_config
+
+    out: dict[str, Any] = {"errors": []}
+    aio = cfg.get("aio")
+    if aio is not None:
+        out["aio_used"] = get_aio_config(cfg)
+        unknown = sorted(set(aio) - set(AIO_DEFAULT_DICT))
+        if unknown:
+            out["errors"].append(f"aio keys the runtime does not read: {', '.join(unknown)}")
+        for k, v in aio.items():
+            if k in AIO_DEFAULT_DICT and type(v) is not type(AIO_DEFAULT_DICT[k]):
+                out["errors"].append(
+                    f"aio.{k} = {v!r}: expected {type(AIO_DEFAULT_DICT[k]).__name__}"
+                )
+    if "zero_optimization" in cfg:
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+        try:
+            z = DeepSpeedZeroConfig(**cfg["zero_optimization"])
+            out["zero_stage"] = int(z.stage)
+        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and friends
+            out["errors"].append(f"zero_optimization: {exc}")
+    return out
+
+
+def main() -> None:
+    report = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    with open(sys.argv[1]) as fh:
+        cfg = json.load(fh)
+    report.write(json.dumps(check(cfg)) + "\n")
+    report.flush()
+
+
+if __name__ == "__main__":
+    main()

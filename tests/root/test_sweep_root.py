@@ -1,0 +1,287 @@
+"""`iotune sweep-aio` and `sweep-threads` with the real DeepSpeed async_io and cpu_adam ops,
+real fio, on a loop device with a real filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.root.conftest import IOTUNE, iotune, sh
+
+K, M = 1024, 1024 * 1024
+SMALL = [
+    "--block-size",
+    "256K,1M",
+    "--queue-depth",
+    "4,16",
+    "--threads",
+    "1",
+    "--single-submit",
+    "false",
+    "--overlap-events",
+    "true",
+    "--io-size",
+    "16M",
+    "--repeats",
+    "2",
+    "--strategy",
+    "grid",
+]
+
+
+@pytest.fixture
+def volume(loop_device: Callable[..., str]) -> Path:
+    loop_device(size_mib=512, fs="ext4", mount=True)
+    return Path(loop_device.mounts[0])  # type: ignore[attr-defined]
+
+
+def sweep(
+    *args: str, check: bool = True
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    p = iotune("--json", "sweep-aio", *args, check=check)
+    return p, (json.loads(p.stdout) if p.stdout.strip() else {})
+
+
+def points(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "points.jsonl").read_text().splitlines()]
+
+
+def leftovers(target: Path) -> list[str]:
+    return sorted(
+        f.name for f in target.iterdir() if f.name.startswith(("iotune-aio-", "iotune-fio-"))
+    )
+
+
+def test_small_grid_sweep_and_a_config_deepspeed_reads(volume: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "train_batch_size": 8,
+                "zero_optimization": {"stage": 3},
+                "aio": {"num_threads": 8, "single_submit": "false"},
+            }
+        )
+    )
+    run = tmp_path / "run"
+    _, doc = sweep("--target", str(volume), *SMALL, "--out", str(run), "--write-config", str(cfg))
+    recs = points(run)
+    assert len(recs) == doc["points"] == 8 and doc["ok"] == 8
+    assert len({r["key"] for r in recs}) == 8
+    for r in recs:
+        assert r["status"] == "ok" and r["bw_bytes_s"] > 0 and len(r["seconds"]) == 2
+        assert r["pct_of_fio"] > 0 and r["fio_bw_bytes_s"] > 0
+        if r["op"] == "read":
+            assert r["page_cache_dropped"] is True and r["resident_after_drop"] == 0
+    ceilings = [json.loads(x) for x in (run / "fio.jsonl").read_text().splitlines()]
+    assert {(c["op"], c["block_size"], c["queue_depth"]) for c in ceilings} == {
+        (op, bs, qd) for op in ("read", "write") for bs in (256 * K, M) for qd in (4, 16)
+    }
+    written = json.loads(cfg.read_text())
+    assert written["train_batch_size"] == 8 and written["zero_optimization"] == {"stage": 3}
+    assert written["aio"] == doc["aio"] == doc["balanced"]["config"]
+    assert set(written["aio"]) == {
+        "block_size",
+        "queue_depth",
+        "intra_op_parallelism",
+        "single_submit",
+        "overlap_events",
+        "use_gds",
+    }
+    # DeepSpeed's own reader sees exactly these values
+    code = (
+        "import json, sys\nfrom deepspeed.runtime.swap_tensor.aio_config import get_aio_config\n"
+        "print(json.dumps(get_aio_config(json.load(open(sys.argv[1])))))"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", code, str(cfg)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+    )
+    assert json.loads(seen.stdout.strip().splitlines()[-1]) == written["aio"]
+    assert leftovers(volume) == []
+
+
+def test_kill_then_resume_loses_nothing_and_repeats_nothing(volume: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = [
+        "--target",
+        str(volume),
+        "--block-size",
+        "128K,256K,512K,1M",
+        "--queue-depth",
+        "4,8",
+        "--threads",
+        "1",
+        "--single-submit",
+        "false",
+        "--overlap-events",
+        "true",
+        "--ops",
+        "write",
+        "--io-size",
+        "8M",
+        "--repeats",
+        "1",
+        "--strategy",
+        "grid",
+        "--no-fio",
+        "--out",
+        str(run),
+    ]
+    child = subprocess.Popen(
+        [IOTUNE, "sweep-aio", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (
+        (run / "points.jsonl").exists()
+        and len((run / "points.jsonl").read_text().splitlines()) >= 2
+    ):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGKILL)  # the sweep and its worker, no chance to clean up
+    child.wait()
+    before = points(run)
+    assert 2 <= len(before) < 8
+    _, doc = sweep("--resume", str(run))
+    after = points(run)
+    assert len(after) == 8 and len({r["key"] for r in after}) == 8
+    assert after[: len(before)] == before  # finished points kept as they were
+    assert doc["points"] == 8
+    assert leftovers(volume) == []  # the killed worker's data file is gone too
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(volume: Path, tmp_path: Path) -> None:
+    # io_setup() of a 1024-deep queue fails once the host allows fewer AIO events
+    limit = Path("/proc/sys/fs/aio-max-nr")
+    old = limit.read_text()
+    limit.write_text("512\n")
+    try:
+        run = tmp_path / "run"
+        _, doc = sweep(
+            "--target",
+            str(volume),
+            "--block-size",
+            "256K",
+            "--queue-depth",
+            "4,1024",
+            "--threads",
+            "1",
+            "--single-submit",
+            "false",
+            "--overlap-events",
+            "true",
+            "--ops",
+            "write",
+            "--io-size",
+            "8M",
+            "--repeats",
+            "1",
+            "--strategy",
+            "grid",
+            "--no-fio",
+            "--out",
+            str(run),
+        )
+    finally:
+        limit.write_text(old)
+    by_qd = {r["queue_depth"]: r for r in points(run)}
+    assert by_qd[4]["status"] == "ok"
+    assert by_qd[1024]["status"] == "failed" and by_qd[1024]["error"]
+    assert doc["ok"] == 1 and doc["failed"] == 1
+    assert doc["aio"]["queue_depth"] == 4
+
+
+def test_bad_input_is_refused_before_anything_runs(volume: Path, tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    sh("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(shm))
+    try:
+        cases = [
+            (["--target", str(volume), "--block-size", "6K"], "6144 is not a multiple of 4K"),
+            (["--target", str(shm)], "is on tmpfs: RAM, not a drive"),
+            (
+                ["--target", str(volume), "--io-size", "10M", "--threads", "3"],
+                "does not divide by 3 threads",
+            ),
+            (["--target", str(tmp_path / "nope")], "does not exist"),
+            (["--target", str(volume), "--queue-depth", "0"], "is not a positive whole number"),
+            (["--target", str(volume), "--ops", "read,append"], "append is not read or write"),
+        ]
+        for args, message in cases:
+            size = [] if "--io-size" in args else ["--io-size", "16M"]
+            p = iotune("sweep-aio", *args, *size, "--out", str(tmp_path / "never"), check=False)
+            assert p.returncode == 2, (args, p.stderr)
+            assert message in p.stderr.splitlines()[0], p.stderr
+            assert not (tmp_path / "never").exists()
+        sh("mount", "-o", "remount,ro", str(volume))
+        p = iotune("sweep-aio", "--target", str(volume), "--io-size", "16M", check=False)
+        assert p.returncode == 2 and "is not writable" in p.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(volume)], check=False)
+        subprocess.run(["umount", str(shm)], check=False)
+
+
+def test_adaptive_sweep_on_a_real_target(volume: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _, doc = sweep(
+        "--target",
+        str(volume),
+        "--block-size",
+        "256K,1M",
+        "--queue-depth",
+        "4,16",
+        "--threads",
+        "1,2",
+        "--single-submit",
+        "false",
+        "--overlap-events",
+        "true",
+        "--ops",
+        "read",
+        "--io-size",
+        "8M",
+        "--repeats",
+        "1",
+        "--strategy",
+        "adaptive",
+        "--no-fio",
+        "--out",
+        str(run),
+    )
+    recs = points(run)
+    phases = {r["phase"] for r in recs}
+    assert phases == {"sweep", "final"}
+    assert doc["best"]["read"]["phase"] == "final"
+    assert len([r for r in recs if r["phase"] == "sweep"]) <= 2 * 2 * 2
+
+
+def test_sweep_threads_times_the_real_cpu_adam() -> None:
+    doc = json.loads(
+        iotune(
+            "--json", "sweep-threads", "--params", "20M", "--threads", "1,2", "--repeats", "3"
+        ).stdout
+    )
+    assert [r["threads"] for r in doc["rows"]] == [1, 2]
+    for r in doc["rows"]:
+        assert r["status"] == "ok" and r["params"] == 20_000_000
+        assert len(r["step_ms"]) == 3 and r["step_ms_median"] > 0
+    assert doc["best_threads"] in (1, 2)
+    p = iotune("sweep-threads", "--params", "900B", check=False)
+    assert p.returncode == 2 and "GiB of RAM" in p.stderr
