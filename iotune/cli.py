@@ -1030,6 +1030,26 @@ def sweep_aio(
                 "--gpu/--gds need a CUDA GPU, and torch sees none",
                 hint="drop --gpu/--gds on this host",
             )
+    # build (or just load) the async_io op once, outside every point's timeout: the first
+    # JIT build takes minutes
+    if not STATE.json:
+        click.echo(
+            "iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)",
+            err=True,
+        )
+    op_probe = doctor.probe_torch(build=True, timeout=3600)
+    aio_state = op_probe.get("aio") or {}
+    if not aio_state.get("loaded"):
+        reason = (
+            aio_state.get("error")
+            or op_probe.get("deepspeed_error")
+            or op_probe.get("worker_error")
+            or "not compatible"
+        )
+        raise IotuneError(
+            f"DeepSpeed's async_io op is not usable: {reason}",
+            hint="'iotune doctor --for sweep' says what is missing",
+        )
     sweep = Sweep(spec, run_dir.resolve())
     sweep.load()
     done_before = len(sweep.records)

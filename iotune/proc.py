@@ -60,6 +60,18 @@ def which(tool: str) -> str | None:
     return shutil.which(tool, path=extra)
 
 
+def _resolve(argv: Sequence[str | Path]) -> list[str]:
+    """argv as strings with the program looked up, or ToolMissing naming its package."""
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("empty argv")
+    exe = args[0] if "/" in args[0] else which(args[0])
+    if exe is None:
+        raise ToolMissing(args[0], PACKAGES.get(args[0]))
+    args[0] = exe
+    return args
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -74,13 +86,7 @@ def run(
     ``check=False`` returns a non-zero exit as data instead of raising (for probes whose
     exit code is an answer, e.g. ``wipefs`` on a blank disk).
     """
-    args = [str(a) for a in argv]
-    if not args:
-        raise ValueError("empty argv")
-    exe = args[0] if "/" in args[0] else which(args[0])
-    if exe is None:
-        raise ToolMissing(args[0], PACKAGES.get(args[0]))
-    args[0] = exe
+    args = _resolve(argv)
     log.debug("run: %s", shlex.join(args))
     full_env = None
     if env is not None:
@@ -127,19 +133,14 @@ def spawn(
     The caller owns the process (waits for it, forwards signals). Same rules as :func:`run`:
     argv only, the exact command logged under ``--debug``, a typed error if it is missing.
     """
-    args = [str(a) for a in argv]
-    if not args:
-        raise ValueError("empty argv")
-    exe = args[0] if "/" in args[0] else which(args[0])
-    if exe is None:
-        raise ToolMissing(args[0], PACKAGES.get(args[0]))
+    args = _resolve(argv)
     log.debug("spawn: %s", shlex.join(args))
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     try:
         return subprocess.Popen(
-            [exe, *args[1:]],
+            args,
             env=full_env,
             cwd=cwd,
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,
