@@ -34,7 +34,7 @@ command -v apt-get >/dev/null || die "apt-get not found: this script supports De
 . /etc/os-release
 release="$(uname -r)"
 pkgs=(fio mdadm xfsprogs e2fsprogs util-linux libaio-dev g++ bpfcc-tools python3-bpfcc
-      bpftool python3-venv kmod udev)
+      bpftool python3-venv kmod udev procps)
 if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules)
     pkgs+=(qemu-system-x86 busybox-static)
