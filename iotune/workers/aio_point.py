@@ -13,11 +13,12 @@ file is removed on every exit path.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -25,18 +26,48 @@ from typing import Any
 DATA_PREFIX = "iotune-aio-"
 
 
+def resident_bytes(path: str) -> int:
+    """Bytes of *path* in the page cache, by mincore(2) over a read-only mapping (what
+    util-linux's fincore does; not every distribution ships fincore)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    page = os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            pages = (size + page - 1) // page
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return sum(v & 1 for v in vec) * page
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
 def drop_caches(path: str) -> int:
     """Drop the page cache and return the bytes of *path* still resident (should be 0)."""
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as fh:
         fh.write("3\n")
-    out = subprocess.run(
-        ["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return int(out.strip() or 0)
+    return resident_bytes(path)
 
 
 def cpu_seconds() -> float:

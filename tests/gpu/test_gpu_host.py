@@ -16,8 +16,13 @@ import pytest
 
 
 def iotune_json(*args: str) -> Any:
-    p = subprocess.run([sys.executable, "-m", "iotune", "--json", *args], capture_output=True, text=True,
-                       check=False, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "iotune", "--json", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -47,7 +52,16 @@ def test_devices_and_diskstats_trace_on_the_gpu_host() -> None:
     assert disks, "no disk found"
     root = [d for d in disks if any(r["kind"] == "root" for r in d["in_use"])]
     assert root, [d["name"] for d in disks]
-    doc = iotune_json("trace", "--backend", "diskstats", "--devices", root[0]["name"], "--duration", "1",
-                      "--out", "/tmp/iotune-gpu-trace")
+    doc = iotune_json(
+        "trace",
+        "--backend",
+        "diskstats",
+        "--devices",
+        root[0]["name"],
+        "--duration",
+        "1",
+        "--out",
+        "/tmp/iotune-gpu-trace",
+    )
     assert doc["backend"] == "diskstats"
     assert doc["devices"][0]["name"] == root[0]["name"]

@@ -285,3 +285,18 @@ def test_sweep_threads_times_the_real_cpu_adam() -> None:
     assert doc["best_threads"] in (1, 2)
     p = iotune("sweep-threads", "--params", "900B", check=False)
     assert p.returncode == 2 and "GiB of RAM" in p.stderr
+
+
+def test_page_cache_residency_matches_fincore(tmp_path: Path) -> None:
+    from iotune.workers.aio_point import drop_caches, resident_bytes
+
+    f = tmp_path / "cached.dat"
+    f.write_bytes(os.urandom(4 * M))
+    f.read_bytes()
+
+    def fincore() -> int:
+        out = sh("fincore", "--bytes", "--noheadings", "--output", "RES", str(f))
+        return int(out.strip())
+
+    assert resident_bytes(str(f)) == fincore() == 4 * M
+    assert drop_caches(str(f)) == fincore() == 0
