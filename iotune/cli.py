@@ -302,6 +302,12 @@ def _pick_backend(backend: str) -> str:
     if backend != "auto":
         if backend == "bcc" and os.geteuid() != 0:
             raise NotRootError("iotune trace --backend bcc")
+        if backend == "bcc":
+            tp = doctor.check_block_tracepoint(SysTree("/"))
+            if tp.status is doctor.Status.FAIL:
+                raise IotuneError(
+                    f"cannot trace with bcc: {tp.found}", hint=tp.fix or "use --backend diskstats"
+                )
         return backend
     tree = SysTree("/")
     problems = []
@@ -311,6 +317,9 @@ def _pick_backend(backend: str) -> str:
         problems.append("tracefs not mounted")
     if doctor.check_bcc().status is doctor.Status.FAIL:
         problems.append("bcc not importable")
+    tp = doctor.check_block_tracepoint(tree)
+    if tp.status is doctor.Status.FAIL and doctor.tracefs_dir(tree) is not None:
+        problems.append(tp.found)  # e.g. a kernel whose block_rq_issue lacks the bytes field
     if problems:
         warn(
             f"using the diskstats backend ({', '.join(problems)}): totals per drive only, "

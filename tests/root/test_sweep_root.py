@@ -300,3 +300,14 @@ def test_page_cache_residency_matches_fincore(tmp_path: Path) -> None:
 
     assert resident_bytes(str(f)) == fincore() == 4 * M
     assert drop_caches(str(f)) == fincore() == 0
+
+
+def test_shipped_deepspeed_template_passes_deepspeeds_own_readers() -> None:
+    from iotune.sweep.config import validate
+
+    top = Path(__file__).resolve().parents[2]
+    cfg = json.loads((top / "configs/ds_zero3_offload_nvme.json").read_text())
+    report = validate(cfg)
+    assert report["errors"] == []
+    assert report["zero_stage"] == 3
+    assert report["aio_used"] == cfg["aio"]
