@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.vm.conftest import KEEP, Session
@@ -26,6 +28,15 @@ def free(vm: Session, *serials: str) -> None:
         assert vm.guest.run(["mdadm", "--examine", vm.dev(s)]).rc != 0, (
             f"{s} still has an md superblock"
         )
+
+
+def eventually(cond: Callable[[], bool], seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def py(vm: Session, code: str) -> str:
@@ -178,9 +189,10 @@ def test_persist_survives_a_rescan(vm: Session) -> None:
     # stop it, then let mdadm find it again from mdadm.conf alone
     vm.guest.run(["umount", "/tmp/pers"]).check()
     vm.guest.run(["mdadm", "--stop", "/dev/md/pers"]).check()
-    assert vm.guest.run(["ls", "/dev/md"]).stdout.split().count("pers") == 0
+    # without udev, the kernel removes and adds md nodes a moment after mdadm returns
+    assert eventually(lambda: "pers" not in vm.guest.run(["ls", "/dev/md"]).stdout.split())
     vm.guest.run(["mdadm", "--assemble", "--scan"])
-    assert "pers" in vm.guest.run(["ls", "/dev/md"]).check().stdout.split()
+    assert eventually(lambda: "pers" in vm.guest.run(["ls", "/dev/md"]).stdout.split())
     vm.guest.run(["mount", "/tmp/pers"]).check()  # by the fstab entry
     done = json.loads(raid(vm, "destroy", "pers", "--yes").stdout)
     assert [s["kind"] for s in done["plan"]] == ["umount", "unfstab", "unconf", "stop", "zero"]
