@@ -16,6 +16,18 @@ def _n(v: int | None) -> str:
     return "-" if v is None else f"{v:,}"
 
 
+def _seed_cells(r: dict[str, Any], w: dict[str, Any]) -> list[str]:
+    """The seed study's columns: GB read, GB written, R/W at the focus size, R/W other."""
+    return [
+        f"{gb(r['bytes']):.3f}",
+        f"{gb(w['bytes']):.3f}",
+        _n(r["focus_requests"]),
+        _n(w["focus_requests"]),
+        _n(r["other_requests"]),
+        _n(w["other_requests"]),
+    ]
+
+
 def summary_table(result: dict[str, Any]) -> Table:
     f = format_size(result["focus_size"])
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -37,12 +49,7 @@ def summary_table(result: dict[str, Any]) -> Table:
         chk = d.get("check")
         table.add_row(
             d["name"] + (" (md/dm)" if d.get("stacked") else ""),
-            f"{gb(r['bytes']):.3f}",
-            f"{gb(w['bytes']):.3f}",
-            _n(r["focus_requests"]),
-            _n(w["focus_requests"]),
-            _n(r["other_requests"]),
-            _n(w["other_requests"]),
+            *_seed_cells(r, w),
             _n(d.get("max_sectors_kb")),
             format_size(d["chunk_bytes"]) if d.get("chunk_bytes") else "-",
             chk["summary"] if chk else "diskstats only",
@@ -51,12 +58,7 @@ def summary_table(result: dict[str, Any]) -> Table:
         r, w = a["read"], a["write"]
         table.add_row(
             f"{a['name']} = {' + '.join(a['members'])}",
-            f"{gb(r['bytes']):.3f}",
-            f"{gb(w['bytes']):.3f}",
-            _n(r["focus_requests"]),
-            _n(w["focus_requests"]),
-            _n(r["other_requests"]),
-            _n(w["other_requests"]),
+            *_seed_cells(r, w),
             "-",
             format_size(a["chunk_bytes"]) if a.get("chunk_bytes") else "-",
             f"{a.get('level') or 'md'}: sum over members",
@@ -99,11 +101,6 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
         table.add_row(
             s["label"],
             f"{s['t_end'] - s['t_start']:.2f}",
-            f"{gb(s['read']['bytes']):.3f}",
-            f"{gb(s['write']['bytes']):.3f}",
-            _n(s["read"]["focus_requests"]),
-            _n(s["write"]["focus_requests"]),
-            _n(s["read"]["other_requests"]),
-            _n(s["write"]["other_requests"]),
+            *_seed_cells(s["read"], s["write"]),
         )
     con.print(table)
