@@ -21,6 +21,7 @@ from iotune.errors import DeviceNotFound, IotuneError, NotRootError, UsageError
 from iotune.probes.blockdev import BlockDevice, Transport, find_block_devices
 from iotune.probes.host import LiveHost
 from iotune.probes.sysfs import SysTree
+from iotune.records import to_jsonable
 from iotune.render import console, emit_json, err_console, human_bytes, warn
 from iotune.units import format_size
 
@@ -295,6 +296,165 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
                 con.print(f"  - {r.detail}")
 
 
+# --------------------------------------------------------------------------- training-run options
+
+
+def _preset_with(name: str, sets: tuple[str, ...], steps: int | None) -> Any:
+    from iotune.train.presets import apply_sets, get_preset, parse_sets
+
+    preset = get_preset(name)
+    overrides = parse_sets(sets)
+    if steps is not None:
+        overrides["steps"] = steps
+    return apply_sets(preset, overrides)
+
+
+def _load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
+    """--aio-config: a `sweep-aio` run directory, its result.json, or a DeepSpeed config."""
+    if path is None:
+        return None, "preset"
+    p = Path(path)
+    f = p / "result.json" if p.is_dir() else p
+    try:
+        doc = json.loads(f.read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"--aio-config {path}: no such file",
+            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--aio-config {f}: not JSON ({exc.msg})", hint="name a DeepSpeed JSON config"
+        ) from exc
+    aio = doc.get("aio") if isinstance(doc, dict) else None
+    if not isinstance(aio, dict) or not isinstance(aio.get("block_size"), int):
+        raise UsageError(
+            f'--aio-config {f} has no "aio" block with a block_size',
+            hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
+        )
+    return aio, str(f)
+
+
+def run_options(f: Any) -> Any:
+    for opt in reversed(
+        [
+            click.option(
+                "--nvme-path", type=click.Path(), help="Offload directory (default: the preset's)."
+            ),
+            click.option(
+                "--steps",
+                type=click.IntRange(1, 100000),
+                help="Optimizer steps (default: the preset's).",
+            ),
+            click.option(
+                "--set",
+                "sets",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="Override a preset field (steps, ga, seq_len, micro_batch, accelerator...), "
+                "model.FIELD, or ds.a.b in the DeepSpeed config. Repeatable.",
+            ),
+            click.option(
+                "--data",
+                type=click.Path(),
+                help="A local .txt, .jsonl or .parquet file (e.g. WikiText-2) tokenized and packed "
+                "into seq_len blocks; default: synthetic tokens.",
+            ),
+            click.option(
+                "--tokenizer",
+                type=click.Path(),
+                help="A local Hugging Face tokenizer directory for --data (default: UTF-8 bytes).",
+            ),
+            click.option(
+                "--aio-config",
+                type=click.Path(),
+                help="Take the aio block from a sweep-aio run directory or a DeepSpeed config.",
+            ),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Run even when the preflight estimate says it will not fit.",
+            ),
+            click.option(
+                "--keep-swap", is_flag=True, help="Keep DeepSpeed's swap files after the run."
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def _run_preset(
+    name: str,
+    backend: str,
+    out: str | None,
+    nvme_path: str | None,
+    steps: int | None,
+    sets: tuple[str, ...],
+    data: str | None,
+    tokenizer: str | None,
+    aio_config: str | None,
+    force: bool,
+    keep_swap: bool,
+) -> None:
+    from iotune.train import runner as train_runner
+    from iotune.train.render import print_estimate, print_run
+
+    preset = _preset_with(name, sets, steps)
+    aio, aio_source = _load_aio(aio_config)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
+    if data and not Path(data).is_file():
+        raise UsageError(
+            f"--data {data}: no such file", hint="name a .txt, .jsonl or .parquet file"
+        )
+    req = train_runner.RunRequest(
+        preset=preset,
+        out=out_dir,
+        backend=backend,
+        nvme_path=Path(nvme_path) if nvme_path else None,
+        aio=aio,
+        aio_source=aio_source,
+        data=Path(data) if data else None,
+        tokenizer=Path(tokenizer) if tokenizer else None,
+        force=force,
+        keep_swap=keep_swap,
+        quiet_stdout=STATE.json,
+    )
+    prep = train_runner.prepare(req)
+    if not STATE.json:
+        print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
+        what = (
+            f"{', '.join(prep.targets.disks)} ({backend})"
+            if prep.targets.disks
+            else "no drive (no NVMe offload)"
+        )
+        click.echo(
+            f"iotune: running {preset.name} for {preset.steps} steps, tracing {what}; results in {out_dir}",
+            err=True,
+        )
+    result = train_runner.run(req, prep)
+    if STATE.json:
+        emit_json(result)
+    else:
+        print_run(console(), result)
+    if result["interrupted"]:
+        click.echo(
+            f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "
+            f"records kept in {result['out']}",
+            err=True,
+        )
+        sys.exit(130 if result["interrupted"] == "SIGINT" else 143)
+    code = result["exit_code"]
+    if code:
+        click.echo(
+            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)",
+            err=True,
+        )
+        click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)
+        sys.exit(code if code > 0 else 128 - code)
+
+
 # --------------------------------------------------------------------------- trace
 
 
@@ -365,6 +525,13 @@ def _pick_backend(backend: str) -> str:
     help="bcc: exact sizes via eBPF; diskstats: kernel totals only.",
 )
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
+@click.option(
+    "--run",
+    "run_preset",
+    metavar="PRESET",
+    help="Trace an offloaded training run of PRESET (see 'iotune presets list').",
+)
+@run_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @json_option
 def trace_cmd(
@@ -375,14 +542,24 @@ def trace_cmd(
     interval: float,
     backend: str,
     out: str | None,
+    run_preset: str | None,
     command: tuple[str, ...],
+    **run_kw: Any,
 ) -> None:
-    """Count every block request per drive, by exact size, while COMMAND runs (or for --duration).
+    """Count every block request per drive, by exact size, while COMMAND runs (or for --duration),
+    or during an offloaded training run (--run PRESET).
 
     \b
+    iotune trace --run tiny_opt_nvme --steps 3
+    iotune trace --run opt_nvme_16b --nvme-path /mnt/offload
     iotune trace --devices nvme0n1 --duration 30
     iotune trace --target /mnt/offload -- python train.py
     iotune trace --devices loop0 --focus-size 512K -- fio job.fio
+
+    With --run, the drives behind the preset's offload directory are traced,
+    the focus size is the preset's AIO block size, every optimizer step gets
+    its own figures, and the study's table is printed with the I/O model's
+    prediction beside the measurement ('iotune run --help' for the options).
 
     Requests are counted at block:block_rq_issue, after merging and splitting: what the
     drive is asked to do. Read/write requests of exactly --focus-size are counted apart
@@ -397,6 +574,21 @@ def trace_cmd(
     from iotune.trace.targets import Targets, resolve_devices, resolve_path
     from iotune.units import parse_size
 
+    if run_preset:
+        if command or duration is not None or device_list or target:
+            raise UsageError(
+                "--run traces the drives behind the preset's offload directory: drop --duration, "
+                "--devices, --target and the command",
+                hint="iotune trace --run tiny_opt_nvme --nvme-path /var/tmp/offload",
+            )
+        _run_preset(run_preset, _pick_backend(backend), out, **run_kw)
+        return
+    given = [k for k, v in run_kw.items() if v not in (None, False, ())]
+    if given:
+        raise UsageError(
+            f"--{given[0].replace('_', '-')} belongs to --run PRESET",
+            hint="iotune trace --run tiny_opt_nvme --steps 3",
+        )
     focus = parse_size(focus_size, what="--focus-size")
     if interval <= 0:
         raise UsageError(f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1")
@@ -469,6 +661,155 @@ def trace_cmd(
     code = result["exit_code"]
     if code:
         sys.exit(code if code > 0 else 128 - code)
+
+
+# --------------------------------------------------------------------------- presets, estimate, run
+
+
+@cli.group("presets", invoke_without_command=True)
+@click.pass_context
+def presets_group(ctx: click.Context) -> None:
+    """The training presets: the study's experiments and small CPU ones (configs/presets.toml).
+
+    \b
+    iotune presets list              every preset with parameters and estimated needs
+    iotune presets show opt_nvme_16b one preset: geometry, DeepSpeed config, I/O model
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(presets_list)
+
+
+@presets_group.command("list")
+@click.option("--strategy", help="Only this strategy (e.g. opt_nvme).")
+@click.option("--size", help="Only this size (e.g. 16b, tiny).")
+@json_option
+def presets_list(strategy: str | None, size: str | None) -> None:
+    """Every preset: parameter count, geometry, strategy, accumulation and estimated needs."""
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config, load_presets
+    from iotune.train.render import presets_table
+
+    rows = []
+    for p in load_presets().values():
+        if (strategy and p.strategy.name != strategy) or (size and p.size != size):
+            continue
+        rows.append((p, estimate(p, ds_config(p))))
+    if not rows:
+        raise UsageError(
+            "no preset matches", hint="'iotune presets list' without filters shows them all"
+        )
+    if STATE.json:
+        emit_json(
+            [
+                {
+                    "name": p.name,
+                    "size": p.size,
+                    "strategy": p.strategy.name,
+                    "params": e.params,
+                    "geometry": p.geometry.llama_config(),
+                    "ga": p.ga,
+                    "seq_len": p.seq_len,
+                    "accelerator": p.accelerator,
+                    "nvme_bytes": e.nvme_bytes,
+                    "gpu_bytes": e.gpu_bytes,
+                    "host_bytes": e.host_bytes,
+                }
+                for p, e in rows
+            ]
+        )
+    else:
+        console().print(presets_table(rows))
+
+
+@presets_group.command("show")
+@click.argument("name")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
+)
+@json_option
+def presets_show(name: str, sets: tuple[str, ...]) -> None:
+    """One preset: geometry, parameter count, the DeepSpeed config it runs with, its I/O model."""
+    from dataclasses import asdict
+
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config
+    from iotune.train.render import print_estimate
+
+    p = _preset_with(name, sets, None)
+    cfg = ds_config(p)
+    e = estimate(p, cfg)
+    if STATE.json:
+        emit_json(
+            {"preset": asdict(p), "params": e.params, "ds_config": cfg, "estimate": asdict(e)}
+        )
+        return
+    con = console()
+    print_estimate(con, p, e, cfg)
+    con.print("DeepSpeed config:")
+    con.print_json(json.dumps(cfg))
+
+
+@cli.command("estimate")
+@click.argument("preset")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
+)
+@click.option(
+    "--aio-config", type=click.Path(), help="aio block from a sweep-aio run or a DeepSpeed config."
+)
+@json_option
+def estimate_cmd(preset: str, sets: tuple[str, ...], aio_config: str | None) -> None:
+    """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
+
+    \b
+    With N parameters and the optimizer state on NVMe: footprint 16N bytes,
+    initialisation + first step reads 12N and writes 24N, each later step
+    reads 16N and writes 16N. Parameter offload adds 2N of bf16 files and the
+    parameter fetches of forward, recomputation and backward. Tensors under
+    max(1 MiB, aio block) stay in RAM, which matters only for small models.
+    'iotune trace --run PRESET' prints this prediction next to the measurement.
+    """
+    from dataclasses import asdict
+
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config
+    from iotune.train.render import print_estimate
+
+    p = _preset_with(preset, sets, None)
+    aio, _ = _load_aio(aio_config)
+    cfg = ds_config(p, aio=aio)
+    e = estimate(p, cfg)
+    if STATE.json:
+        emit_json(
+            {"preset": p.name, "params": e.params, **asdict(e), "init_first": asdict(e.init_first)}
+        )
+    else:
+        print_estimate(console(), p, e, cfg)
+
+
+@cli.command("run")
+@click.argument("preset")
+@run_options
+@click.option(
+    "--out", type=click.Path(), help="Run directory (default results/run-PRESET-DATE-TIME)."
+)
+@json_option
+def run_cmd(preset: str, out: str | None, **kw: Any) -> None:
+    """Run DeepSpeed-offloaded training steps of PRESET and print the study's table.
+
+    \b
+    iotune run tiny_opt_nvme                        # CPU-only host, any drive
+    iotune run opt_nvme_1b --nvme-path /mnt/nvme0 --steps 5
+    iotune run opt_raid0_3b_ga8 --aio-config results/sweep-...
+
+    Before anything is allocated, the preset's GPU memory, host RAM and NVMe
+    space are estimated and the run is refused if they do not fit (--force
+    runs anyway). The worker reports every step (forward, backward, optimizer,
+    tokens/s, loss, peak memory); the drives behind the offload path are
+    measured with the kernel's counters. 'iotune trace --run PRESET' does the
+    same with eBPF request sizes.
+    """
+    _run_preset(preset, "diskstats", out, **kw)
 
 
 # --------------------------------------------------------------------------- raid
@@ -1127,6 +1468,8 @@ def sweep_aio(
         result["config_written"] = {"path": write_config, "deepspeed_reads": report.get("aio_used")}
     hints = _nvme_path_hints(Path(spec.target))
     result["nvme_path_hints"] = hints
+    # `iotune run --aio-config RUN_DIR` reads the recommendation from here
+    (run_dir / "result.json").write_text(json.dumps(to_jsonable(result), indent=2) + "\n")
     if STATE.json:
         emit_json(result)
     else:

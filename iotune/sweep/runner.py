@@ -83,7 +83,7 @@ def check_target(
             f"target {target} is not a directory",
             hint="name the directory (mount point) to write in",
         )
-    fs = _fstype(target)
+    fs = fstype(target)
     if fs in ("tmpfs", "ramfs", "devtmpfs", "proc", "sysfs"):
         raise UsageError(
             f"target {target} is on {fs}: RAM, not a drive (and O_DIRECT, which DeepSpeed's "
@@ -117,18 +117,19 @@ def check_target(
         )
 
 
-def _fstype(path: Path) -> str:
-    best, fstype = "", "?"
+def fstype(path: Path) -> str:
+    """The filesystem type of the longest mount point that is a prefix of *path*."""
+    best, kind = "", "?"
     with open("/proc/self/mounts") as fh:
         for line in fh:
             parts = line.split()
-            if (
-                len(parts) > 2
-                and str(path.resolve()).startswith(parts[1])
-                and len(parts[1]) >= len(best)
-            ):
-                best, fstype = parts[1], parts[2]
-    return fstype
+            if len(parts) < 3:
+                continue
+            mp, p = parts[1], str(path.resolve())
+            inside = p == mp or p.startswith(mp.rstrip("/") + "/")
+            if inside and len(mp) >= len(best):
+                best, kind = parts[1], parts[2]
+    return kind
 
 
 def clean_leftovers(target: Path) -> list[str]:

@@ -47,6 +47,7 @@ class TraceRequest:
     command: list[str] | None = None
     quiet_stdout: bool = False  # send the workload's stdout to stderr (--json owns stdout)
     meta: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the workload
 
 
 @dataclass
@@ -151,7 +152,7 @@ class Tracer:
             if req.command:
                 child = proc.spawn(
                     req.command,
-                    env={EVENTS_ENV: str(self.events_path)},
+                    env={**req.env, EVENTS_ENV: str(self.events_path)},
                     stdout_to_stderr=req.quiet_stdout,
                 )
             next_tick = req.interval

@@ -1,0 +1,403 @@
+"""Training presets (configs/presets.toml): model geometry, strategy, and the DeepSpeed config
+each one runs with. Pure: no torch, no DeepSpeed, no I/O beyond reading the TOML file."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import UsageError
+from iotune.paths import data_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: Llama-3.1-8B's settings that every size shares unless its table says otherwise
+LLAMA31 = {
+    "vocab_size": 128256,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+}
+
+
+class PresetError(UsageError):
+    """A preset, or a --set override, that cannot be run as asked."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    tie_word_embeddings: bool
+    vocab_size: int = 128256
+    num_key_value_heads: int = 8
+    max_position_embeddings: int = 131072
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-5
+    hidden_act: str = "silu"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def tensors(self) -> list[tuple[str, int]]:
+        """Every parameter tensor of LlamaForCausalLM, in model.parameters() order, with numel."""
+        h, i, kv = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_key_value_heads * self.head_dim,
+        )
+        out = [("model.embed_tokens.weight", self.vocab_size * h)]
+        for n in range(self.num_hidden_layers):
+            p = f"model.layers.{n}."
+            out += [
+                (p + "self_attn.q_proj.weight", h * h),
+                (p + "self_attn.k_proj.weight", h * kv),
+                (p + "self_attn.v_proj.weight", h * kv),
+                (p + "self_attn.o_proj.weight", h * h),
+                (p + "mlp.gate_proj.weight", h * i),
+                (p + "mlp.up_proj.weight", h * i),
+                (p + "mlp.down_proj.weight", i * h),
+                (p + "input_layernorm.weight", h),
+                (p + "post_attention_layernorm.weight", h),
+            ]
+        out.append(("model.norm.weight", h))
+        if not self.tie_word_embeddings:  # a tied lm_head is the embedding itself
+            out.append(("lm_head.weight", self.vocab_size * h))
+        return out
+
+    def param_count(self) -> int:
+        return sum(n for _, n in self.tensors())
+
+    def llama_config(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["head_dim"] = self.head_dim
+        return d
+
+    def describe(self) -> str:
+        return (
+            f"h{self.hidden_size} i{self.intermediate_size} L{self.num_hidden_layers} "
+            f"heads {self.num_attention_heads}/{self.num_key_value_heads} "
+            f"vocab {self.vocab_size}{' tied' if self.tie_word_embeddings else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    about: str
+    stage: int
+    optimizer: str  # gpu | cpu | nvme: where the fp32 master and Adam state live
+    params: str  # gpu | nvme: where the bf16 parameters live between uses
+    raid: bool = False
+    zenflow: bool = False
+
+    @property
+    def uses_nvme(self) -> bool:
+        return "nvme" in (self.optimizer, self.params)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    size: str
+    geometry: Geometry
+    strategy: Strategy
+    ga: int
+    micro_batch: int
+    seq_len: int
+    steps: int
+    accelerator: str  # cuda | cpu
+    nvme_path: str | None
+    deepspeed: dict[str, Any]  # the [deepspeed] base, with aio and zenflow blocks
+    ds_set: dict[str, Any] = field(default_factory=dict)  # "ds.a.b" overrides, dotted
+    seed: int = 0
+    cpu_threads: int | None = None
+    gradient_checkpointing: bool = True
+
+    @property
+    def aio(self) -> dict[str, Any]:
+        return dict(self.deepspeed.get("aio", {}))
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.ga * self.micro_batch * self.seq_len
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _load(path: Path | None = None) -> dict[str, Any]:
+    p = path or data_dir("configs") / "presets.toml"
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise PresetError(f"no preset file at {p}", hint="reinstall iotune") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PresetError(f"{p}: {exc}", hint="fix the TOML syntax") from exc
+
+
+def _geometry(table: dict[str, Any]) -> Geometry:
+    return Geometry(**{**LLAMA31, **table})
+
+
+def _strategy(name: str, table: dict[str, Any]) -> Strategy:
+    return Strategy(name=name, **table)
+
+
+def load_presets(path: Path | None = None) -> dict[str, Preset]:
+    """Every preset: the study's grid (strategy x size x accumulation) and the hand-made ones."""
+    doc = _load(path)
+    grid = doc["grid"]
+    sizes = {k: _geometry(v) for k, v in doc["sizes"].items()}
+    strategies = {k: _strategy(k, v) for k, v in doc["strategies"].items()}
+    base = doc.get("deepspeed", {})
+    out: dict[str, Preset] = {}
+    for sname, strat in strategies.items():
+        for size in grid["sizes"]:
+            for ga in grid["accumulation"]:
+                name = f"{sname}_{size}" + ("" if ga == 1 else f"_ga{ga}")
+                out[name] = Preset(
+                    name=name,
+                    size=size,
+                    geometry=sizes[size],
+                    strategy=strat,
+                    ga=int(ga),
+                    micro_batch=int(grid["micro_batch"]),
+                    seq_len=int(grid["seq_len"]),
+                    steps=int(grid["steps"]),
+                    accelerator=str(grid["accelerator"]),
+                    nvme_path=(grid["raid_path"] if strat.raid else grid["nvme_path"])
+                    if strat.uses_nvme
+                    else None,
+                    deepspeed=base,
+                )
+    for name, t in doc.get("preset", {}).items():
+        strat = strategies[t["strategy"]]
+        p = Preset(
+            name=name,
+            size=t["size"],
+            geometry=sizes[t["size"]],
+            strategy=strat,
+            ga=int(t.get("ga", 1)),
+            micro_batch=int(t.get("micro_batch", grid["micro_batch"])),
+            seq_len=int(t.get("seq_len", grid["seq_len"])),
+            steps=int(t.get("steps", grid["steps"])),
+            accelerator=str(t.get("accelerator", grid["accelerator"])),
+            nvme_path=t.get("nvme_path") if strat.uses_nvme else None,
+            deepspeed=base,
+        )
+        out[name] = apply_sets(p, dict(t.get("set", {})))
+    return out
+
+
+def get_preset(name: str, path: Path | None = None) -> Preset:
+    presets = load_presets(path)
+    if name not in presets:
+        close = [n for n in presets if n.startswith(name.split("_", maxsplit=1)[0])][:6]
+        raise PresetError(
+            f"no preset named {name!r}",
+            hint="'iotune presets list' shows them all"
+            + (f"; e.g. {', '.join(close)}" if close else ""),
+        )
+    return presets[name]
+
+
+# ----------------------------------------------------------------------------- overrides
+
+_FIELDS = {
+    "steps": int,
+    "ga": int,
+    "micro_batch": int,
+    "seq_len": int,
+    "seed": int,
+    "cpu_threads": int,
+    "accelerator": str,
+    "nvme_path": str,
+    "gradient_checkpointing": bool,
+}
+
+
+def parse_value(text: str) -> Any:
+    """JSON when it parses (numbers, true/false, lists, objects), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PresetError(
+                f"--set {item!r} is not key=value",
+                hint="e.g. --set steps=10 --set ds.aio.queue_depth=32 --set model.num_hidden_layers=8",
+            )
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
+    """Apply overrides: a preset field (steps, ga, seq_len...), model.FIELD, or ds.a.b.c."""
+    changes: dict[str, Any] = {}
+    geo: dict[str, Any] = {}
+    ds = dict(preset.ds_set)
+    for key, value in sets.items():
+        if key.startswith("ds."):
+            ds[key] = value
+        elif key.startswith("model."):
+            k = key.removeprefix("model.")
+            if k not in {f.name for f in fields(Geometry)}:
+                raise PresetError(
+                    f"unknown model field {k!r}",
+                    hint="fields: " + ", ".join(f.name for f in fields(Geometry)),
+                )
+            geo[k] = value
+        elif key in _FIELDS:
+            want = _FIELDS[key]
+            if want is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise PresetError(
+                    f"{key} must be a positive integer, got {value!r}", hint=f"--set {key}=4"
+                )
+            if want is bool and not isinstance(value, bool):
+                raise PresetError(
+                    f"{key} must be true or false, got {value!r}", hint=f"--set {key}=true"
+                )
+            changes[key] = str(value) if want is str else value
+        else:
+            raise PresetError(
+                f"unknown setting {key!r}",
+                hint="preset fields: "
+                + ", ".join(_FIELDS)
+                + "; model.FIELD for the geometry; ds.a.b for the DeepSpeed config",
+            )
+    if "accelerator" in changes and changes["accelerator"] not in ("cuda", "cpu"):
+        raise PresetError(
+            f"accelerator must be cuda or cpu, got {changes['accelerator']!r}",
+            hint="--set accelerator=cpu",
+        )
+    if geo:
+        try:
+            changes["geometry"] = replace(preset.geometry, **geo)
+        except TypeError as exc:
+            raise PresetError(
+                f"bad model override: {exc}", hint="e.g. --set model.num_hidden_layers=8"
+            ) from exc
+    return replace(preset, ds_set=ds, **changes)
+
+
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        nxt = d.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise PresetError(f"ds.{dotted}: {p} is not a section", hint="check the key path")
+        d = nxt
+    d[parts[-1]] = value
+
+
+# ----------------------------------------------------------------------------- DeepSpeed config
+
+
+def ds_config(
+    preset: Preset, nvme_path: str | None = None, aio: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The DeepSpeed config a preset runs with. Refuses NVMe below ZeRO stage 3: DeepSpeed
+    swaps to NVMe only in stage 3 (stages 1 and 2 silently keep "nvme" state in CPU RAM)."""
+    s = preset.strategy
+    base = copy.deepcopy(preset.deepspeed)
+    zen = base.pop("zenflow", None)
+    aio_block = aio if aio is not None else base.get("aio")
+    base.pop("aio", None)
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": preset.micro_batch,
+        "gradient_accumulation_steps": preset.ga,
+        **base,
+    }
+    path = nvme_path or preset.nvme_path
+    zo: dict[str, Any] = {"stage": s.stage}
+    if s.optimizer == "gpu":
+        # torch's Adam on the GPU: DeepSpeed's FusedAdam would need nvcc for a JIT build
+        cfg["optimizer"] = copy.deepcopy(cfg["optimizer"])
+        cfg["optimizer"]["params"]["torch_adam"] = True
+    elif s.optimizer == "cpu":
+        zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    else:
+        zo["offload_optimizer"] = {
+            "device": "nvme",
+            "nvme_path": path,
+            "pin_memory": True,
+            "buffer_count": 4,
+        }
+    if s.params == "nvme":
+        zo["offload_param"] = {
+            "device": "nvme",
+            "nvme_path": path,
+            "pin_memory": True,
+            "buffer_count": 5,
+            "buffer_size": 100_000_000,
+            "max_in_cpu": 1_000_000_000,
+        }
+    if s.zenflow and zen:
+        zo["zenflow"] = dict(zen)
+    if s.stage:
+        zo["overlap_comm"] = True
+        zo["contiguous_gradients"] = True
+    cfg["zero_optimization"] = zo
+    if s.uses_nvme and aio_block:
+        cfg["aio"] = dict(aio_block)
+    for dotted, value in preset.ds_set.items():
+        _set_dotted(cfg, dotted.removeprefix("ds."), value)
+    check_ds_config(cfg, preset.name)
+    return cfg
+
+
+def nvme_devices(cfg: dict[str, Any]) -> list[str]:
+    zo = cfg.get("zero_optimization", {})
+    return [
+        sec
+        for sec in ("offload_optimizer", "offload_param")
+        if isinstance(zo.get(sec), dict) and zo[sec].get("device") == "nvme"
+    ]
+
+
+def check_ds_config(cfg: dict[str, Any], name: str = "this config") -> None:
+    zo = cfg.get("zero_optimization", {})
+    stage = int(zo.get("stage", 0))
+    on_nvme = nvme_devices(cfg)
+    if on_nvme and stage < 3:
+        raise PresetError(
+            f"{name}: {' and '.join(on_nvme)} on NVMe needs ZeRO stage 3, got stage {stage} "
+            "(DeepSpeed would silently keep that state in CPU RAM)",
+            hint="use --set ds.zero_optimization.stage=3, or a RAM strategy",
+        )
+    for sec in on_nvme:
+        if not zo[sec].get("nvme_path"):
+            raise PresetError(
+                f"{name}: {sec} on NVMe has no nvme_path", hint="pass --nvme-path DIR"
+            )
+    if zo.get("offload_param", {}).get("device") in ("cpu", "nvme") and stage < 3:
+        raise PresetError(
+            f"{name}: parameter offload needs ZeRO stage 3, got stage {stage}",
+            hint="use --set ds.zero_optimization.stage=3",
+        )
+
+
+def min_aio_bytes(cfg: dict[str, Any]) -> int:
+    """DeepSpeed swaps only tensors of at least max(1 MiB, aio.block_size) bytes
+    (swap_tensor/utils.py MIN_AIO_BYTES, optimizer_utils.py min_aio_bytes)."""
+    return max(1 << 20, int(cfg.get("aio", {}).get("block_size", 1 << 20)))

@@ -1,0 +1,224 @@
+"""Screen rendering for presets, estimates and training runs (the seed study's table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from iotune.train.estimate import Estimate, per_n
+from iotune.train.presets import Preset
+from iotune.units import format_size, gb
+
+GIB = 1 << 30
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.1f}"
+
+
+def _b(n: int) -> str:
+    """Parameter counts: 1.24B, 28.97M."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "PRESET",
+        "PARAMS",
+        "GEOMETRY",
+        "STRATEGY",
+        "GA",
+        "SEQ",
+        "DEVICE",
+        "NVMe GiB",
+        "GPU GiB",
+        "RAM GiB",
+    ):
+        t.add_column(
+            col,
+            justify="right"
+            if col in ("PARAMS", "GA", "SEQ", "NVMe GiB", "GPU GiB", "RAM GiB")
+            else "left",
+        )
+    for p, e in rows:
+        t.add_row(
+            p.name,
+            _b(e.params),
+            p.geometry.describe(),
+            p.strategy.name,
+            str(p.ga),
+            str(p.seq_len),
+            p.accelerator,
+            _gib(e.nvme_bytes) if e.nvme_bytes else "-",
+            _gib(e.gpu_bytes),
+            _gib(e.host_bytes),
+        )
+    return t
+
+
+def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) -> None:
+    n = e.params
+    sw = e.swapped
+    con.print(f"[bold]{p.name}[/]: {p.strategy.about}")
+    con.print(
+        f"  model     Llama {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
+        f"micro-batch {p.micro_batch} x {p.seq_len} tokens, accumulation {p.ga}, "
+        f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}bf16, Adam, {p.accelerator}"
+    )
+    zo = cfg["zero_optimization"]
+    where = {
+        "optimizer": zo.get("offload_optimizer", {}).get("device", "accelerator"),
+        "parameters": zo.get("offload_param", {}).get("device", "accelerator"),
+    }
+    con.print(
+        f"  deepspeed ZeRO stage {zo['stage']}, optimizer state on {where['optimizer']}, "
+        f"parameters on {where['parameters']}"
+        + (f", aio block {format_size(cfg['aio']['block_size'])}" if "aio" in cfg else "")
+    )
+    if sw.n_s or sw.n_p:
+        con.print(
+            f"  swapped   optimizer sub-groups N_s = {sw.n_s:,}, gradients N_g = {sw.n_g:,}"
+            + (f", bf16 parameters N_p = {sw.n_p:,}" if sw.n_p else "")
+        )
+    t = Table(
+        box=None, pad_edge=False, header_style="bold", title="NVMe I/O model (GB = 10^9 bytes)"
+    )
+    for col in ("", "READ GB", "WRITE GB", "READ", "WRITE"):
+        t.add_column(col, justify="left" if not col else "right")
+    for label, v in (
+        ("initialisation", e.init),
+        ("first step", e.first_step),
+        ("initialisation + first step", e.init_first),
+        ("steady step", e.steady_step),
+    ):
+        t.add_row(
+            label, f"{gb(v.read):.3f}", f"{gb(v.write):.3f}", per_n(v.read, n), per_n(v.write, n)
+        )
+    if e.nvme_bytes:
+        con.print(t)
+    con.print(
+        f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), "
+        f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB "
+        f"(activations {_gib(e.activation_bytes)} GiB)"
+    )
+
+
+def _cell(v: Any, fmt: str = "{:,}") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+    return fmt.format(v)
+
+
+def run_table(result: dict[str, Any]) -> Table:
+    f = format_size(result["focus_size"])
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title=f"{result['preset']} (GB = 10^9 bytes; requests counted at the drives)",
+    )
+    for col in (
+        "CASE",
+        "NVMe GB",
+        "READ GB",
+        "WRITE GB",
+        "STEP s",
+        "OPTIMIZER s",
+        f"R {f}",
+        f"W {f}",
+        "R OTHER",
+        "W OTHER",
+    ):
+        t.add_column(col, justify="left" if col == "CASE" else "right")
+    for r in result["table"] + result["estimate_table"]:
+        t.add_row(
+            r["case"],
+            _cell(r["nvme_gb"]),
+            _cell(r["read_gb"]),
+            _cell(r["write_gb"]),
+            _cell(r["step_s"]),
+            _cell(r["optimizer_s"]),
+            _cell(r["read_focus"]),
+            _cell(r["write_focus"]),
+            _cell(r["read_other"]),
+            _cell(r["write_other"]),
+        )
+    return t
+
+
+def steps_table(result: dict[str, Any]) -> Table:
+    io = {s["label"]: s for s in result.get("io_steps", [])}
+    t = Table(box=None, pad_edge=False, header_style="bold", title="per step")
+    for col in (
+        "STEP",
+        "FORWARD s",
+        "BACKWARD s",
+        "OPTIMIZER s",
+        "TOTAL s",
+        "TOKENS/s",
+        "LOSS",
+        "PEAK GPU GiB",
+        "RSS GiB",
+        "READ GB",
+        "WRITE GB",
+        "SWAP GB",
+    ):
+        t.add_column(col, justify="left" if col == "STEP" else "right")
+    for e in result["events"]:
+        label = f"{e['event']}:{e['step']}"
+        s = io.get(label)
+        rd = gb(s["read"]["bytes"]) if s else None
+        wr = gb(s["write"]["bytes"]) if s else None
+        if e["event"] == "init":
+            t.add_row(
+                "init",
+                "-",
+                "-",
+                "-",
+                _cell(e.get("init_s")),
+                "-",
+                "-",
+                "-",
+                "-",
+                _cell(rd),
+                _cell(wr),
+                _cell(gb(e["swap"]["allocated"])),
+            )
+            continue
+        t.add_row(
+            str(e["step"]),
+            _cell(e["forward_s"]),
+            _cell(e["backward_s"]),
+            _cell(e["optimizer_s"]),
+            _cell(e["step_s"]),
+            _cell(e["tokens_per_s"]),
+            _cell(e["loss"]),
+            _gib(e.get("peak_accel_bytes")),
+            _gib(e.get("host_rss_peak_bytes")),
+            _cell(rd),
+            _cell(wr),
+            _cell(gb(e["swap"]["allocated"])),
+        )
+    return t
+
+
+def print_run(con: Console, result: dict[str, Any]) -> None:
+    con.print(steps_table(result))
+    con.print()
+    con.print(run_table(result))
+    fp = result.get("footprint")
+    if fp and fp["estimate"]:
+        con.print(
+            f"space on NVMe: {gb(fp['allocated']):.3f} GB measured (swap files), "
+            f"{gb(fp['estimate']):.3f} GB estimated ({fp['allocated'] / fp['estimate']:.3f}x)"
+        )
+    for c in result.get("diskstats_check", []):
+        con.print(f"{c['device']}: traced vs /sys/block/{c['device']}/stat: {c['summary']}")
+    for n in result.get("notes", []):
+        con.print(f"note: {n}")
+    con.print(f"results: {result['out']}")

@@ -1,0 +1,478 @@
+"""One offloaded training run: checks and preflight, the run directory, the training worker
+under the tracer, the seed study's table from what both recorded.
+
+Run directory:
+    preset.json, ds_config.json, estimate.json, spec.json   what was asked and predicted
+    steps.jsonl      the worker's events (init, then one per optimizer step), as they happen
+    events.jsonl, samples.jsonl, trace.json ...            the tracer's records (iotune trace)
+    run.json, result.csv, result.md                        the table, written on every exit
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import IotuneError, UsageError
+from iotune.probes.sysfs import SysTree
+from iotune.records import read_records, to_jsonable
+from iotune.sweep.runner import fstype
+from iotune.train.estimate import Estimate, IoVolume, estimate
+from iotune.train.presets import Preset, ds_config
+from iotune.units import gb
+from iotune.workers import worker_env
+
+GIB = 1 << 30
+SWAP_PREFIX = "iotune-swap-"
+
+
+class Refused(IotuneError):
+    """Preflight: the run would not fit on this host."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What this host offers the run (None: not known / not applicable)."""
+
+    gpu_name: str | None
+    gpu_bytes: int | None
+    ram_available: int
+    nvme_free: int | None
+    nvme_fs: str | None = None
+    raid_level: str | None = None  # md level behind the NVMe path, if any
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    what: str
+    need: int
+    have: int | None
+    where: str
+
+    def describe(self, preset: str) -> str:
+        have = "none" if self.have is None else f"{self.have / GIB:.1f} GiB"
+        return f"{preset} needs ≈ {self.need / GIB:.1f} GiB {self.what} {self.where}, found {have}"
+
+
+def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shortfall]:
+    """Every resource the estimate says will not fit. Pure."""
+    out = []
+    if est.gpu_bytes is not None and (res.gpu_bytes is None or est.gpu_bytes > res.gpu_bytes):
+        out.append(
+            Shortfall(
+                "of GPU memory", est.gpu_bytes, res.gpu_bytes, f"on {res.gpu_name or 'a CUDA GPU'}"
+            )
+        )
+    if est.host_bytes > res.ram_available:
+        out.append(Shortfall("of host RAM", est.host_bytes, res.ram_available, "available"))
+    if est.nvme_bytes:
+        need = int(est.nvme_bytes * 1.02) + 64 * 2**20  # files are padded; keep some slack
+        if res.nvme_free is None or need > res.nvme_free:
+            out.append(Shortfall("free", need, res.nvme_free, f"at {nvme_path}"))
+    return out
+
+
+# --------------------------------------------------------------------------- host facts
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def gpu_info() -> tuple[str | None, int | None]:
+    """Name and memory of GPU 0, from the torch probe worker (torch is not imported here)."""
+    try:
+        done = proc.run(
+            [sys.executable, "-m", "iotune.workers.torch_probe"], timeout=300, env=worker_env()
+        )
+    except IotuneError:
+        return None, None
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    gpus = info.get("gpus") or []
+    if not gpus:
+        return None, None
+    return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"])
+
+
+def check_nvme_path(path: Path, create: bool) -> str:
+    """The offload directory exists (or may be made), is on a drive, and takes O_DIRECT."""
+    if not path.exists():
+        if not create:
+            raise UsageError(
+                f"offload directory {path} does not exist",
+                hint="mount an NVMe filesystem there ('iotune raid create --mount'), or pass --nvme-path DIR",
+            )
+        path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():
+        raise UsageError(
+            f"--nvme-path {path} is not a directory", hint="name a directory on the drive"
+        )
+    fs = fstype(path)
+    if fs in ("tmpfs", "ramfs", "devtmpfs", "proc", "sysfs", "overlay"):
+        raise UsageError(
+            f"offload directory {path} is on {fs}, not on a drive",
+            hint="DeepSpeed swaps with O_DIRECT to a drive: use a directory on an NVMe filesystem (xfs, ext4)",
+        )
+    probe = path / f".iotune-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create an O_DIRECT file in {path}: {os.strerror(exc.errno or 0)}",
+            hint="DeepSpeed's async I/O needs a writable directory on a filesystem with O_DIRECT",
+        ) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+    return fs
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunRequest:
+    preset: Preset
+    out: Path
+    backend: str  # "bcc" | "diskstats"
+    nvme_path: Path | None = None
+    aio: dict[str, Any] | None = None
+    aio_source: str = "preset"
+    data: Path | None = None
+    tokenizer: Path | None = None
+    force: bool = False
+    keep_swap: bool = False
+    quiet_stdout: bool = False
+    interval: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    preset: Preset
+    cfg: dict[str, Any]
+    est: Estimate
+    res: Resources
+    shortfalls: list[Shortfall]
+    nvme_path: Path | None
+    swap_dir: Path | None
+    targets: Any
+
+
+def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
+    """Everything decided before any allocation; raises Refused unless --force."""
+    from iotune.trace.targets import Targets, resolve_path
+
+    tree = tree or SysTree("/")
+    p = req.preset
+    nvme: Path | None = None
+    if p.strategy.uses_nvme:
+        raw = req.nvme_path or (Path(p.nvme_path) if p.nvme_path else None)
+        if raw is None:
+            raise UsageError(
+                f"{p.name} offloads to NVMe: say where", hint="--nvme-path /mnt/offload"
+            )
+        nvme = raw.resolve()
+        # the CPU presets' default is a scratch directory that may be created; any other
+        # path must already be the mounted volume (never create /mnt/nvme on the root disk)
+        default_scratch = req.nvme_path is None and str(raw).startswith("/var/tmp/")  # noqa: S108
+        fs = check_nvme_path(nvme, create=default_scratch)
+    else:
+        fs = None
+    run_id = req.out.name
+    swap_dir = nvme / f"{SWAP_PREFIX}{run_id}" if nvme else None
+    cfg = ds_config(p, str(swap_dir) if swap_dir else None, req.aio)
+    est = estimate(p, cfg)
+    targets = Targets(disks=())
+    raid_level = None
+    if nvme is not None:
+        targets = resolve_path(tree, str(nvme))
+        raid_level = next((a.level for a in targets.arrays if a.level), None)
+    gpu_name = gpu_bytes = None
+    if p.accelerator == "cuda":
+        gpu_name, gpu_bytes = gpu_info()
+        if gpu_bytes is None and not req.force:
+            raise Refused(
+                f"{p.name} trains on a CUDA GPU and this host has none that torch can use",
+                hint="run a CPU preset (iotune presets list: tiny_*), or --set accelerator=cpu",
+            )
+    res = Resources(
+        gpu_name=gpu_name,
+        gpu_bytes=gpu_bytes,
+        ram_available=mem_available(),
+        nvme_free=shutil.disk_usage(nvme).free if nvme else None,
+        nvme_fs=fs,
+        raid_level=raid_level,
+    )
+    short = preflight(est, res, str(nvme) if nvme else None)
+    if p.strategy.raid and raid_level != "raid0":
+        short_msg = (
+            f"{p.name} expects a RAID0 volume at {nvme}, which is on "
+            f"{', '.join(targets.disks) or 'no block device'}"
+            + (f" ({raid_level})" if raid_level else "")
+        )
+        if not req.force:
+            raise Refused(
+                short_msg,
+                hint="build one with 'iotune raid create --all-unused --mount /mnt/offload', pass --nvme-path, or --force",
+            )
+        req.notes.append(short_msg)
+    if short and not req.force:
+        raise Refused(
+            "; ".join(s.describe(p.name) for s in short),
+            hint="free space or memory, pick a smaller preset, or --force to try anyway",
+        )
+    req.notes.extend(s.describe(p.name) + " (--force)" for s in short)
+    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets)
+
+
+def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
+    """Run the worker under the tracer; the table is built and written whatever happens."""
+    from iotune.trace.runner import Tracer, TraceRequest
+
+    out = req.out
+    out.mkdir(parents=True, exist_ok=True)
+    p = prep.preset
+    spec: dict[str, Any] = {
+        "run_dir": str(out),
+        "accelerator": p.accelerator,
+        "seed": p.seed,
+        "steps": p.steps,
+        "micro_batch": p.micro_batch,
+        "seq_len": p.seq_len,
+        "cpu_threads": p.cpu_threads,
+        "gradient_checkpointing": p.gradient_checkpointing,
+        "model": p.geometry.llama_config(),
+        "ds_config": prep.cfg,
+        "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
+        "data": None,
+    }
+    if req.data is not None:
+        from iotune.train.data import prepare as prepare_data
+
+        spec["data"] = prepare_data(
+            req.data, p.seq_len, p.geometry.vocab_size, out / "data-blocks.npy", req.tokenizer
+        )
+    for name, obj in (
+        ("preset.json", asdict(p)),
+        ("ds_config.json", prep.cfg),
+        ("estimate.json", asdict(prep.est)),
+        ("spec.json", spec),
+    ):
+        (out / name).write_text(json.dumps(to_jsonable(obj), indent=2) + "\n")
+    if prep.swap_dir:
+        prep.swap_dir.mkdir(parents=True, exist_ok=True)
+    treq = TraceRequest(
+        targets=prep.targets,
+        backend=req.backend,
+        focus=int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        interval=req.interval,
+        out=out,
+        command=[sys.executable, "-m", "iotune.workers.train", str(out / "spec.json")],
+        quiet_stdout=req.quiet_stdout,
+        env=worker_env(),
+        meta={"preset": p.name},
+    )
+    trace: dict[str, Any] | None = None
+    started = time.time()
+    try:
+        trace = Tracer(treq).run()
+    except KeyboardInterrupt:
+        trace = None
+    finally:
+        if prep.swap_dir and not req.keep_swap:
+            shutil.rmtree(prep.swap_dir, ignore_errors=True)
+    result = build_result(req, prep, trace, started)
+    write_result(out, result)
+    return result
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _row(
+    case: str, io: dict[str, Any] | None, nvme: int | None, step: dict[str, Any] | None
+) -> dict[str, Any]:
+    r = (io or {}).get("read", {})
+    w = (io or {}).get("write", {})
+    return {
+        "case": case,
+        "nvme_gb": None if nvme is None else round(gb(nvme), 4),
+        "read_gb": None if io is None else round(gb(r.get("bytes", 0)), 4),
+        "write_gb": None if io is None else round(gb(w.get("bytes", 0)), 4),
+        "step_s": None if step is None else step.get("step_s"),
+        "optimizer_s": None if step is None else step.get("optimizer_s"),
+        "read_focus": r.get("focus_requests"),
+        "write_focus": w.get("focus_requests"),
+        "read_other": r.get("other_requests"),
+        "write_other": w.get("other_requests"),
+        "read_bytes": r.get("bytes"),
+        "write_bytes": w.get("bytes"),
+    }
+
+
+def _sum_io(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for op in ("read", "write"):
+        acc: dict[str, Any] = {}
+        for k in ("bytes", "requests", "focus_requests", "other_requests", "diskstats_bytes"):
+            vals = [r[op].get(k) for r in rows]
+            acc[k] = None if any(v is None for v in vals) else sum(vals)
+        out[op] = acc
+    return out
+
+
+def _median_io(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for op in ("read", "write"):
+        acc: dict[str, Any] = {}
+        for k in ("bytes", "requests", "focus_requests", "other_requests", "diskstats_bytes"):
+            vals = [r[op].get(k) for r in rows]
+            acc[k] = None if any(v is None for v in vals) else int(statistics.median(vals))
+        out[op] = acc
+    return out
+
+
+def _est_io(v: IoVolume) -> dict[str, Any]:
+    return {"read": {"bytes": v.read}, "write": {"bytes": v.write}}
+
+
+def build_result(
+    req: RunRequest, prep: Prepared, trace: dict[str, Any] | None, started: float
+) -> dict[str, Any]:
+    out = req.out
+    events = list(read_records(out / "steps.jsonl")) if (out / "steps.jsonl").exists() else []
+    steps = [e for e in events if e.get("event") == "step"]
+    init = next((e for e in events if e.get("event") == "init"), None)
+    io_by_label = {s["label"]: s for s in (trace or {}).get("steps", [])}
+    traced = bool(prep.targets.disks) and trace is not None
+    footprint = max((e.get("swap", {}).get("allocated", 0) for e in events), default=0)
+    nvme = footprint if prep.swap_dir else None
+    rows = []
+    first_io = None
+    if init and steps and traced and "init:0" in io_by_label and "step:1" in io_by_label:
+        first_io = _sum_io([io_by_label["init:0"], io_by_label["step:1"]])
+    if steps:
+        rows.append(_row("init + first step", first_io, nvme, steps[0]))
+    later = steps[1:]
+    if later:
+        later_io = [
+            io_by_label[f"step:{s['step']}"] for s in later if f"step:{s['step']}" in io_by_label
+        ]
+        med_step = {
+            "step_s": round(statistics.median(s["step_s"] for s in later), 4),
+            "optimizer_s": round(statistics.median(s["optimizer_s"] for s in later), 4),
+        }
+        rows.append(
+            _row(
+                f"steady step (median of {len(later)})",
+                _median_io(later_io) if traced and len(later_io) == len(later) else None,
+                nvme,
+                med_step,
+            )
+        )
+    est = prep.est
+    est_rows = [
+        _row("estimate: init + first step", _est_io(est.init_first), est.nvme_bytes, None),
+        _row("estimate: steady step", _est_io(est.steady_step), est.nvme_bytes, None),
+    ]
+    p = prep.preset
+    checks = []
+    for d in (trace or {}).get("devices", []):
+        if d.get("check"):
+            checks.append({"device": d["name"], **d["check"]})
+    return {
+        "preset": p.name,
+        "strategy": p.strategy.name,
+        "size": p.size,
+        "params": p.geometry.param_count(),
+        "geometry": p.geometry.llama_config(),
+        "ga": p.ga,
+        "micro_batch": p.micro_batch,
+        "seq_len": p.seq_len,
+        "steps_requested": p.steps,
+        "steps_done": len(steps),
+        "accelerator": p.accelerator,
+        "nvme_path": str(prep.nvme_path) if prep.nvme_path else None,
+        "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
+        "drives": list(prep.targets.disks),
+        "aio": prep.cfg.get("aio"),
+        "aio_source": req.aio_source,
+        "backend": req.backend if prep.targets.disks else None,
+        "focus_size": int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        "init_s": init.get("init_s") if init else None,
+        "footprint": {"allocated": footprint, "estimate": est.nvme_bytes}
+        if prep.swap_dir
+        else None,
+        "table": rows,
+        "estimate_table": est_rows,
+        "estimate": to_jsonable(asdict(est)),
+        "resources": to_jsonable(asdict(prep.res)),
+        "events": events,
+        "io_steps": (trace or {}).get("steps", []),
+        "diskstats_check": checks,
+        "dropped": (trace or {}).get("dropped"),
+        "notes": req.notes,
+        "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),
+        "exit_code": (trace or {}).get("exit_code"),
+        "wall_s": round(time.time() - started, 2),
+        "out": str(out),
+    }
+
+
+COLUMNS = (
+    ("case", "Case"),
+    ("nvme_gb", "Space on NVMe, GB"),
+    ("read_gb", "Read, GB"),
+    ("write_gb", "Write, GB"),
+    ("step_s", "Total step time, s"),
+    ("optimizer_s", "Optimizer step time, s"),
+    ("read_focus", "R, {f}"),
+    ("write_focus", "W, {f}"),
+    ("read_other", "R, Other"),
+    ("write_other", "W, Other"),
+)
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    from iotune.units import format_size
+
+    tmp = out / "run.json.tmp"
+    tmp.write_text(json.dumps(to_jsonable(result), indent=2) + "\n")
+    tmp.replace(out / "run.json")
+    f = format_size(result["focus_size"]) + "B"
+    heads = [h.format(f=f) for _, h in COLUMNS]
+    rows = [
+        {**r, "case": f"{result['preset']}: {r['case']}"}
+        for r in result["table"] + result["estimate_table"]
+    ]
+    with (out / "result.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(heads)
+        for r in rows:
+            w.writerow(["" if r[k] is None else r[k] for k, _ in COLUMNS])
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in rows:
+        lines.append(
+            "| " + " | ".join("" if r[k] is None else str(r[k]) for k, _ in COLUMNS) + " |"
+        )
+    (out / "result.md").write_text(
+        "GB = 10^9 bytes; request counts are block requests issued to the drives.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )

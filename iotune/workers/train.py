@@ -1,0 +1,218 @@
+"""Worker: DeepSpeed training steps of a Llama model built from scratch, one event per step.
+
+    python -m iotune.workers.train SPEC.json
+
+SPEC (written by iotune.train.runner) holds the LlamaConfig geometry, the DeepSpeed config,
+micro-batch, sequence length, steps, data and the run directory. The worker appends one JSON
+line per event to ``$IOTUNE_EVENTS`` (the tracer samples its counters there) and to
+``steps.jsonl`` in the run directory:
+
+    {"event": "init", "step": 0, ...}   after deepspeed.initialize (engine and swap files built)
+    {"event": "step", "step": n, ...}   after each optimizer step (forward/backward/optimizer s,
+                                        tokens/s, loss, peak accelerator memory, host RSS,
+                                        bytes of swap files on the NVMe path)
+
+Times are taken with the accelerator synchronised before each clock read, as DeepSpeed's
+own SynchronizedWallClockTimer does, so the optimizer-step time includes the NVMe swaps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss() -> tuple[int, int]:
+    """(current, peak) resident set size of this process in bytes, from /proc/self/status."""
+    cur = peak = 0
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                cur = int(line.split()[1]) * 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    return cur, peak
+
+
+def swap_bytes(path: str | None) -> dict[str, int]:
+    """Allocated and apparent bytes of every file under the swap directory."""
+    alloc = apparent = files = 0
+    if path and os.path.isdir(path):
+        for root, _dirs, names in os.walk(path):
+            for n in names:
+                try:
+                    st = os.stat(os.path.join(root, n))
+                except FileNotFoundError:
+                    continue  # DeepSpeed removed it meanwhile
+                alloc += st.st_blocks * 512
+                apparent += st.st_size
+                files += 1
+    return {"allocated": alloc, "apparent": apparent, "files": files}
+
+
+class Events:
+    def __init__(self, run_dir: Path) -> None:
+        self.paths = [run_dir / "steps.jsonl"]
+        if os.environ.get("IOTUNE_EVENTS"):
+            self.paths.append(Path(os.environ["IOTUNE_EVENTS"]))
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        line = json.dumps(rec) + "\n"
+        for p in self.paths:
+            with p.open("a") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:
+    """Micro-batches of token ids: synthetic (seeded) or from the packed data file."""
+    import torch
+
+    mb, seq = int(spec["micro_batch"]), int(spec["seq_len"])
+    data = spec.get("data")
+    if not data:
+        gen = torch.Generator().manual_seed(int(spec.get("seed", 0)))
+        while True:
+            yield torch.randint(0, vocab, (mb, seq), generator=gen)
+    import numpy as np
+
+    blocks = np.load(data["blocks"], mmap_mode="r")  # [n_blocks, seq] int32, packed by the CLI
+    i = 0
+    while True:
+        rows = [(i + k) % len(blocks) for k in range(mb)]
+        i += mb
+        yield torch.from_numpy(np.asarray(blocks[rows], dtype=np.int64))
+
+
+def main() -> None:
+    os.dup2(2, 1)  # DeepSpeed and transformers print freely: keep the caller's stdout clean
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    run_dir = Path(spec["run_dir"])
+    events = Events(run_dir)
+    os.environ.setdefault("DS_ACCELERATOR", spec["accelerator"])
+    for k, v in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }.items():
+        os.environ.setdefault(k, v)
+    t_start = time.perf_counter()
+
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    acc = get_accelerator()
+    cuda = acc.device_name() == "cuda"
+    torch.manual_seed(int(spec.get("seed", 0)))
+    if spec.get("cpu_threads"):
+        torch.set_num_threads(int(spec["cpu_threads"]))
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), verbose=False)
+    ds_config = spec["ds_config"]
+    stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
+    bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
+    mcfg = LlamaConfig(**spec["model"])
+    mcfg.use_cache = False
+    if stage == 3:
+        # zero.Init partitions (and with offload_param swaps out) each parameter as it is
+        # created, so a model larger than GPU or host memory can be built at all. The
+        # partitioned parameters are empty when transformers initialises the weights, so
+        # they are initialised again module by module with that module's parameters
+        # gathered (what transformers' own ZeRO-3 path does).
+        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+            model = LlamaForCausalLM(mcfg)
+        for module in model.modules():
+            own = list(module.parameters(recurse=False))
+            if own:
+                with deepspeed.zero.GatheredParameters(own, modifier_rank=0):
+                    model._init_weights(module)  # type: ignore[no-untyped-call]
+    else:
+        model = LlamaForCausalLM(mcfg).to(acc.current_device_name())
+        if bf16:
+            model = model.to(torch.bfloat16)
+    if spec.get("gradient_checkpointing", True):
+        model.gradient_checkpointing_enable(  # type: ignore[no-untyped-call]
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    n_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    engine, _opt, _, _ = deepspeed.initialize(
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=ds_config,
+    )
+    swap_dir = spec.get("swap_dir")
+    acc.synchronize()
+    now = time.perf_counter()
+    base = {"params": n_params, "swap": swap_bytes(swap_dir)}
+    events.emit({"event": "init", "step": 0, "init_s": round(now - t_start, 4), **base})
+    ga = int(ds_config.get("gradient_accumulation_steps", 1))
+    tokens_per_step = ga * int(spec["micro_batch"]) * int(spec["seq_len"])
+    it = batches(spec, int(mcfg.vocab_size))
+    engine.train()
+    for step in range(1, int(spec["steps"]) + 1):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        acc.synchronize()
+        t0 = time.perf_counter()
+        fwd = bwd = acc_step = 0.0
+        losses = []
+        for micro in range(ga):
+            ids = next(it).to(engine.device)
+            a = time.perf_counter()
+            loss = engine(input_ids=ids, labels=ids).loss
+            acc.synchronize()
+            b = time.perf_counter()
+            engine.backward(loss)
+            acc.synchronize()
+            c = time.perf_counter()
+            fwd += b - a
+            bwd += c - b
+            losses.append(float(loss.detach().float().item()))
+            if micro < ga - 1:
+                engine.step()  # not a boundary: DeepSpeed only accumulates here
+                acc.synchronize()
+                acc_step += time.perf_counter() - c
+        s0 = time.perf_counter()
+        engine.step()  # the boundary: gradients reduced, optimizer runs (and swaps)
+        acc.synchronize()
+        s1 = time.perf_counter()
+        rss, rss_peak = _rss()
+        events.emit(
+            {
+                "event": "step",
+                "step": step,
+                "forward_s": round(fwd, 4),
+                "backward_s": round(bwd, 4),
+                "accumulate_s": round(acc_step, 4),
+                "optimizer_s": round(s1 - s0, 4),
+                "step_s": round(s1 - t0, 4),
+                "tokens_per_s": round(tokens_per_step / (s1 - t0), 2),
+                "loss": round(sum(losses) / len(losses), 5),
+                "peak_accel_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
+                "host_rss_bytes": rss,
+                "host_rss_peak_bytes": rss_peak,
+                **base,
+                "swap": swap_bytes(swap_dir),
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
