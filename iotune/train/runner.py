@@ -59,14 +59,18 @@ class Shortfall:
     have: int | None
     where: str
 
-    def describe(self, preset: str) -> str:
+    def describe(self) -> str:
         have = "none" if self.have is None else f"{self.have / GIB:.1f} GiB"
-        return f"{preset} needs ≈ {self.need / GIB:.1f} GiB {self.what} {self.where}, found {have}"
+        return f"≈ {self.need / GIB:.1f} GiB {self.what} {self.where}, found {have}"
 
 
 def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shortfall]:
     """Every resource the estimate says will not fit. Pure."""
     out = []
+    if est.nvme_bytes:
+        need = int(est.nvme_bytes * 1.02) + 64 * 2**20  # files are padded; keep some slack
+        if res.nvme_free is None or need > res.nvme_free:
+            out.append(Shortfall("free", need, res.nvme_free, f"at {nvme_path}"))
     if est.gpu_bytes is not None and (res.gpu_bytes is None or est.gpu_bytes > res.gpu_bytes):
         out.append(
             Shortfall(
@@ -75,10 +79,6 @@ def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shor
         )
     if est.host_bytes > res.ram_available:
         out.append(Shortfall("of host RAM", est.host_bytes, res.ram_available, "available"))
-    if est.nvme_bytes:
-        need = int(est.nvme_bytes * 1.02) + 64 * 2**20  # files are padded; keep some slack
-        if res.nvme_free is None or need > res.nvme_free:
-            out.append(Shortfall("free", need, res.nvme_free, f"at {nvme_path}"))
     return out
 
 
@@ -234,10 +234,10 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         req.notes.append(short_msg)
     if short and not req.force:
         raise Refused(
-            "; ".join(s.describe(p.name) for s in short),
+            f"{p.name} needs " + "; ".join(s.describe() for s in short),
             hint="free space or memory, pick a smaller preset, or --force to try anyway",
         )
-    req.notes.extend(s.describe(p.name) + " (--force)" for s in short)
+    req.notes.extend(f"{p.name} needs {s.describe()} (run with --force)" for s in short)
     return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -214,5 +215,16 @@ def main() -> None:
         )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    main()
+    # the tracer forwards Ctrl-C (and turns SIGTERM into SIGINT's treatment): stop between
+    # Python operations, record it, and exit like an interrupted program, without a traceback
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.stderr.write("iotune training worker: interrupted\n")
+        sys.exit(130)

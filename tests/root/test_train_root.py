@@ -1,0 +1,252 @@
+"""Root tier: real DeepSpeed ZeRO-3 training steps on CPU (DS_ACCELERATOR=cpu) swapping to an
+ext4 filesystem on a loop device, traced by the real eBPF program, checked against the
+kernel's counters and against `iotune estimate`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.root.conftest import IOTUNE, LAZY0, iotune, iotune_json
+
+MIB = 1 << 20
+
+
+def _offload_dir(loop_device: Callable[..., str], size_mib: int = 2048) -> tuple[str, Path]:
+    dev = loop_device(size_mib=size_mib, fs="ext4", mount=True)
+    mnt = loop_device.mounts[-1]  # type: ignore[attr-defined]
+    # DeepSpeed issues block_size (512 KiB) requests; a loop device may merge two of them
+    # (its max_sectors_kb is 1280), an NVMe drive's limit is typically 512 KiB or less
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
+    return Path(dev).name, mnt
+
+
+def _within(measured: float, predicted: float, tol: float) -> bool:
+    return abs(measured - predicted) <= tol * predicted
+
+
+def _row(doc: dict[str, Any], case: str) -> dict[str, Any]:
+    return next(r for r in doc["table"] + doc["estimate_table"] if r["case"].startswith(case))
+
+
+@pytest.fixture(scope="module")
+def tiny_opt_nvme_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One traced run shared by the checks below (DeepSpeed's start-up costs ~15 s)."""
+    from tests.root.conftest import sh
+
+    tmp = tmp_path_factory.mktemp("train")
+    img = tmp / "disk.img"
+    with img.open("wb") as fh:
+        fh.truncate(2048 * MIB)
+    dev = sh("losetup", "--find", "--show", str(img)).strip()
+    name = Path(dev).name
+    queue = Path(f"/sys/block/{name}/queue")
+    (queue / "max_sectors_kb").write_text("512")
+    sh("mkfs.ext4", "-q", "-F", "-E", LAZY0, dev)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    sh("mount", dev, str(mnt))
+    try:
+        out = tmp / "run"
+        p = iotune(
+            "--json",
+            "trace",
+            "--run",
+            "tiny_opt_nvme",
+            "--nvme-path",
+            str(mnt),
+            "--steps",
+            "3",
+            "--out",
+            str(out),
+        )
+        doc = json.loads(p.stdout)
+        doc["_dev"] = name
+        doc["_mnt"] = str(mnt)
+        doc["_estimate_cli"] = iotune_json("estimate", "tiny_opt_nvme")
+        doc["_left"] = sorted(x.name for x in mnt.iterdir() if x.name != "lost+found")
+        return doc
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", dev], check=False)
+        (queue / "max_sectors_kb").write_text((queue / "max_hw_sectors_kb").read_text())
+
+
+def test_traced_run_produces_the_study_table(tiny_opt_nvme_run: dict[str, Any]) -> None:
+    doc = tiny_opt_nvme_run
+    assert doc["exit_code"] == 0 and doc["interrupted"] is None
+    assert doc["steps_done"] == 3 and doc["drives"] == [doc["_dev"]]
+    assert doc["backend"] == "bcc" and doc["focus_size"] == 512 * 1024
+    cases = [r["case"] for r in doc["table"]]
+    assert cases == ["init + first step", "steady step (median of 2)"]
+    for r in doc["table"]:
+        assert r["step_s"] > 0 and 0 < r["optimizer_s"] <= r["step_s"]
+        assert r["read_gb"] > 0 and r["write_gb"] > 0 and r["nvme_gb"] > 0
+    steps = [e for e in doc["events"] if e["event"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for e in steps:
+        assert e["forward_s"] > 0 and e["backward_s"] > 0 and e["tokens_per_s"] > 0
+        assert 9.0 < e["loss"] < 12.0  # ln(32000) = 10.4 for an untrained model
+        assert e["host_rss_bytes"] > 100 * MIB
+    out = Path(doc["out"])
+    for f in (
+        "run.json",
+        "result.csv",
+        "result.md",
+        "steps.jsonl",
+        "trace.json",
+        "samples.jsonl",
+        "ds_config.json",
+    ):
+        assert (out / f).is_file(), f
+    assert "| tiny_opt_nvme: init + first step |" in (out / "result.md").read_text()
+    # the swap files are removed after the run, nothing else is left on the volume
+    assert doc["_left"] == []
+
+
+def test_traced_bytes_equal_diskstats(tiny_opt_nvme_run: dict[str, Any]) -> None:
+    doc = tiny_opt_nvme_run
+    trace = json.loads((Path(doc["out"]) / "trace.json").read_text())
+    (d,) = [d for d in trace["devices"] if d["name"] == doc["_dev"]]
+    ks = d["diskstats"]
+    for op in ("read", "write"):
+        assert ks[f"{op}_bytes"] > 100 * MIB
+        assert _within(d[op]["bytes"], ks[f"{op}_bytes"], 0.01), (op, d[op]["bytes"], ks)
+    assert doc["diskstats_check"][0]["device"] == doc["_dev"]
+    # and per step: every step's traced bytes against the kernel's counter delta
+    for s in doc["io_steps"]:
+        for op in ("read", "write"):
+            assert (
+                _within(s[op]["bytes"], s[op]["diskstats_bytes"], 0.01)
+                or s[op]["diskstats_bytes"] == 0
+            )
+
+
+def test_requests_are_mostly_the_aio_block_size(tiny_opt_nvme_run: dict[str, Any]) -> None:
+    for r in tiny_opt_nvme_run["table"]:
+        for op in ("read", "write"):
+            focus, other = r[f"{op}_focus"], r[f"{op}_other"]
+            assert focus > 0
+            assert focus / (focus + other) >= 0.95, (r["case"], op, focus, other)
+
+
+def test_footprint_and_volumes_match_the_estimate(tiny_opt_nvme_run: dict[str, Any]) -> None:
+    doc = tiny_opt_nvme_run
+    est = doc["_estimate_cli"]
+    assert est["nvme_bytes"] == doc["footprint"]["estimate"]
+    assert _within(doc["footprint"]["allocated"], est["nvme_bytes"], 0.05)
+    first, steady = _row(doc, "init + first"), _row(doc, "steady")
+    assert _within(first["read_bytes"], est["init_first"]["read"], 0.05)
+    assert _within(first["write_bytes"], est["init_first"]["write"], 0.05)
+    assert _within(steady["read_bytes"], est["steady_step"]["read"], 0.05)
+    assert _within(steady["write_bytes"], est["steady_step"]["write"], 0.05)
+    # the model's shape: init + first step moves 12N/24N, a steady step 16N each way
+    n = est["params"]
+    assert 11.5 < first["read_bytes"] / n < 12.5 and 23 < first["write_bytes"] / n < 25
+    assert 15.5 < steady["read_bytes"] / n < 16.5 and 15.5 < steady["write_bytes"] / n < 16.5
+
+
+def test_preflight_refuses_with_numbers(loop_device: Callable[..., str], tmp_path: Path) -> None:
+    _, mnt = _offload_dir(loop_device, size_mib=256)
+    p = iotune(
+        "run", "opt_nvme_16b", "--nvme-path", str(mnt), "--set", "accelerator=cpu", check=False
+    )
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in p.stderr
+    assert lines[0].startswith("iotune: error: opt_nvme_16b needs ≈ 244.8 GiB free at ")
+    assert "found 0.2 GiB" in lines[0] and "of host RAM" in lines[0]
+    assert lines[1].startswith("hint: ") and "--force" in lines[1]
+    assert list(mnt.iterdir()) == [mnt / "lost+found"]  # nothing was allocated
+
+
+def test_kill_mid_run_keeps_step_records_and_trace(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    _, mnt = _offload_dir(loop_device)
+    out = tmp_path / "run"
+    child = subprocess.Popen(
+        [
+            IOTUNE,
+            "trace",
+            "--run",
+            "tiny_opt_nvme",
+            "--nvme-path",
+            str(mnt),
+            "--steps",
+            "500",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    steps = out / "steps.jsonl"
+    deadline = time.monotonic() + 300
+    while not (steps.exists() and steps.read_text().count('"event": "step"') >= 2):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert (
+        "interrupted (SIGINT) after" in stderr
+        and "Traceback" not in stderr.split("iotune: running")[-1]
+    )
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["interrupted"] == "SIGINT" and doc["steps_done"] >= 2
+    assert next(r["case"] for r in doc["table"]) == "init + first step"
+    trace = json.loads((out / "trace.json").read_text())
+    assert trace["interrupted"] == "SIGINT" and trace["steps"]
+    assert len((out / "samples.jsonl").read_text().splitlines()) >= 4
+    assert [x.name for x in mnt.iterdir()] == ["lost+found"]  # swap files removed
+
+
+def test_params_offload_runs_with_sized_buffers(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    _dev, mnt = _offload_dir(loop_device)
+    doc = iotune_json(
+        "trace",
+        "--run",
+        "tiny_params_opt_nvme",
+        "--nvme-path",
+        str(mnt),
+        "--steps",
+        "3",
+        "--out",
+        str(tmp_path / "r"),
+    )
+    assert doc["exit_code"] == 0 and doc["steps_done"] == 3
+    cfg = json.loads((tmp_path / "r" / "ds_config.json").read_text())
+    op = cfg["zero_optimization"]["offload_param"]
+    assert op["device"] == "nvme" and op["buffer_count"] == 16 and op["max_in_cpu"] == 0
+    est = doc["estimate"]
+    # parameters and optimizer state: bf16 parameter files join the optimizer's
+    assert _within(doc["footprint"]["allocated"], est["nvme_bytes"], 0.05)
+    steady = _row(doc, "steady")
+    pred = est["steady_step"]
+    assert _within(steady["read_bytes"], pred["read"], 0.10)
+    assert _within(steady["write_bytes"], pred["write"], 0.05)
+    for op_ in ("read", "write"):
+        assert steady[f"{op_}_focus"] / (steady[f"{op_}_focus"] + steady[f"{op_}_other"]) >= 0.95
+
+
+def test_ram_offload_run_touches_no_drive(tmp_path: Path) -> None:
+    doc = iotune_json("run", "tiny_opt_ram", "--steps", "2", "--out", str(tmp_path / "r"))
+    assert doc["exit_code"] == 0 and doc["steps_done"] == 2
+    assert doc["drives"] == [] and doc["nvme_path"] is None and doc["footprint"] is None
+    cfg = json.loads((tmp_path / "r" / "ds_config.json").read_text())
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "aio" not in cfg
+    first = _row(doc, "init + first")
+    assert first["step_s"] > 0 and first["read_gb"] is None
