@@ -1,0 +1,328 @@
+"""Presets, the DeepSpeed config generator, the I/O model, preflight, data packing and the
+run table, from pure logic and recorded run files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from iotune import cli as cli_mod
+from iotune.errors import UsageError
+from iotune.train import data as tdata
+from iotune.train.estimate import estimate
+from iotune.train.presets import (
+    PresetError,
+    apply_sets,
+    check_ds_config,
+    ds_config,
+    get_preset,
+    load_presets,
+    parse_sets,
+)
+from iotune.train.runner import Resources, Shortfall, preflight
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+STRATEGIES = (
+    "gpu_baseline",
+    "opt_ram",
+    "opt_ram_zenflow",
+    "opt_nvme",
+    "opt_raid0",
+    "opt_raid0_zenflow",
+    "params_opt_nvme",
+    "params_opt_raid0",
+)
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli_mod.cli, list(args), prog_name="iotune")
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_every_study_experiment_is_a_preset() -> None:
+    ps = load_presets()
+    for s in STRATEGIES:
+        for size in ("1b", "2b", "3b", "4b", "8b", "16b"):
+            for suffix, ga in (("", 1), ("_ga4", 4), ("_ga8", 8)):
+                p = ps[f"{s}_{size}{suffix}"]
+                assert p.ga == ga and p.seq_len == 4096 and p.strategy.name == s
+                assert p.gradient_checkpointing and p.accelerator == "cuda"
+    assert {"tiny_opt_nvme", "tiny_params_opt_nvme", "tiny_opt_ram"} <= set(ps)
+    assert len(ps) == 8 * 6 * 3 + 3
+
+
+@pytest.mark.parametrize(
+    ("size", "params"),
+    [
+        ("1b", 1_235_814_400),  # Llama-3.2-1B
+        ("3b", 3_212_749_824),  # Llama-3.2-3B
+        ("8b", 8_030_261_248),  # Llama-3.1-8B
+        ("2b", 1_965_672_448),
+        ("4b", 4_018_105_344),
+        ("16b", 16_100_405_248),
+    ],
+)
+def test_sizes_have_the_documented_parameter_counts(size: str, params: int) -> None:
+    assert get_preset(f"opt_nvme_{size}").geometry.param_count() == params
+
+
+def test_llama_config_is_llama31_style() -> None:
+    cfg = get_preset("opt_nvme_8b").geometry.llama_config()
+    assert cfg["vocab_size"] == 128256 and cfg["num_key_value_heads"] == 8
+    assert cfg["rope_theta"] == 500000.0 and cfg["head_dim"] == 128
+    assert cfg["tie_word_embeddings"] is False
+    assert get_preset("opt_nvme_1b").geometry.llama_config()["tie_word_embeddings"] is True
+
+
+def test_nvme_below_stage_3_is_refused() -> None:
+    p = apply_sets(get_preset("opt_nvme_1b"), {"ds.zero_optimization.stage": 2})
+    with pytest.raises(PresetError, match="needs ZeRO stage 3, got stage 2"):
+        ds_config(p)
+    # a hand-written config too
+    with pytest.raises(PresetError, match="silently keep"):
+        check_ds_config(
+            {
+                "zero_optimization": {
+                    "stage": 1,
+                    "offload_optimizer": {"device": "nvme", "nvme_path": "/x"},
+                }
+            }
+        )
+    # RAM offload at stage 2 is a real configuration
+    ds_config(apply_sets(get_preset("opt_ram_1b"), {"ds.zero_optimization.stage": 2}))
+
+
+def test_strategies_map_to_deepspeed_sections() -> None:
+    zo = ds_config(get_preset("opt_nvme_1b"), "/mnt/x")["zero_optimization"]
+    assert zo["stage"] == 3 and zo["offload_optimizer"]["device"] == "nvme"
+    assert zo["offload_optimizer"]["nvme_path"] == "/mnt/x" and "offload_param" not in zo
+    cfg = ds_config(get_preset("params_opt_raid0_16b_ga8"))
+    assert cfg["gradient_accumulation_steps"] == 8
+    assert cfg["zero_optimization"]["offload_param"]["nvme_path"] == "/mnt/offload"
+    assert cfg["aio"]["block_size"] == 524288 and "intra_op_parallelism" in cfg["aio"]
+    zen = ds_config(get_preset("opt_raid0_zenflow_3b_ga8"))["zero_optimization"]
+    assert zen["zenflow"]["topk_ratio"] == 0.1 and zen["offload_optimizer"]["device"] == "nvme"
+    ram = ds_config(get_preset("opt_ram_zenflow_1b"))
+    assert ram["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert "aio" not in ram
+    base = ds_config(get_preset("gpu_baseline_1b"))
+    assert base["zero_optimization"]["stage"] == 0 and base["optimizer"]["params"]["torch_adam"]
+
+
+def test_aio_block_comes_from_the_argument_when_given() -> None:
+    aio = {
+        "block_size": 1048576,
+        "queue_depth": 32,
+        "intra_op_parallelism": 4,
+        "single_submit": False,
+        "overlap_events": True,
+        "use_gds": False,
+    }
+    assert ds_config(get_preset("opt_nvme_1b"), aio=aio)["aio"] == aio
+
+
+def test_sets_parse_and_apply() -> None:
+    sets = parse_sets(
+        ["steps=7", "model.num_hidden_layers=2", "ds.aio.queue_depth=32", "nvme_path=/x"]
+    )
+    p = apply_sets(get_preset("tiny_opt_nvme"), sets)
+    assert p.steps == 7 and p.geometry.num_hidden_layers == 2 and p.nvme_path == "/x"
+    assert ds_config(p)["aio"]["queue_depth"] == 32
+    for bad, msg in (
+        (["steps"], "not key=value"),
+        (["bogus=1"], "unknown setting"),
+        (["steps=0"], "positive integer"),
+        (["model.colour=1"], "unknown model field"),
+        (["accelerator=tpu"], "cuda or cpu"),
+    ):
+        with pytest.raises(PresetError, match=msg):
+            apply_sets(get_preset("tiny_opt_nvme"), parse_sets(bad))
+
+
+def test_opt_offload_model_is_16n_12n_24n() -> None:
+    p = get_preset("opt_nvme_16b")
+    e = estimate(p, ds_config(p))
+    n = e.params
+    # every sub-group is swapped; only the RMSNorm weights' gradients (4096 elements) are
+    # under the 1 MiB minimum and stay in RAM
+    assert e.swapped.n_s == n
+    assert n - e.swapped.n_g == 4096 * (2 * 69 + 1)
+    rel = pytest.approx
+    assert e.nvme_bytes == rel(16 * n, rel=1e-4)
+    assert (e.init_first.read, e.init_first.write) == (rel(12 * n, rel=1e-4), rel(24 * n, rel=1e-4))
+    assert (e.steady_step.read, e.steady_step.write) == (
+        rel(16 * n, rel=1e-4),
+        rel(16 * n, rel=1e-4),
+    )
+    # the seed study's 16B table: 211.9 / 158.9 / 317.9 (GiB) = 16 / 12 / 24 x 14.22e9
+    n_study = 211.9 * 2**30 / 16
+    assert 14.1e9 < n_study < 14.3e9
+    assert abs(158.9 * 2**30 / n_study - 12) < 0.05 and abs(317.9 * 2**30 / n_study - 24) < 0.05
+    # accumulation does not change it (micro-steps accumulate in RAM)
+    p8 = get_preset("opt_nvme_16b_ga8")
+    assert estimate(p8, ds_config(p8)).steady_step == e.steady_step
+
+
+def test_params_offload_adds_2n_and_the_fetches() -> None:
+    p = get_preset("params_opt_nvme_16b")
+    e = estimate(p, ds_config(p))
+    n = e.params
+    n_p, n_g = e.swapped.n_p, e.swapped.n_g
+    assert n_p == n - e.swapped.n + n_g  # the same tensors are over the minimum
+    assert e.nvme_bytes == 12 * n + 4 * n_g + 2 * n_p  # untied: no orphaned lm_head file
+    assert e.nvme_bytes == pytest.approx(18 * n, rel=1e-4)
+    assert e.init_first.read == pytest.approx(22 * n, rel=1e-4)
+    assert e.steady_step.write == pytest.approx(18 * n, rel=1e-4)
+    # 16.1e9 elements exceed stage3_max_reuse_distance (1e9): most layers are fetched again
+    assert e.steady_step.read == 12 * n + 4 * n_g + 2 * n_p + 2 * (n_p - 1_000_000_000)
+    ga4 = get_preset("params_opt_nvme_16b_ga4")
+    assert estimate(ga4, ds_config(ga4)).steady_step.read > e.steady_step.read
+
+
+def test_small_tensors_stay_in_ram() -> None:
+    p = get_preset("tiny_opt_nvme")
+    e = estimate(p, ds_config(p))
+    # hidden 512: k/v projections (512 x 256 fp32 = 512 KiB) and norms are under 1 MiB
+    assert e.swapped.n_s == e.params
+    assert e.params - e.swapped.n_g == 4 * (2 * 512 * 256 + 2 * 512) + 512
+    big = apply_sets(p, {"ds.aio.block_size": 4 * 2**20})
+    assert estimate(big, ds_config(big)).swapped.n_g < e.swapped.n_g
+
+
+def test_preflight_names_every_shortfall() -> None:
+    p = get_preset("opt_nvme_16b")
+    e = estimate(p, ds_config(p))
+    res = Resources(
+        gpu_name="H100", gpu_bytes=80 * 2**30, ram_available=60 * 2**30, nvme_free=61 * 2**30
+    )
+    short = preflight(e, res, "/mnt/offload")
+    assert [s.what for s in short] == ["free", "of host RAM"]
+    assert short[0].describe().startswith("≈ 244.8 GiB free at /mnt/offload, found 61.0 GiB")
+    roomy = Resources("H100", 80 * 2**30, 512 * 2**30, 4 * 2**40)
+    assert preflight(e, roomy, "/mnt/offload") == []
+    base = get_preset("gpu_baseline_8b")
+    short = preflight(estimate(base, ds_config(base)), roomy, None)
+    assert [s.what for s in short] == ["of GPU memory"]
+    assert (
+        Shortfall("of GPU memory", 2**31, None, "on a CUDA GPU").describe().endswith("found none")
+    )
+
+
+def test_pack_and_byte_tokens(tmp_path: Path) -> None:
+    f = tmp_path / "wiki.txt"
+    f.write_text(" = Title = \n\n First paragraph .\n\n Second one .\n")
+    docs = list(tdata.read_texts(f))
+    assert docs == [" = Title = \n", " First paragraph .\n", " Second one .\n"]
+    ids = list(tdata.byte_tokens(docs))
+    assert ids.count(tdata.BYTE_EOS) == 3 and max(ids) == 256
+    blocks = tdata.pack(ids, 8)
+    assert blocks.shape == (len(ids) // 8, 8) and blocks.dtype == np.int32
+    with pytest.raises(UsageError, match="fewer than one 4096-token block"):
+        tdata.pack(ids, 4096)
+    j = tmp_path / "d.jsonl"
+    j.write_text('{"text": "a"}\n\n{"text": "bc"}\n{"other": 1}\n')
+    assert list(tdata.read_texts(j)) == ["a", "bc"]
+    info = tdata.prepare(f, 8, 32000, tmp_path / "b.npy")
+    assert info["n_blocks"] == blocks.shape[0] and np.load(tmp_path / "b.npy").shape == blocks.shape
+    with pytest.raises(UsageError, match="unknown format"):
+        list(tdata.read_texts(tmp_path / "b.npy"))
+
+
+def test_presets_cli_lists_and_shows() -> None:
+    code, out, _ = invoke("--json", "presets", "list", "--size", "tiny")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["tiny_opt_nvme", "tiny_opt_ram", "tiny_params_opt_nvme"]
+    assert rows[0]["params"] == 28_971_520 and rows[0]["accelerator"] == "cpu"
+    code, out, _ = invoke("presets", "show", "opt_nvme_16b")
+    assert code == 0
+    assert "16,100,405,248 parameters" in out and '"device": "nvme"' in out and "24.0N" in out
+    code, out, _ = invoke("presets")
+    assert code == 0 and "opt_raid0_zenflow_3b_ga8" in out
+
+
+def test_estimate_cli_and_errors() -> None:
+    code, out, _ = invoke("--json", "estimate", "opt_nvme_1b")
+    assert code == 0
+    doc = json.loads(out)
+    n = doc["params"]
+    assert doc["nvme_bytes"] == pytest.approx(16 * n, rel=1e-4)
+    assert doc["init_first"]["read"] == pytest.approx(12 * n, rel=1e-4)
+    assert doc["init_first"]["write"] == pytest.approx(24 * n, rel=1e-4)
+    code, _, err = invoke("estimate", "opt_nvme_17b")
+    assert code == 2 and "no preset named 'opt_nvme_17b'" in err and "hint:" in err
+    code, _, err = invoke("estimate", "opt_nvme_1b", "--set", "ds.zero_optimization.stage=1")
+    assert code == 2 and "needs ZeRO stage 3" in err and "Traceback" not in err
+    code, _, err = invoke("trace", "--steps", "3", "--duration", "1")
+    assert code == 2 and "--steps belongs to --run PRESET" in err
+    code, _, err = invoke("trace", "--run", "tiny_opt_nvme", "--duration", "1")
+    assert code == 2 and "drop --duration" in err
+
+
+def test_aio_config_is_read_from_a_sweep_run_or_a_ds_config(tmp_path: Path) -> None:
+    aio = {
+        "block_size": 1048576,
+        "queue_depth": 16,
+        "intra_op_parallelism": 2,
+        "single_submit": False,
+        "overlap_events": True,
+        "use_gds": False,
+    }
+    run = tmp_path / "sweep-1"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"aio": aio, "best": {}}))
+    code, out, _ = invoke("--json", "estimate", "opt_nvme_1b", "--aio-config", str(run))
+    assert code == 0 and json.loads(out)["params"] > 0
+    (tmp_path / "bad.json").write_text("{}")
+    code, _, err = invoke("estimate", "opt_nvme_1b", "--aio-config", str(tmp_path / "bad.json"))
+    assert code == 2 and 'no "aio" block' in err
+
+
+def test_run_table_from_recorded_run(tmp_path: Path) -> None:
+    """build_result on the files a real tiny_opt_nvme run left (tests/data/run-tiny-opt-nvme)."""
+    from iotune.trace.targets import Targets
+    from iotune.train.runner import Prepared, RunRequest, build_result, write_result
+
+    src = DATA / "run-tiny-opt-nvme"
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    p = get_preset("tiny_opt_nvme")
+    cfg = ds_config(p, "/mnt/x/iotune-swap-run")
+    prep = Prepared(
+        p,
+        cfg,
+        estimate(p, cfg),
+        Resources(None, None, 2**34, 2**34),
+        [],
+        Path("/mnt/x"),
+        Path("/mnt/x/iotune-swap-run"),
+        Targets(disks=("loop0",)),
+    )
+    trace = json.loads((out / "trace.json").read_text())
+    req = RunRequest(preset=p, out=out, backend="bcc")
+    res = build_result(req, prep, trace, 0.0)
+    first, steady = res["table"]
+    assert first["case"] == "init + first step" and steady["case"] == "steady step (median of 2)"
+    init_io, s1 = trace["steps"][0], trace["steps"][1]
+    assert first["read_bytes"] == init_io["read"]["bytes"] + s1["read"]["bytes"]
+    assert (
+        first["write_focus"] == init_io["write"]["focus_requests"] + s1["write"]["focus_requests"]
+    )
+    events = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert first["step_s"] == events[1]["step_s"]
+    assert steady["optimizer_s"] == round(
+        sorted([events[2]["optimizer_s"], events[3]["optimizer_s"]])[0] / 2
+        + sorted([events[2]["optimizer_s"], events[3]["optimizer_s"]])[1] / 2,
+        4,
+    )
+    assert res["footprint"]["allocated"] == max(e["swap"]["allocated"] for e in events)
+    write_result(out, res)
+    md = (out / "result.md").read_text()
+    assert "| Case | Space on NVMe, GB | Read, GB | Write, GB |" in md
+    assert "R, 512KB" in md and md.count("| tiny_opt_nvme: ") == 4
+    assert (out / "result.csv").read_text().count("\n") == 5
