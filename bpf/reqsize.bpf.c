@@ -7,6 +7,10 @@
 // atomically; an entry that cannot be created because the map is full is counted in
 // `dropped`, never lost silently.
 //
+// A request the driver cannot take (a full virtio or SCSI queue: BLK_STS_RESOURCE) is
+// requeued and issued again later, firing block_rq_issue twice; the kernel's diskstats count
+// it once, at completion. block:block_rq_requeue takes such an issue back out.
+//
 // Compile-time constants (bcc cflags): MAX_SIZES, MAX_HIST, FILTER (1: only devices in
 // `devices` are counted).
 #include "iotune.h"
@@ -70,5 +74,27 @@ TRACEPOINT_PROBE(block, block_rq_issue)
         __sync_fetch_and_add(val, 1);
     else
         count_drop(1);
+    return 0;
+}
+
+/* the same key as its issue: block_rq_requeue has no bytes field, but an untouched requeued
+ * request's nr_sector << 9 is the blk_rq_bytes() its issue reported (0 for a flush) */
+TRACEPOINT_PROBE(block, block_rq_requeue)
+{
+    u32 dev = args->dev;
+#if FILTER
+    if (!devices.lookup(&dev))
+        return 0;
+#endif
+    u32 op = op_class(args->rwbs[0], args->rwbs[1]);
+    u32 bytes = args->nr_sector << 9;
+    struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
+    u64 *val = sizes.lookup(&sk);
+    if (val)
+        __sync_fetch_and_add(val, (u64)-1);
+    struct hist_key hk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) : 0};
+    val = hist.lookup(&hk);
+    if (val)
+        __sync_fetch_and_add(val, (u64)-1);
     return 0;
 }

@@ -2,7 +2,9 @@
 # iotune set-up for a Debian/Ubuntu host, as root. Installs only what is missing, so a
 # second run takes seconds.
 #
-#   scripts/setup.sh run    install, then run the main job (iotune doctor, iotune devices --all)
+#   scripts/setup.sh run    install, then run the main job: iotune doctor, then a traced
+#                           offloaded training run (IOTUNE_PRESET, IOTUNE_NVME_PATH; extra
+#                           arguments go to 'iotune trace --run', e.g. --steps 5)
 #   scripts/setup.sh test   install (plus QEMU, a distribution kernel, virtme-ng), then run
 #                           every CI test tier: unit, root, vm
 #   scripts/setup.sh        install only
@@ -134,7 +136,21 @@ ln -sfn "$venv/bin/iotune" /usr/local/bin/iotune
 case "$mode" in
     run)
         iotune doctor
-        iotune devices --all
+        # The main job: a traced offloaded training run. A host with a CUDA GPU runs the 1B
+        # preset with its optimizer state on NVMe; any other host the tiny CPU preset
+        # (DS_ACCELERATOR=cpu). The offload directory must be on a drive; by default a
+        # scratch directory on the root filesystem, IOTUNE_NVME_PATH names another.
+        preset="${IOTUNE_PRESET:-}"
+        if [ -z "$preset" ]; then
+            if "$venv/bin/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+                preset=opt_nvme_1b
+            else
+                preset=tiny_opt_nvme
+            fi
+        fi
+        nvme="${IOTUNE_NVME_PATH:-/var/tmp/iotune-offload}"
+        mkdir -p "$nvme"
+        exec iotune trace --run "$preset" --nvme-path "$nvme" "$@"
         ;;
     test)
         exec "$venv/bin/python" -m pytest -m "unit or root or vm" "$@"

@@ -242,9 +242,10 @@ class Tracer:
                     "summary": "bio-based: requests are counted on its members",
                 }
             elif req.backend == "bcc":
-                chk = model.check(ops["read"], ops["write"], kernel)
+                chk = model.check(ops["read"], ops["write"], kernel, ops["flush"].requests)
                 entry["check"] = {
                     "exact": chk.exact,
+                    "empty_preflush_writes": chk.empty_preflush_writes,
                     "summary": chk.describe(),
                     "read_ios_diff": chk.read_ios[0] - chk.read_ios[1],
                     "write_ios_diff": chk.write_ios[0] - chk.write_ios[1],
