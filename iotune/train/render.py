@@ -60,10 +60,13 @@ def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:
 
 
 def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) -> None:
+    def say(text: str) -> None:
+        con.print(text, soft_wrap=True)  # long lines stay whole on a narrow or piped stderr
+
     n = e.params
     sw = e.swapped
-    con.print(f"[bold]{p.name}[/]: {p.strategy.about}")
-    con.print(
+    say(f"[bold]{p.name}[/]: {p.strategy.about}")
+    say(
         f"  model     Llama {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
         f"micro-batch {p.micro_batch} x {p.seq_len} tokens, accumulation {p.ga}, "
         f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}bf16, Adam, {p.accelerator}"
@@ -73,13 +76,13 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
         "optimizer": zo.get("offload_optimizer", {}).get("device", "accelerator"),
         "parameters": zo.get("offload_param", {}).get("device", "accelerator"),
     }
-    con.print(
+    say(
         f"  deepspeed ZeRO stage {zo['stage']}, optimizer state on {where['optimizer']}, "
         f"parameters on {where['parameters']}"
         + (f", aio block {format_size(cfg['aio']['block_size'])}" if "aio" in cfg else "")
     )
     if sw.n_s or sw.n_p:
-        con.print(
+        say(
             f"  swapped   optimizer sub-groups N_s = {sw.n_s:,}, gradients N_g = {sw.n_g:,}"
             + (f", bf16 parameters N_p = {sw.n_p:,}" if sw.n_p else "")
         )
@@ -99,7 +102,7 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
         )
     if e.nvme_bytes:
         con.print(t)
-    con.print(
+    say(
         f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), "
         f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB "
         f"(activations {_gib(e.activation_bytes)} GiB)"
