@@ -250,3 +250,46 @@ def test_ram_offload_run_touches_no_drive(tmp_path: Path) -> None:
     assert "aio" not in cfg
     first = _row(doc, "init + first")
     assert first["step_s"] > 0 and first["read_gb"] is None
+
+
+def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
+    """DeepSpeed's own readers (get_aio_config, DeepSpeedZeroConfig with ZenFlow) accept the
+    generated config of every strategy, and read the aio block as written."""
+    import sys
+
+    from iotune.train.presets import ds_config, get_preset
+
+    names = [
+        f"{s}_1b"
+        for s in (
+            "gpu_baseline",
+            "opt_ram",
+            "opt_ram_zenflow",
+            "opt_nvme",
+            "opt_raid0",
+            "opt_raid0_zenflow",
+            "params_opt_nvme",
+            "params_opt_raid0",
+        )
+    ] + ["tiny_params_opt_nvme"]
+    cfgs = {n: ds_config(get_preset(n)) for n in names}
+    (tmp_path / "cfgs.json").write_text(json.dumps(cfgs))
+    code = (
+        "import json, sys; from iotune.workers.ds_config_check import check; "
+        "cfgs = json.load(open(sys.argv[1])); "
+        "print(json.dumps({n: check(c) for n, c in cfgs.items()}))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "cfgs.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    reports = json.loads(p.stdout.strip().splitlines()[-1])
+    for n, rep in reports.items():
+        assert rep["errors"] == [], (n, rep["errors"])
+        want = 0 if n.startswith("gpu_baseline") else 3
+        assert rep["zero_stage"] == want, n
+        if "aio" in cfgs[n]:
+            assert rep["aio_used"] == cfgs[n]["aio"], n
