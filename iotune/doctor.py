@@ -279,10 +279,12 @@ def check_md(tree: SysTree) -> Check:
 def check_libaio(tree: SysTree) -> Check:
     families = frozenset({Family.SWEEP, Family.TRAIN})
     lib = ctypes.util.find_library("aio")
-    header = next(
-        (p for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h") if Path(p).exists()),
-        None,
-    )
+    # the compiler's own include path, then what the environment adds to it (DeepSpeed's
+    # op builder compiles with the same environment)
+    dirs = ["/usr/include", "/usr/local/include"]
+    for var in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"):
+        dirs += [d for d in os.environ.get(var, "").split(":") if d]
+    header = next((f"{d}/libaio.h" for d in dirs if Path(d, "libaio.h").exists()), None)
     if lib and header:
         return Check("libaio", Status.PASS, f"{lib}, {header}", needed_by=families)
     missing = "library" if not lib else "header (libaio.h)"
