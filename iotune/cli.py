@@ -422,6 +422,8 @@ def _run_preset(
         quiet_stdout=STATE.json,
     )
     prep = train_runner.prepare(req)
+    for note in req.notes:
+        warn(note)
     if not STATE.json:
         print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
         what = (
