@@ -42,6 +42,34 @@ static __always_inline void count_drop(int which)
         __sync_fetch_and_add(d, 1);
 }
 
+/* add `delta` to the (dev, op, size) counter and its log2 slot; an issue creates missing
+ * entries (a full map is counted in `dropped`), a requeue only takes back what exists */
+static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool create)
+{
+    u64 zero = 0, *val;
+    struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
+    val = sizes.lookup(&sk);
+    if (!val && create) {
+        sizes.insert(&sk, &zero);  /* -EEXIST on a race is fine: the lookup below finds it */
+        val = sizes.lookup(&sk);
+        if (!val)
+            count_drop(0);
+    }
+    if (val)
+        __sync_fetch_and_add(val, delta);
+
+    struct hist_key hk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) : 0};
+    val = hist.lookup(&hk);
+    if (!val && create) {
+        hist.insert(&hk, &zero);
+        val = hist.lookup(&hk);
+        if (!val)
+            count_drop(1);
+    }
+    if (val)
+        __sync_fetch_and_add(val, delta);
+}
+
 TRACEPOINT_PROBE(block, block_rq_issue)
 {
     u32 dev = args->dev;
@@ -49,31 +77,7 @@ TRACEPOINT_PROBE(block, block_rq_issue)
     if (!devices.lookup(&dev))
         return 0;
 #endif
-    u32 op = op_class(args->rwbs[0], args->rwbs[1]);
-    u32 bytes = args->bytes;
-    u64 zero = 0, *val;
-
-    struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
-    val = sizes.lookup(&sk);
-    if (!val) {
-        sizes.insert(&sk, &zero);  /* -EEXIST on a race is fine: the lookup below finds it */
-        val = sizes.lookup(&sk);
-    }
-    if (val)
-        __sync_fetch_and_add(val, 1);
-    else
-        count_drop(0);
-
-    struct hist_key hk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) : 0};
-    val = hist.lookup(&hk);
-    if (!val) {
-        hist.insert(&hk, &zero);
-        val = hist.lookup(&hk);
-    }
-    if (val)
-        __sync_fetch_and_add(val, 1);
-    else
-        count_drop(1);
+    bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
     return 0;
 }
 
@@ -86,15 +90,6 @@ TRACEPOINT_PROBE(block, block_rq_requeue)
     if (!devices.lookup(&dev))
         return 0;
 #endif
-    u32 op = op_class(args->rwbs[0], args->rwbs[1]);
-    u32 bytes = args->nr_sector << 9;
-    struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
-    u64 *val = sizes.lookup(&sk);
-    if (val)
-        __sync_fetch_and_add(val, (u64)-1);
-    struct hist_key hk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) : 0};
-    val = hist.lookup(&hk);
-    if (val)
-        __sync_fetch_and_add(val, (u64)-1);
+    bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1, false);
     return 0;
 }

@@ -90,24 +90,17 @@ def check_target(
             "async I/O uses, fails there on kernels before 6.6)",
             hint="pick a directory on the NVMe volume, e.g. the mount point of 'iotune raid create'",
         )
-    probe = target / f".iotune-probe-{os.getpid()}"
-    try:
-        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
-        os.close(fd)
-    except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    err = o_direct_error(target)
+    if err is not None:
+        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise UsageError(
-                f"target {target} is not writable: {os.strerror(exc.errno)}",
+                f"target {target} is not writable: {os.strerror(err.errno)}",
                 hint="pick a directory on a volume mounted read-write",
-            ) from exc
+            )
         raise UsageError(
-            f"target {target} ({fs}) does not support O_DIRECT: {os.strerror(exc.errno or 0)}",
+            f"target {target} ({fs}) does not support O_DIRECT: {os.strerror(err.errno or 0)}",
             hint="DeepSpeed's async I/O opens files with O_DIRECT: use a directory on a drive (xfs, ext4), not tmpfs",
-        ) from exc
-    finally:
-        # a read-only volume refuses even the unlink of a file that is not there
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)
+        )
     free = shutil.disk_usage(target).free
     need = int(io_size * 1.1)
     if free < need:
@@ -115,6 +108,21 @@ def check_target(
             f"target {target} has {free} bytes free, a point needs {need}",
             hint="lower --io-size or free space",
         )
+
+
+def o_direct_error(directory: Path) -> OSError | None:
+    """Create and remove an O_DIRECT file in *directory*: None, or why it failed."""
+    probe = directory / f".iotune-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        return exc
+    finally:
+        # a read-only volume refuses even the unlink of a file that is not there
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+    return None
 
 
 def fstype(path: Path) -> str:

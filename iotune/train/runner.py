@@ -10,7 +10,6 @@ Run directory:
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -18,6 +17,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from iotune import proc
 from iotune.errors import IotuneError, UsageError
 from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
-from iotune.sweep.runner import fstype
+from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
 from iotune.train.presets import Preset, ds_config
 from iotune.units import gb
@@ -127,18 +127,12 @@ def check_nvme_path(path: Path, create: bool) -> str:
             f"offload directory {path} is on {fs}, not on a drive",
             hint="DeepSpeed swaps with O_DIRECT to a drive: use a directory on an NVMe filesystem (xfs, ext4)",
         )
-    probe = path / f".iotune-probe-{os.getpid()}"
-    try:
-        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
-        os.close(fd)
-    except OSError as exc:
+    err = o_direct_error(path)
+    if err is not None:
         raise UsageError(
-            f"cannot create an O_DIRECT file in {path}: {os.strerror(exc.errno or 0)}",
+            f"cannot create an O_DIRECT file in {path}: {os.strerror(err.errno or 0)}",
             hint="DeepSpeed's async I/O needs a writable directory on a filesystem with O_DIRECT",
-        ) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)
+        )
     return fs
 
 
@@ -333,24 +327,15 @@ def _row(
     }
 
 
-def _sum_io(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _combine_io(rows: list[dict[str, Any]], how: Callable[[list[int]], float]) -> dict[str, Any]:
+    """Per-step I/O figures combined field by field (sum over the first row's steps, median
+    over later steps); a field some step lacks (diskstats backend: no sizes) stays None."""
     out: dict[str, Any] = {}
     for op in ("read", "write"):
         acc: dict[str, Any] = {}
         for k in ("bytes", "requests", "focus_requests", "other_requests", "diskstats_bytes"):
             vals = [r[op].get(k) for r in rows]
-            acc[k] = None if any(v is None for v in vals) else sum(vals)
-        out[op] = acc
-    return out
-
-
-def _median_io(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for op in ("read", "write"):
-        acc: dict[str, Any] = {}
-        for k in ("bytes", "requests", "focus_requests", "other_requests", "diskstats_bytes"):
-            vals = [r[op].get(k) for r in rows]
-            acc[k] = None if any(v is None for v in vals) else int(statistics.median(vals))
+            acc[k] = None if any(v is None for v in vals) else int(how(vals))
         out[op] = acc
     return out
 
@@ -373,7 +358,7 @@ def build_result(
     rows = []
     first_io = None
     if init and steps and traced and "init:0" in io_by_label and "step:1" in io_by_label:
-        first_io = _sum_io([io_by_label["init:0"], io_by_label["step:1"]])
+        first_io = _combine_io([io_by_label["init:0"], io_by_label["step:1"]], sum)
     if steps:
         rows.append(_row("init + first step", first_io, nvme, steps[0]))
     later = steps[1:]
@@ -388,7 +373,9 @@ def build_result(
         rows.append(
             _row(
                 f"steady step (median of {len(later)})",
-                _median_io(later_io) if traced and len(later_io) == len(later) else None,
+                _combine_io(later_io, statistics.median)
+                if traced and len(later_io) == len(later)
+                else None,
                 nvme,
                 med_step,
             )

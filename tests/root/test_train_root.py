@@ -257,21 +257,11 @@ def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
     generated config of every strategy, and read the aio block as written."""
     import sys
 
-    from iotune.train.presets import ds_config, get_preset
+    from iotune.train.presets import ds_config, get_preset, load_presets
 
-    names = [
-        f"{s}_1b"
-        for s in (
-            "gpu_baseline",
-            "opt_ram",
-            "opt_ram_zenflow",
-            "opt_nvme",
-            "opt_raid0",
-            "opt_raid0_zenflow",
-            "params_opt_nvme",
-            "params_opt_raid0",
-        )
-    ] + ["tiny_params_opt_nvme"]
+    strategies = sorted({p.strategy.name for p in load_presets().values()})
+    assert len(strategies) == 8
+    names = [f"{s}_1b" for s in strategies] + ["tiny_params_opt_nvme"]
     cfgs = {n: ds_config(get_preset(n)) for n in names}
     (tmp_path / "cfgs.json").write_text(json.dumps(cfgs))
     code = (
