@@ -396,6 +396,8 @@ def _run_preset(
     aio_config: str | None,
     force: bool,
     keep_swap: bool,
+    interval: float = 1.0,
+    focus: int | None = None,
 ) -> None:
     from iotune.train import runner as train_runner
     from iotune.train.render import print_estimate, print_run
@@ -404,9 +406,22 @@ def _run_preset(
     aio, aio_source = _load_aio(aio_config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
-    if data and not Path(data).is_file():
+    if data:
+        from iotune.train.data import FORMATS
+
+        if not Path(data).is_file():
+            raise UsageError(
+                f"--data {data}: no such file", hint="name a .txt, .jsonl or .parquet file"
+            )
+        if Path(data).suffix.lower() not in FORMATS:
+            raise UsageError(
+                f"--data {data}: unknown format {Path(data).suffix or '(none)'}",
+                hint="use a .txt, .jsonl or .parquet file with the text",
+            )
+    if tokenizer and not (Path(tokenizer) / "tokenizer_config.json").is_file():
         raise UsageError(
-            f"--data {data}: no such file", hint="name a .txt, .jsonl or .parquet file"
+            f"--tokenizer {tokenizer} is not a Hugging Face tokenizer directory (no tokenizer_config.json)",
+            hint="save one with AutoTokenizer.from_pretrained(...).save_pretrained(DIR), or leave it out for byte tokens",
         )
     req = train_runner.RunRequest(
         preset=preset,
@@ -420,6 +435,8 @@ def _run_preset(
         force=force,
         keep_swap=keep_swap,
         quiet_stdout=STATE.json,
+        interval=interval,
+        focus=focus,
     )
     prep = train_runner.prepare(req)
     for note in req.notes:
@@ -583,7 +600,22 @@ def trace_cmd(
                 "--devices, --target and the command",
                 hint="iotune trace --run tiny_opt_nvme --nvme-path /var/tmp/offload",
             )
-        _run_preset(run_preset, _pick_backend(backend), out, **run_kw)
+        ctx = click.get_current_context()
+        focus_given = (
+            ctx.get_parameter_source("focus_size") == click.core.ParameterSource.COMMANDLINE
+        )
+        if interval <= 0:
+            raise UsageError(
+                f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1"
+            )
+        _run_preset(
+            run_preset,
+            _pick_backend(backend),
+            out,
+            interval=interval,
+            focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
+            **run_kw,
+        )
         return
     given = [k for k, v in run_kw.items() if v not in (None, False, ())]
     if given:

@@ -125,6 +125,7 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     stdout_to_stderr: bool = False,
+    new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a long-running workload with the terminal's stdin/stdout/stderr.
 
@@ -144,6 +145,7 @@ def spawn(
             env=full_env,
             cwd=cwd,
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,
+            start_new_session=new_session,
         )
     except OSError as exc:
         raise ToolMissing(args[0], PACKAGES.get(Path(args[0]).name)) from exc

@@ -121,7 +121,7 @@ class Check:
             return "exact: " + ", ".join(parts)
         if self.exact_but_preflush:
             return (
-                "exact: "
+                "consistent: "
                 + ", ".join(parts)
                 + f"; the kernel also counts {self.empty_preflush_writes} empty pre-flush "
                 "write(s), issued as flush requests"

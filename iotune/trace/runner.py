@@ -7,9 +7,11 @@ interruption; the summary files are written in a ``finally`` block.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
+import os
 import signal
 import subprocess
 import time
@@ -48,6 +50,9 @@ class TraceRequest:
     quiet_stdout: bool = False  # send the workload's stdout to stderr (--json owns stdout)
     meta: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the workload
+    # the workload in its own process group, stopped as a group: for workers that start
+    # helper processes (ZenFlow's optimizer process) which must not outlive them
+    own_group: bool = False
 
 
 @dataclass
@@ -154,6 +159,7 @@ class Tracer:
                     req.command,
                     env={**req.env, EVENTS_ENV: str(self.events_path)},
                     stdout_to_stderr=req.quiet_stdout,
+                    new_session=req.own_group,
                 )
             next_tick = req.interval
             while True:
@@ -180,7 +186,9 @@ class Tracer:
             signal.signal(signal.SIGTERM, old_term)
             if child is not None and child.poll() is None:
                 _stop_child(
-                    child, signal.SIGTERM if self.interrupted == "SIGTERM" else signal.SIGINT
+                    child,
+                    signal.SIGTERM if self.interrupted == "SIGTERM" else signal.SIGINT,
+                    group=req.own_group,
                 )
             if child is not None:
                 self.exit_code = child.returncode
@@ -341,13 +349,29 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
-def _stop_child(child: subprocess.Popen[bytes], sig: int) -> None:
+def _stop_child(child: subprocess.Popen[bytes], sig: int, group: bool = False) -> None:
+    """Signal the workload (its whole process group when it has one), give it 15 s, then
+    kill it. A second Ctrl-C meanwhile must not skip this and leave it running."""
+
+    def send(s: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(child.pid, s)
+            else:
+                child.send_signal(s)
+
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        child.send_signal(sig)
-        child.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+        send(sig)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            child.wait()
+        if group:
+            send(signal.SIGKILL)  # helper processes the workload left behind
+    finally:
+        signal.signal(signal.SIGINT, old_int)
 
 
 def write_outputs(out: Path, result: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ def read_texts(path: Path) -> Iterator[str]:
         if doc:
             yield "".join(doc)
     elif suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
+        with path.open(encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -104,7 +104,13 @@ def prepare(
     else:
         from transformers import AutoTokenizer  # only when a tokenizer is asked for
 
-        tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
+        try:
+            tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise UsageError(
+                f"--tokenizer {tokenizer}: {str(exc).splitlines()[0]}",
+                hint="a directory written by save_pretrained(), with its tokenizer files",
+            ) from exc
         eos = tok.eos_token_id if tok.eos_token_id is not None else 0
 
         def ids() -> Iterator[int]:

@@ -168,14 +168,20 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     s = preset.strategy
     off_opt = zo.get("offload_optimizer", {})
     off_par = zo.get("offload_param", {})
-    # host RAM
-    host = PROCESS_BASE
+    # host RAM. Calibrated against the peak RSS of the 1B and 3B runs on an H100
+    # (benchmarks/results/gpu-train-h100.md): besides the state below, about 5N of staging
+    # copies (building and partitioning the model, fp32 conversions) stay resident.
+    host = PROCESS_BASE + (5 * n if preset.accelerator == "cuda" else 0)
+    if s.zenflow and zo.get("zenflow", {}).get("overlap_step"):
+        # overlap_step runs the CPU update in a second process with its own copies
+        host += 20 * n
     if off_opt.get("device") == "cpu":
         host += 16 * n  # fp32 master, two moments, fp32 gradients
     elif off_opt.get("device") == "nvme":
-        # the fp32 gradient partition stays in RAM until the boundary; swap buffers hold
-        # buffer_count x the largest sub-group (optimizer_utils.py)
-        host += 4 * n + int(off_opt.get("buffer_count", 4)) * sw.largest_subgroup * 4
+        # the fp32 gradient partition stays in RAM until the boundary, with a copy while
+        # it is swapped; swap buffers hold buffer_count x the largest sub-group
+        # (optimizer_utils.py)
+        host += 6 * n + int(off_opt.get("buffer_count", 4)) * sw.largest_subgroup * 4
     if off_par.get("device") == "nvme":
         host += int(off_par.get("buffer_count", 5)) * int(off_par.get("buffer_size", 1e8)) * 2
         host += 2 * min(n, int(off_par.get("max_in_cpu", 1e9)))
@@ -184,7 +190,9 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     gpu: int | None = None
     if preset.accelerator == "cuda":
         if s.optimizer == "gpu":
-            gpu = 18 * n  # bf16 params, fp32 master, fp32 gradients, two fp32 moments
+            # bf16 parameters and gradients, fp32 master, fp32 gradient accumulator, two
+            # fp32 moments, and torch Adam's temporaries: 21N measured (3B on an H100)
+            gpu = 21 * n
         else:
             gpu = (
                 4 * n

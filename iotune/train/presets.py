@@ -258,6 +258,10 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
     ds = dict(preset.ds_set)
     for key, value in sets.items():
         if key.startswith("ds."):
+            if key in _DS_OWNED:
+                raise PresetError(
+                    f"{key} is set from the preset", hint=f"use --set {_DS_OWNED[key]}=N instead"
+                )
             ds[key] = value
         elif key.startswith("model."):
             k = key.removeprefix("model.")
@@ -269,7 +273,10 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
             geo[k] = value
         elif key in _FIELDS:
             want = _FIELDS[key]
-            if want is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            least = 0 if key == "seed" else 1
+            if want is int and (
+                isinstance(value, bool) or not isinstance(value, int) or value < least
+            ):
                 raise PresetError(
                     f"{key} must be a positive integer, got {value!r}", hint=f"--set {key}=4"
                 )
@@ -291,13 +298,46 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
             hint="--set accelerator=cpu",
         )
     if geo:
-        try:
-            changes["geometry"] = replace(preset.geometry, **geo)
-        except TypeError as exc:
-            raise PresetError(
-                f"bad model override: {exc}", hint="e.g. --set model.num_hidden_layers=8"
-            ) from exc
+        changes["geometry"] = check_geometry(replace(preset.geometry, **geo))
     return replace(preset, ds_set=ds, **changes)
+
+
+#: DeepSpeed keys a preset field owns: setting them under ds. would desynchronise the table
+_DS_OWNED = {
+    "ds.gradient_accumulation_steps": "ga",
+    "ds.train_micro_batch_size_per_gpu": "micro_batch",
+}
+
+
+def check_geometry(g: Geometry) -> Geometry:
+    """A LlamaConfig the model can be built from: positive sizes that divide evenly."""
+    for f in fields(Geometry):
+        v = getattr(g, f.name)
+        if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise PresetError(
+                f"model.{f.name} must be a positive integer, got {v!r}",
+                hint="e.g. --set model.num_hidden_layers=8",
+            )
+        if f.type in ("float", float) and (
+            isinstance(v, bool) or not isinstance(v, int | float) or v <= 0
+        ):
+            raise PresetError(
+                f"model.{f.name} must be a positive number, got {v!r}", hint="e.g. 500000.0"
+            )
+        if f.type in ("bool", bool) and not isinstance(v, bool):
+            raise PresetError(f"model.{f.name} must be true or false, got {v!r}", hint="e.g. true")
+    if g.hidden_size % g.num_attention_heads:
+        raise PresetError(
+            f"hidden_size {g.hidden_size} does not divide by num_attention_heads {g.num_attention_heads}",
+            hint="pick sizes that divide evenly",
+        )
+    if g.num_attention_heads % g.num_key_value_heads:
+        raise PresetError(
+            f"num_attention_heads {g.num_attention_heads} does not divide by num_key_value_heads "
+            f"{g.num_key_value_heads}",
+            hint="pick sizes that divide evenly",
+        )
+    return g
 
 
 def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -377,7 +417,30 @@ def nvme_devices(cfg: dict[str, Any]) -> list[str]:
 
 def check_ds_config(cfg: dict[str, Any], name: str = "this config") -> None:
     zo = cfg.get("zero_optimization", {})
-    stage = int(zo.get("stage", 0))
+    if not isinstance(zo, dict):
+        raise PresetError(
+            f"{name}: zero_optimization must be a section", hint="ds.zero_optimization.stage=3"
+        )
+    stage = zo.get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise PresetError(
+            f"{name}: ZeRO stage must be 0, 1, 2 or 3, got {stage!r}",
+            hint="ds.zero_optimization.stage=3",
+        )
+    for sec in ("offload_optimizer", "offload_param", "zenflow"):
+        if sec in zo and not isinstance(zo[sec], dict):
+            raise PresetError(
+                f"{name}: zero_optimization.{sec} must be a section, got {zo[sec]!r}",
+                hint=f"set its keys, e.g. ds.zero_optimization.{sec}.device=cpu",
+            )
+    aio = cfg.get("aio", {})
+    for k in ("block_size", "queue_depth", "intra_op_parallelism"):
+        v = aio.get(k, 1) if isinstance(aio, dict) else None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PresetError(
+                f"{name}: aio.{k} must be a positive integer (bytes for block_size), got {v!r}",
+                hint="e.g. --set ds.aio.block_size=1048576",
+            )
     on_nvme = nvme_devices(cfg)
     if on_nvme and stage < 3:
         raise PresetError(

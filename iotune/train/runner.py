@@ -153,6 +153,7 @@ class RunRequest:
     keep_swap: bool = False
     quiet_stdout: bool = False
     interval: float = 1.0
+    focus: int | None = None  # counted apart; default: the aio block size
     notes: list[str] = field(default_factory=list)
 
 
@@ -188,8 +189,12 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         fs = check_nvme_path(nvme, create=default_scratch)
     else:
         fs = None
-    run_id = req.out.name
-    swap_dir = nvme / f"{SWAP_PREFIX}{run_id}" if nvme else None
+    if req.out.exists() and any(req.out.iterdir()):
+        raise UsageError(
+            f"run directory {req.out} is not empty",
+            hint="name a new --out directory (a run's records are never mixed with another's)",
+        )
+    swap_dir = nvme / f"{SWAP_PREFIX}{req.out.name}-{os.getpid()}" if nvme else None
     cfg = ds_config(p, str(swap_dir) if swap_dir else None, req.aio)
     est = estimate(p, cfg)
     targets = Targets(disks=())
@@ -281,13 +286,14 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     treq = TraceRequest(
         targets=prep.targets,
         backend=req.backend,
-        focus=int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        focus=req.focus or int(prep.cfg.get("aio", {}).get("block_size", 524288)),
         interval=req.interval,
         out=out,
         command=[sys.executable, "-m", "iotune.workers.train", str(out / "spec.json")],
         quiet_stdout=req.quiet_stdout,
         env=worker_env(),
         meta={"preset": p.name},
+        own_group=True,
     )
     trace: dict[str, Any] | None = None
     started = time.time()
@@ -408,7 +414,7 @@ def build_result(
         "aio": prep.cfg.get("aio"),
         "aio_source": req.aio_source,
         "backend": req.backend if prep.targets.disks else None,
-        "focus_size": int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        "focus_size": req.focus or int(prep.cfg.get("aio", {}).get("block_size", 524288)),
         "init_s": init.get("init_s") if init else None,
         "footprint": {"allocated": footprint, "estimate": est.nvme_bytes}
         if prep.swap_dir

@@ -74,8 +74,8 @@ class Events:
         for p in self.paths:
             with p.open("a") as fh:
                 fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+                fh.flush()  # no fsync: the tracer reads the page cache, and the run
+                # directory may sit on the traced drive
 
 
 def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:

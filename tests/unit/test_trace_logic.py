@@ -108,7 +108,9 @@ def test_check_against_diskstats() -> None:
     # one more kernel write io with the same bytes, and a traced flush: an empty pre-flush
     pre = model.check(r, w, parse_stat(f"0 0 0 0 24 0 {23 * 1024} 0 0 0 0"), flushes=1)
     assert not pre.exact and pre.empty_preflush_writes == 1
-    assert pre.describe().startswith("exact: ") and "1 empty pre-flush write(s)" in pre.describe()
+    assert (
+        pre.describe().startswith("consistent: ") and "1 empty pre-flush write(s)" in pre.describe()
+    )
     assert (
         model.check(r, w, parse_stat(f"0 0 0 0 25 0 {23 * 1024} 0 0 0 0"), flushes=1)
         .describe()

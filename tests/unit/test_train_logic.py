@@ -326,3 +326,36 @@ def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     assert "| Case | Space on NVMe, GB | Read, GB | Write, GB |" in md
     assert "R, 512KB" in md and md.count("| tiny_opt_nvme: ") == 4
     assert (out / "result.csv").read_text().count("\n") == 5
+
+
+def test_bad_overrides_are_refused_with_a_hint() -> None:
+    p = get_preset("tiny_opt_nvme")
+    for sets, msg in (
+        ({"model.hidden_size": 2.5}, "positive integer"),
+        ({"model.num_attention_heads": 0}, "positive integer"),
+        ({"model.hidden_size": 500}, "does not divide"),
+        ({"model.num_key_value_heads": 3}, "does not divide"),
+        ({"model.tie_word_embeddings": "yes"}, "true or false"),
+        ({"ds.aio.block_size": "1M"}, "aio.block_size must be a positive integer"),
+        ({"ds.zero_optimization.stage": "x"}, "ZeRO stage must be 0, 1, 2 or 3"),
+        ({"ds.zero_optimization.offload_optimizer": None}, "must be a section"),
+        ({"ds.gradient_accumulation_steps": 4}, "set from the preset"),
+    ):
+        with pytest.raises(PresetError, match=msg):
+            ds_config(apply_sets(p, sets))
+    assert apply_sets(p, {"seed": 0}).seed == 0
+
+
+def test_run_refuses_bad_data_and_a_used_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "x.csv").write_text("a,b\n")
+    code, _, err = invoke("run", "tiny_opt_nvme", "--data", str(tmp_path / "x.csv"))
+    assert code == 2 and "unknown format .csv" in err and "hint:" in err
+    code, _, err = invoke("run", "tiny_opt_nvme", "--data", str(tmp_path / "none.txt"))
+    assert code == 2 and "no such file" in err
+    code, _, err = invoke("run", "tiny_opt_nvme", "--tokenizer", str(tmp_path))
+    assert code == 2 and "not a Hugging Face tokenizer directory" in err
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "run.json").write_text("{}")
+    code, _, err = invoke("run", "tiny_opt_ram", "--out", str(used))
+    assert code == 2 and "is not empty" in err and "Traceback" not in err
