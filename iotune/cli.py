@@ -109,8 +109,14 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
                        free (and why)
       iotune raid      plan-then-apply mdadm RAID volumes across free NVMe drives
       iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
+      iotune presets   the training experiments (1B-16B x offload strategy x
+                       accumulation, and tiny CPU ones) with their estimated needs
+      iotune estimate  NVMe space and bytes read/written per step, predicted
+      iotune run       offloaded DeepSpeed training steps: per-step timings and
+                       the study's table (space on NVMe, GB read/written, times)
       iotune trace     count every block request per drive by exact size (eBPF),
-                       checked against the kernel's counters
+                       checked against the kernel's counters; --run PRESET traces
+                       a training run
 
     Every command takes --json for scripts. Errors print one line and a hint;
     --debug shows the commands iotune runs and full tracebacks.
@@ -437,6 +443,7 @@ def _run_preset(
         quiet_stdout=STATE.json,
         interval=interval,
         focus=focus,
+        progress=not STATE.json,
     )
     prep = train_runner.prepare(req)
     for note in req.notes:

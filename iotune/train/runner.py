@@ -154,6 +154,7 @@ class RunRequest:
     quiet_stdout: bool = False
     interval: float = 1.0
     focus: int | None = None  # counted apart; default: the aio block size
+    progress: bool = False  # a line on stderr at initialisation and after every step
     notes: list[str] = field(default_factory=list)
 
 
@@ -298,7 +299,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     trace: dict[str, Any] | None = None
     started = time.time()
     try:
-        trace = Tracer(treq).run()
+        trace = Tracer(treq, on_sample=_progress(req, prep) if req.progress else None).run()
     except KeyboardInterrupt:
         trace = None
     finally:
@@ -307,6 +308,27 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     result = build_result(req, prep, trace, started)
     write_result(out, result)
     return result
+
+
+def _progress(req: RunRequest, prep: Prepared) -> Callable[[Any], None]:
+    """A line per training event: how far, how long, and the drives' bytes so far."""
+    steps = req.preset.steps
+    start: dict[str, Any] = {}
+
+    def show(sample: Any) -> None:
+        if not start:
+            start.update(sample.stats)
+        kind, _, n = sample.label.partition(":")
+        if kind not in ("init", "step"):
+            return
+        rd = sum(sample.stats[d].read_bytes - start[d].read_bytes for d in prep.targets.disks)
+        wr = sum(sample.stats[d].write_bytes - start[d].write_bytes for d in prep.targets.disks)
+        what = "initialised" if kind == "init" else f"step {n}/{steps}"
+        io = f", drives read {gb(rd):.2f} GB, wrote {gb(wr):.2f} GB" if prep.targets.disks else ""
+        sys.stderr.write(f"iotune: {what} at {sample.t:.1f} s{io}\n")
+        sys.stderr.flush()
+
+    return show
 
 
 # --------------------------------------------------------------------------- the table

@@ -288,3 +288,28 @@ def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
         assert rep["zero_stage"] == want, n
         if "aio" in cfgs[n]:
             assert rep["aio_used"] == cfgs[n]["aio"], n
+
+
+def test_accumulation_adds_no_nvme_io(loop_device: Callable[..., str], tmp_path: Path) -> None:
+    """Micro-steps accumulate gradients in RAM: with ga=2 a steady step still moves 16N."""
+    _, mnt = _offload_dir(loop_device)
+    doc = iotune_json(
+        "trace",
+        "--run",
+        "tiny_opt_nvme",
+        "--nvme-path",
+        str(mnt),
+        "--steps",
+        "2",
+        "--set",
+        "ga=2",
+        "--out",
+        str(tmp_path / "r"),
+    )
+    assert doc["exit_code"] == 0 and doc["ga"] == 2
+    steps = [e for e in doc["events"] if e["event"] == "step"]
+    assert all(e["accumulate_s"] > 0 for e in steps)
+    assert steps[0]["tokens_per_s"] * steps[0]["step_s"] == pytest.approx(2 * 512, rel=0.01)
+    steady, pred = _row(doc, "steady"), doc["estimate"]["steady_step"]
+    assert _within(steady["read_bytes"], pred["read"], 0.05)
+    assert _within(steady["write_bytes"], pred["write"], 0.05)
