@@ -313,3 +313,14 @@ def test_accumulation_adds_no_nvme_io(loop_device: Callable[..., str], tmp_path:
     steady, pred = _row(doc, "steady"), doc["estimate"]["steady_step"]
     assert _within(steady["read_bytes"], pred["read"], 0.05)
     assert _within(steady["write_bytes"], pred["write"], 0.05)
+
+
+def test_raid_preset_needs_a_raid0_volume(loop_device: Callable[..., str]) -> None:
+    dev, mnt = _offload_dir(loop_device, size_mib=256)
+    p = iotune(
+        "run", "opt_raid0_1b", "--nvme-path", str(mnt), "--set", "accelerator=cpu", check=False
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    first, hint = p.stderr.strip().splitlines()[-2:]
+    assert f"expects a RAID0 volume at {mnt}, which is on {dev}" in first
+    assert hint.startswith("hint: ") and "iotune raid create" in hint
