@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iotune import proc
 from iotune.errors import IotuneError, UsageError
 from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
@@ -94,15 +93,10 @@ def mem_available() -> int:
 
 
 def gpu_info() -> tuple[str | None, int | None]:
-    """Name and memory of GPU 0, from the torch probe worker (torch is not imported here)."""
-    try:
-        done = proc.run(
-            [sys.executable, "-m", "iotune.workers.torch_probe"], timeout=300, env=worker_env()
-        )
-    except IotuneError:
-        return None, None
-    info = json.loads(done.stdout.strip().splitlines()[-1])
-    gpus = info.get("gpus") or []
+    """Name and memory of GPU 0, from doctor's torch probe worker (no torch import here)."""
+    from iotune.doctor import probe_torch
+
+    gpus = probe_torch(build=False, timeout=300).get("gpus") or []
     if not gpus:
         return None, None
     return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"])
