@@ -38,20 +38,22 @@ def iotune_json(*args: str) -> Any:
     return json.loads(iotune("--json", *args).stdout)
 
 
-@pytest.fixture
-def loop_device(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """Factory: a loop device over a sparse file; unmounted and detached afterwards."""
-    made: list[str] = []
-    mounts: list[Path] = []
+class LoopDevices:
+    """Factory: loop devices over sparse files in *tmp*; close() unmounts and detaches them."""
 
-    def make(
-        size_mib: int = 64, sector_size: int = 512, fs: str | None = None, mount: bool = False
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.made: list[str] = []
+        self.mounts: list[Path] = []
+
+    def __call__(
+        self, size_mib: int = 64, sector_size: int = 512, fs: str | None = None, mount: bool = False
     ) -> str:
-        img = tmp_path / f"disk{len(made)}.img"
+        img = self.tmp / f"disk{len(self.made)}.img"
         with img.open("wb") as fh:
             fh.truncate(size_mib * 2**20)
         dev = sh("losetup", "--find", "--show", f"--sector-size={sector_size}", str(img)).strip()
-        made.append(dev)
+        self.made.append(dev)
         # queue limits outlive losetup -d: a reused loop device keeps the last test's
         # max_sectors_kb, so start every device at its hardware limit
         queue = Path(f"/sys/block/{Path(dev).name}/queue")
@@ -64,15 +66,22 @@ def loop_device(tmp_path: Path) -> Iterator[Callable[..., str]]:
             else:
                 sh(f"mkfs.{fs}", "-q", "-f", dev)
         if mount:
-            mnt = tmp_path / f"mnt{len(made)}"
+            mnt = self.tmp / f"mnt{len(self.made)}"
             mnt.mkdir()
             sh("mount", dev, str(mnt))
-            mounts.append(mnt)
+            self.mounts.append(mnt)
         return dev
 
-    make.mounts = mounts  # type: ignore[attr-defined]
-    yield make
-    for mnt in mounts:
-        subprocess.run(["umount", str(mnt)], check=False)
-    for dev in made:
-        subprocess.run(["losetup", "-d", dev], check=False)
+    def close(self) -> None:
+        for mnt in self.mounts:
+            subprocess.run(["umount", str(mnt)], check=False)
+        for dev in self.made:
+            subprocess.run(["losetup", "-d", dev], check=False)
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """A LoopDevices factory for one test."""
+    devs = LoopDevices(tmp_path)
+    yield devs
+    devs.close()

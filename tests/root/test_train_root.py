@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.root.conftest import IOTUNE, LAZY0, iotune, iotune_json
+from tests.root.conftest import IOTUNE, LoopDevices, iotune, iotune_json
 
 MIB = 1 << 20
 
@@ -39,22 +39,10 @@ def _row(doc: dict[str, Any], case: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def tiny_opt_nvme_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One traced run shared by the checks below (DeepSpeed's start-up costs ~15 s)."""
-    from tests.root.conftest import sh
-
-    tmp = tmp_path_factory.mktemp("train")
-    img = tmp / "disk.img"
-    with img.open("wb") as fh:
-        fh.truncate(2048 * MIB)
-    dev = sh("losetup", "--find", "--show", str(img)).strip()
-    name = Path(dev).name
-    queue = Path(f"/sys/block/{name}/queue")
-    (queue / "max_sectors_kb").write_text("512")
-    sh("mkfs.ext4", "-q", "-F", "-E", LAZY0, dev)
-    mnt = tmp / "mnt"
-    mnt.mkdir()
-    sh("mount", dev, str(mnt))
+    devs = LoopDevices(tmp_path_factory.mktemp("train"))
     try:
-        out = tmp / "run"
+        dev, mnt = _offload_dir(devs)
+        out = devs.tmp / "run"
         p = iotune(
             "--json",
             "trace",
@@ -68,15 +56,13 @@ def tiny_opt_nvme_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
             str(out),
         )
         doc = json.loads(p.stdout)
-        doc["_dev"] = name
+        doc["_dev"] = dev
         doc["_mnt"] = str(mnt)
         doc["_estimate_cli"] = iotune_json("estimate", "tiny_opt_nvme")
         doc["_left"] = sorted(x.name for x in mnt.iterdir() if x.name != "lost+found")
         return doc
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", dev], check=False)
-        (queue / "max_sectors_kb").write_text((queue / "max_hw_sectors_kb").read_text())
+        devs.close()
 
 
 def test_traced_run_produces_the_study_table(tiny_opt_nvme_run: dict[str, Any]) -> None:
