@@ -9,6 +9,9 @@
 #define OP_DISCARD 2
 #define OP_FLUSH   3
 #define OP_OTHER   4
+/* completions only: a write with REQ_PREFLUSH and no data ("FWS", 0 sectors). blk-mq issues
+ * only its flush request, but completes and accounts the empty write as a write io */
+#define OP_EMPTY_PREFLUSH 5
 
 /* one counter per (device, operation, exact request size in bytes) */
 struct size_key {
@@ -24,6 +27,34 @@ struct hist_key {
     u32 op;
     u32 slot;
     u32 pad;
+};
+
+/* completions per (device, operation): what /sys/block/<dev>/stat accounts */
+struct done_key {
+    u32 dev;
+    u32 op;
+};
+
+struct done_val {
+    u64 ios;
+    u64 sectors;
+};
+
+/* bios per (device, operation, submitting process); tgid 0 stands for the workload */
+struct owner_key {
+    u32 dev;
+    u32 op;
+    u32 tgid;
+    u32 pad;
+};
+
+struct owner_val {
+    u64 bios;
+    u64 sectors;
+};
+
+struct comm_val {
+    char comm[16];
 };
 
 #endif

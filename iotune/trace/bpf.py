@@ -24,10 +24,22 @@ class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
     ]
 
 
-class ReqSizeTracer:
-    """Attached on construction; :meth:`close` detaches (idempotent)."""
+class DoneKey(ctypes.Structure):  # struct done_key
+    _fields_ = [("dev", ctypes.c_uint32), ("op", ctypes.c_uint32)]
 
-    def __init__(self, devs: list[int] | None) -> None:
+
+#: (kernel dev, op index) → (ios, sectors) completed; op OP_EMPTY_PREFLUSH included
+Done = dict[tuple[int, int], tuple[int, int]]
+#: (kernel dev, op index, tgid; 0 = the workload) → (bios, sectors) submitted
+Owners = dict[tuple[int, int, int], tuple[int, int]]
+
+
+class ReqSizeTracer:
+    """Attached on construction; :meth:`close` detaches (idempotent). With ``owners``, bios are
+    attributed to the workload (processes added with :meth:`add_workload` and everything they
+    start) or to their other submitters."""
+
+    def __init__(self, devs: list[int] | None, owners: bool = False) -> None:
         try:
             import bcc
         except ImportError as exc:
@@ -42,7 +54,9 @@ class ReqSizeTracer:
             f"-DMAX_SIZES={MAX_SIZES}",
             f"-DMAX_HIST={MAX_HIST}",
             f"-DFILTER={1 if devs else 0}",
+            f"-DOWNERS={1 if owners else 0}",
         ]
+        self.owners_enabled = owners
         log.debug("loading %s with %s", source, cflags)
         try:
             self._bpf: Any = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
@@ -63,9 +77,30 @@ class ReqSizeTracer:
     def hist(self) -> dict[tuple[int, int, int], int]:
         return {(k.dev, k.op, k.slot): v.value for k, v in self._bpf["hist"].items()}
 
-    def dropped(self) -> tuple[int, int]:
+    def done(self) -> Done:
+        return {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
+
+    def add_workload(self, pid: int) -> None:
+        if self.owners_enabled:
+            self._bpf["workload"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+
+    def owners(self) -> Owners:
+        if not self.owners_enabled:
+            return {}
+        return {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._bpf["owners"].items()}
+
+    def comms(self) -> dict[int, str]:
+        if not self.owners_enabled:
+            return {}
+        return {
+            k.value: bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace")
+            for k, v in self._bpf["comms"].items()
+        }
+
+    def dropped(self) -> tuple[int, int, int, int]:
         t = self._bpf["dropped"]
-        return int(t[ctypes.c_int(0)].value), int(t[ctypes.c_int(1)].value)
+        a, b, c, d = (int(t[ctypes.c_int(i)].value) for i in range(4))
+        return a, b, c, d
 
     def close(self) -> None:
         if self._bpf is not None:

@@ -48,3 +48,10 @@ def parse_stat(text: str) -> DiskStat:
 def read_stat(tree: SysTree, name: str) -> DiskStat:
     text = tree.read(f"/sys/block/{name}/stat")
     return parse_stat(text or "")
+
+
+def read_inflight(tree: SysTree, name: str) -> tuple[int, int]:
+    """/sys/block/<dev>/inflight: (reads, writes) issued to the driver and not yet completed."""
+    text = tree.read(f"/sys/block/{name}/inflight") or "0 0"
+    r, w = (int(x) for x in text.split()[:2])
+    return r, w

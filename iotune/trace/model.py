@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from iotune.trace.diskstats import SECTOR, DiskStat
 
 OPS = ("read", "write", "discard", "flush", "other")  # index = OP_* in bpf/iotune.h
+OP_EMPTY_PREFLUSH = 5  # completions only (bpf/iotune.h)
 
 #: (kernel dev, op index, exact bytes) → requests
 Counts = Mapping[tuple[int, int, int], int]
@@ -80,70 +81,116 @@ def slot_range(slot: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Check:
-    """Traced totals against /sys/block/<dev>/stat deltas (requests and 512-byte sectors)."""
+class DirCheck:
+    """One direction of the cross-check with /sys/block/<dev>/stat, in requests and sectors.
 
-    read_ios: tuple[int, int]  # (traced, kernel)
-    read_bytes: tuple[int, int]
-    write_ios: tuple[int, int]
-    write_bytes: tuple[int, int]
-    flushes: int = 0  # flush requests traced
+    The kernel accounts a request when it completes (blk_account_io_completion() adds its
+    sectors, blk_account_io_done() its io); the tracer counts it when it is issued. Both ends
+    are traced: completions must equal the kernel's counts (the same event, read in one
+    consistent snapshot), and issues must equal completions less the requests that were in
+    flight when tracing started (completed, never seen issued) plus those still in flight at
+    the end (issued, not yet counted), less empty pre-flush writes (completed and counted
+    as writes, but only their flush request is ever issued)."""
+
+    kernel: tuple[int, int]  # (ios, sectors) from diskstats
+    done: tuple[int, int]  # (ios, sectors) traced at completion
+    issued: tuple[int, int]  # (ios, sectors) traced at issue
+    inflight_start: int = 0
+    inflight_end: int = 0
+    empty_preflush: int = 0
 
     @property
-    def empty_preflush_writes(self) -> int:
-        """Kernel write ios that carried no data and were issued as flush requests.
+    def counted(self) -> bool:
+        return self.done == self.kernel
 
-        blkdev_issue_flush() submits an empty REQ_OP_WRITE | REQ_PREFLUSH bio; blk-mq
-        issues only its flush request (rwbs "FF", counted as a flush here) but accounts the
-        empty write as a write io at completion. Same bytes, a few more write ios, no more
-        than the flushes seen: that is this, not a lost request."""
-        extra = self.write_ios[1] - self.write_ios[0]
-        if self.write_bytes[0] == self.write_bytes[1] and 0 < extra <= self.flushes:
-            return extra
-        return 0
+    @property
+    def reconciled(self) -> bool:
+        ios = self.done[0] - self.empty_preflush - self.inflight_start + self.inflight_end
+        if self.issued[0] != ios:
+            return False
+        # with nothing in flight at either end, the sectors must agree as well
+        return bool(self.inflight_start or self.inflight_end) or self.issued[1] == self.done[1]
+
+
+@dataclass(frozen=True)
+class Check:
+    read: DirCheck
+    write: DirCheck
 
     @property
     def exact(self) -> bool:
-        return all(
-            a == b for a, b in (self.read_ios, self.read_bytes, self.write_ios, self.write_bytes)
-        )
+        return all(d.counted and d.reconciled for d in (self.read, self.write))
+
+    @property
+    def empty_preflush_writes(self) -> int:
+        return self.write.empty_preflush
 
     def describe(self) -> str:
         parts = []
-        for label, (t, k) in (
-            ("read ios", self.read_ios),
-            ("write ios", self.write_ios),
-            ("read sectors", (self.read_bytes[0] // SECTOR, self.read_bytes[1] // SECTOR)),
-            ("write sectors", (self.write_bytes[0] // SECTOR, self.write_bytes[1] // SECTOR)),
-        ):
-            parts.append(f"{label} {t}/{k}" + ("" if t == k else f" ({t - k:+d})"))
-        if self.exact:
-            return "exact: " + ", ".join(parts)
-        if self.exact_but_preflush:
-            return (
-                "consistent: "
-                + ", ".join(parts)
-                + f"; the kernel also counts {self.empty_preflush_writes} empty pre-flush "
-                "write(s), issued as flush requests"
+        for label, d in (("read", self.read), ("write", self.write)):
+            for unit, i in (("ios", 0), ("sectors", 1)):
+                t, k = d.done[i], d.kernel[i]
+                parts.append(f"{label} {unit} {t}/{k}" + ("" if t == k else f" ({t - k:+d})"))
+        notes = []
+        for label, d in (("read", self.read), ("write", self.write)):
+            if d.inflight_start:
+                notes.append(
+                    f"{d.inflight_start} {label}(s) in flight when tracing started completed "
+                    "during it (counted by the kernel, issued before the trace)"
+                )
+            if d.inflight_end:
+                notes.append(
+                    f"{d.inflight_end} {label}(s) issued in the trace were still in flight at "
+                    "its end (not yet counted by the kernel)"
+                )
+            if not d.reconciled:
+                notes.append(
+                    f"{label}s issued {d.issued[0]} ({d.issued[1]} sectors) do not add up to "
+                    f"the completions with the requests in flight"
+                )
+        if self.write.empty_preflush:
+            notes.append(
+                f"the kernel also counts {self.write.empty_preflush} empty pre-flush write(s), "
+                "issued as flush requests"
             )
-        return "differs: " + ", ".join(parts)
-
-    @property
-    def exact_but_preflush(self) -> bool:
-        return (
-            self.read_ios[0] == self.read_ios[1]
-            and self.read_bytes[0] == self.read_bytes[1]
-            and self.empty_preflush_writes > 0
-        )
+        head = "exact: " if self.exact else "differs: "
+        return head + ", ".join(parts) + "".join(f"; {n}" for n in notes)
 
 
-def check(read: OpStats, write: OpStats, kernel: DiskStat, flushes: int = 0) -> Check:
+def check(
+    read: OpStats,
+    write: OpStats,
+    kernel: DiskStat,
+    done: Mapping[int, tuple[int, int]] | None = None,
+    inflight_start: tuple[int, int] = (0, 0),
+    inflight_end: tuple[int, int] = (0, 0),
+) -> Check:
+    """``done``: op index (OP_* in bpf/iotune.h) → (ios, sectors) completed in the window; None
+    when completions were not traced (the issues then stand for them)."""
+    if done is None:
+        done = {
+            OPS.index("read"): (read.requests, read.bytes // SECTOR),
+            OPS.index("write"): (write.requests, write.bytes // SECTOR),
+        }
+    pre = done.get(OP_EMPTY_PREFLUSH, (0, 0))[0]
+    r_done = done.get(OPS.index("read"), (0, 0))
+    w_done = done.get(OPS.index("write"), (0, 0))
     return Check(
-        read_ios=(read.requests, kernel.read_ios),
-        read_bytes=(read.bytes, kernel.read_bytes),
-        write_ios=(write.requests, kernel.write_ios),
-        write_bytes=(write.bytes, kernel.write_bytes),
-        flushes=flushes,
+        read=DirCheck(
+            kernel=(kernel.read_ios, kernel.read_sectors),
+            done=r_done,
+            issued=(read.requests, read.bytes // SECTOR),
+            inflight_start=inflight_start[0],
+            inflight_end=inflight_end[0],
+        ),
+        write=DirCheck(
+            kernel=(kernel.write_ios, kernel.write_sectors),
+            done=(w_done[0] + pre, w_done[1]),
+            issued=(write.requests, write.bytes // SECTOR),
+            inflight_start=inflight_start[1],
+            inflight_end=inflight_end[1],
+            empty_preflush=pre,
+        ),
     )
 
 

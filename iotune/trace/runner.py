@@ -25,13 +25,14 @@ from iotune import proc
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import model
-from iotune.trace.diskstats import DiskStat, read_stat
+from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
 from iotune.trace.targets import Targets, devno_of, kernel_dev
 
 log = logging.getLogger("iotune.trace")
 
 EVENTS_ENV = "IOTUNE_EVENTS"  # a workload appends JSON lines {"event": ..., "step": n} here
 POLL_S = 0.05
+SNAPSHOT_TRIES = 100  # re-reads until counters and diskstats are one consistent snapshot
 
 
 class Terminated(Exception):
@@ -61,6 +62,9 @@ class Sample:
     label: str
     counts: dict[tuple[int, int, int], int]
     stats: dict[str, DiskStat]
+    done: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
+    settled: bool = True  # False: I/O never paused long enough for a consistent read
 
 
 def _devinfo(tree: SysTree, name: str) -> dict[str, Any]:
@@ -103,12 +107,46 @@ class Tracer:
     def _counts(self) -> dict[tuple[int, int, int], int]:
         return self.bpf.counts() if self.bpf is not None else {}
 
+    def _snapshot(self, tries: int) -> tuple[Any, ...]:
+        """Traced counters, diskstats and in-flight counts as of one moment.
+
+        The kernel's counters and the tracer's maps cannot be read atomically together, so
+        read the tracer's, the kernel's twice, and the tracer's again: when nothing moved in
+        between, all of them describe the same set of issued and completed requests. A
+        request completing mid-read moves them and the read is repeated."""
+        names = self.names
+        for _ in range(tries):
+            c1, d1 = self._counts(), self._done()
+            stats = {n: read_stat(self.tree, n) for n in names}
+            infl = {n: read_inflight(self.tree, n) for n in names}
+            again = {n: read_stat(self.tree, n) for n in names}
+            infl2 = {n: read_inflight(self.tree, n) for n in names}
+            c2, d2 = self._counts(), self._done()
+            if c1 == c2 and d1 == d2 and stats == again and infl == infl2:
+                return c1, d1, stats, infl, True
+            if self.bpf is None and stats == again:
+                return c1, d1, stats, infl, True
+        return c2, d2, again, infl2, False
+
+    def _done(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return self.bpf.done() if self.bpf is not None else {}
+
     def sample(self, label: str) -> Sample:
+        # the first and last samples carry the cross-check: insist on a consistent read there
+        ends = label in ("start", "end")
+        counts, done, stats, inflight, settled = self._snapshot(SNAPSHOT_TRIES if ends else 3)
+        if ends and not settled:
+            log.warning(
+                "the drives never paused at the %s of the trace: the check is approximate", label
+            )
         s = Sample(
             t=time.monotonic() - self.start,
             label=label,
-            counts=self._counts(),
-            stats={n: read_stat(self.tree, n) for n in self.names},
+            counts=counts,
+            stats=stats,
+            done=done,
+            inflight=inflight,
+            settled=settled,
         )
         self.samples.append(s)
         append_record(
@@ -117,7 +155,10 @@ class Tracer:
                 "t": round(s.t, 6),
                 "label": label,
                 "counts": [[d, o, b, n] for (d, o, b), n in sorted(s.counts.items())],
+                "completed": [[d, o, n, sec] for (d, o), (n, sec) in sorted(s.done.items())],
                 "diskstats": {n: to_jsonable(v) for n, v in s.stats.items()},
+                "inflight": {n: list(v) for n, v in s.inflight.items()},
+                **({} if settled else {"settled": False}),
             },
         )
         if self.on_sample:
@@ -151,7 +192,8 @@ class Tracer:
             if req.backend == "bcc":
                 from iotune.trace.bpf import ReqSizeTracer
 
-                self.bpf = ReqSizeTracer(list(self.devs.values()))
+                # bios are attributed to submitters when there is a workload to tell apart
+                self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
             self.start = time.monotonic()
             self.sample("start")
             if req.command:
@@ -161,6 +203,8 @@ class Tracer:
                     stdout_to_stderr=req.quiet_stdout,
                     new_session=req.own_group,
                 )
+                if self.bpf is not None:
+                    self.bpf.add_workload(child.pid)
             next_tick = req.interval
             while True:
                 time.sleep(POLL_S)
@@ -199,11 +243,12 @@ class Tracer:
                     )
                 self.sample("end")
             hist = self.bpf.hist() if self.bpf is not None else {}
-            dropped = self.bpf.dropped() if self.bpf is not None else (0, 0)
+            dropped = self.bpf.dropped() if self.bpf is not None else (0, 0, 0, 0)
+            owners = (self.bpf.owners(), self.bpf.comms()) if self.bpf is not None else ({}, {})
             if self.bpf is not None:
                 self.bpf.close()
                 self.bpf = None
-            result = self.result(hist, dropped) if len(self.samples) >= 2 else None
+            result = self.result(hist, dropped, owners) if len(self.samples) >= 2 else None
             if result is not None:
                 write_outputs(req.out, result)
         if result is None:
@@ -212,7 +257,10 @@ class Tracer:
 
     # ------------------------------------------------------------------ results
     def result(
-        self, hist: dict[tuple[int, int, int], int], dropped: tuple[int, int]
+        self,
+        hist: dict[tuple[int, int, int], int],
+        dropped: tuple[int, int, int, int],
+        owners: tuple[dict[tuple[int, int, int], tuple[int, int]], dict[int, str]] = ({}, {}),
     ) -> dict[str, Any]:
         req = self.req
         first, last = self.samples[0], self.samples[-1]
@@ -250,15 +298,42 @@ class Tracer:
                     "summary": "bio-based: requests are counted on its members",
                 }
             elif req.backend == "bcc":
-                chk = model.check(ops["read"], ops["write"], kernel, ops["flush"].requests)
+                dev = self.devs[name]
+                done = {
+                    op: (
+                        n - first.done.get((dev, op), (0, 0))[0],
+                        sec - first.done.get((dev, op), (0, 0))[1],
+                    )
+                    for (d, op), (n, sec) in last.done.items()
+                    if d == dev
+                }
+                chk = model.check(
+                    ops["read"],
+                    ops["write"],
+                    kernel,
+                    done,
+                    inflight_start=first.inflight.get(name, (0, 0)),
+                    inflight_end=last.inflight.get(name, (0, 0)),
+                )
                 entry["check"] = {
                     "exact": chk.exact,
-                    "empty_preflush_writes": chk.empty_preflush_writes,
                     "summary": chk.describe(),
-                    "read_ios_diff": chk.read_ios[0] - chk.read_ios[1],
-                    "write_ios_diff": chk.write_ios[0] - chk.write_ios[1],
-                    "read_bytes_diff": chk.read_bytes[0] - chk.read_bytes[1],
-                    "write_bytes_diff": chk.write_bytes[0] - chk.write_bytes[1],
+                    "empty_preflush_writes": chk.empty_preflush_writes,
+                    "inflight_start": {
+                        "read": chk.read.inflight_start,
+                        "write": chk.write.inflight_start,
+                    },
+                    "inflight_end": {
+                        "read": chk.read.inflight_end,
+                        "write": chk.write.inflight_end,
+                    },
+                    "completed": {
+                        "read_ios": chk.read.done[0],
+                        "read_sectors": chk.read.done[1],
+                        "write_ios": chk.write.done[0],
+                        "write_sectors": chk.write.done[1],
+                    },
+                    "snapshots_settled": first.settled and last.settled,
                 }
                 entry["histogram"] = {
                     op: [
@@ -291,7 +366,13 @@ class Tracer:
             "arrays": arrays,
             "steps": self.steps(),
             "samples": len(self.samples),
-            "dropped": {"sizes": dropped[0], "hist": dropped[1]},
+            "dropped": {
+                "sizes": dropped[0],
+                "hist": dropped[1],
+                "completions": dropped[2],
+                "owners": dropped[3],
+            },
+            "other_io": other_io(owners[0], owners[1], self.devs) if req.command else None,
             "interrupted": self.interrupted,
             "exit_code": self.exit_code,
             "out": str(req.out),
@@ -333,6 +414,43 @@ class Tracer:
             out.append(row)
             prev = s
         return out
+
+
+def other_io(
+    owners: dict[tuple[int, int, int], tuple[int, int]],
+    comms: dict[int, str],
+    devs: dict[str, int],
+) -> dict[str, Any]:
+    """Bytes the traced drives received from the workload and from every other submitter
+    (bio level, before merging): what was not the workload's is named, never folded in."""
+    name_of = {v: k for k, v in devs.items()}
+    workload = {"read": 0, "write": 0}
+    others: dict[tuple[int, str], dict[str, Any]] = {}
+    for (dev, op, tgid), (_bios, sectors) in owners.items():
+        if dev not in name_of or op > 1:
+            continue
+        key = model.OPS[op]
+        if tgid == 0:
+            workload[key] += sectors * 512
+            continue
+        row = others.setdefault(
+            (tgid, name_of[dev]),
+            {
+                "pid": tgid,
+                "comm": comms.get(tgid, "?"),
+                "device": name_of[dev],
+                "read": 0,
+                "write": 0,
+            },
+        )
+        row[key] += sectors * 512
+    rows = sorted(others.values(), key=lambda r: -(r["read"] + r["write"]))
+    rows = [r for r in rows if r["read"] or r["write"]]
+    return {
+        "workload_bytes": workload,
+        "other_bytes": {op: sum(r[op] for r in rows) for op in ("read", "write")},
+        "others": rows,
+    }
 
 
 def _opjson(st: model.OpStats) -> dict[str, Any]:

@@ -105,17 +105,43 @@ def test_check_against_diskstats() -> None:
     off = model.check(r, w, parse_stat(f"0 0 0 0 24 0 {24 * 1024} 0 0 0 0"))
     assert not off.exact and "write ios 23/24 (-1)" in off.describe()
     assert off.describe().startswith("differs: ")
-    # one more kernel write io with the same bytes, and a traced flush: an empty pre-flush
-    pre = model.check(r, w, parse_stat(f"0 0 0 0 24 0 {23 * 1024} 0 0 0 0"), flushes=1)
-    assert not pre.exact and pre.empty_preflush_writes == 1
-    assert (
-        pre.describe().startswith("consistent: ") and "1 empty pre-flush write(s)" in pre.describe()
+
+
+def test_check_reconciles_requests_in_flight_at_either_end() -> None:
+    # 11 reads issued in the trace; 3 more (24 sectors) were in flight when it started and
+    # completed during it: the kernel counts 14, and so do the traced completions
+    r = model.OpStats(11 * 4 * K, 11, 0, 11)
+    w = model.OpStats(0, 0, 0, 0)
+    kernel = parse_stat("14 0 112 0 0 0 0 0 0 0 0")
+    chk = model.check(r, w, kernel, {0: (14, 112)}, inflight_start=(3, 0))
+    assert chk.exact, chk.describe()
+    assert "3 read(s) in flight when tracing started" in chk.describe()
+    # the same figures without the in-flight count do not add up: named, not hidden
+    bad = model.check(r, w, kernel, {0: (14, 112)})
+    assert not bad.exact and "do not add up" in bad.describe()
+    # a request issued in the trace and still in flight at its end: issued 12, kernel 11
+    r12 = model.OpStats(12 * 4 * K, 12, 0, 12)
+    end = model.check(
+        r12, w, parse_stat("11 0 88 0 0 0 0 0 0 0 0"), {0: (11, 88)}, inflight_end=(1, 0)
     )
-    assert (
-        model.check(r, w, parse_stat(f"0 0 0 0 25 0 {23 * 1024} 0 0 0 0"), flushes=1)
-        .describe()
-        .startswith("differs")
-    )
+    assert end.exact and "still in flight at its end" in end.describe()
+    # completions that differ from the kernel's counts are never exact
+    lost = model.check(r, w, kernel, {0: (13, 104)}, inflight_start=(2, 0))
+    assert not lost.exact and "read ios 13/14 (-1)" in lost.describe()
+
+
+def test_check_counts_empty_preflush_writes_the_kernel_completes() -> None:
+    # blk-mq issues only the flush request of an empty pre-flush write, but completes and
+    # accounts the write itself: 23 data writes issued, 24 write ios in diskstats
+    w = model.OpStats(23 * 512 * K, 23, 23, 0)
+    r = model.OpStats(0, 0, 0, 0)
+    kernel = parse_stat(f"0 0 0 0 24 0 {23 * 1024} 0 0 0 0")
+    done = {1: (23, 23 * 1024), model.OP_EMPTY_PREFLUSH: (1, 0)}
+    chk = model.check(r, w, kernel, done)
+    assert chk.exact and chk.empty_preflush_writes == 1
+    assert "1 empty pre-flush write(s)" in chk.describe()
+    # an extra write io without a traced empty pre-flush completion is a difference
+    assert not model.check(r, w, kernel, {1: (23, 23 * 1024)}).exact
 
 
 def test_md_array_expands_to_its_member_disks() -> None:
