@@ -872,10 +872,7 @@ def raid_group() -> None:
 
 
 def _load_layout(path: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
+    import tomllib
 
     try:
         with open(path, "rb") as fh:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes.util
 import enum
-import json
 import os
 import platform
 import re
@@ -307,8 +306,10 @@ def probe_torch(build: bool, timeout: float = 600.0) -> dict[str, Any]:
         )
     except CommandFailed as exc:
         return {"worker_error": exc.message}
-    lines = done.stdout.strip().splitlines()
-    return dict(json.loads(lines[-1])) if lines else {"worker_error": "no output"}
+    try:
+        return proc.worker_json(done)
+    except CommandFailed as exc:
+        return {"worker_error": exc.message}
 
 
 def checks_from_torch(info: dict[str, Any]) -> list[Check]:
@@ -409,6 +410,19 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
                 Status.FAIL,
                 "DeepSpeed reports async_io incompatible with this host",
                 "apt-get install libaio-dev g++",
+                train | {Family.SWEEP},
+            )
+        )
+    if aio.get("build_dir_error"):
+        # without its build directory nothing says whether the op is cached: the first run
+        # may build it (minutes), or fail to write the build
+        out.append(
+            Check(
+                "op cache",
+                Status.WARN,
+                f"cannot inspect the op build directory: {aio['build_dir_error']}",
+                "set TORCH_EXTENSIONS_DIR to a writable directory, or run "
+                "'iotune doctor --build-ops'",
                 train | {Family.SWEEP},
             )
         )

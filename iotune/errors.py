@@ -93,5 +93,31 @@ class CommandTimeout(CommandFailed):
         self.timeout = timeout
 
 
+class CannotExecute(IotuneError):
+    """The program exists but the kernel would not start it (permissions, not an executable,
+    wrong architecture): unlike ToolMissing, installing the package is not the remedy."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"cannot run {path}: {reason}",
+            hint=f"check that {path} is an executable for this machine ('ls -l {path}', 'file {path}')",
+        )
+        self.path = path
+
+
+class WorkerOutputError(CommandFailed):
+    """A worker exited without the JSON result line it owes: recorded as a failure of that
+    one point or run, never raised past the loop that started it."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: str, stderr_tail: str) -> None:
+        last_out = stdout.strip().splitlines()[-1][:200] if stdout.strip() else "nothing"
+        super().__init__(
+            argv,
+            returncode,
+            (stderr_tail.rstrip() + "\n" if stderr_tail.strip() else "")
+            + f"printed no JSON result (last line on stdout: {last_out})",
+        )
+
+
 class ProbeError(IotuneError):
     """A sysfs/procfs fact could not be read or parsed."""

@@ -6,6 +6,7 @@ argv lists only (never a shell), a timeout on every call, the exact command logg
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -16,8 +17,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from iotune.errors import CommandFailed, CommandTimeout, ToolMissing
+from iotune.errors import (
+    CannotExecute,
+    CommandFailed,
+    CommandTimeout,
+    ToolMissing,
+    WorkerOutputError,
+)
 
 log = logging.getLogger("iotune.proc")
 
@@ -109,6 +117,8 @@ def run(
         raise CommandTimeout(args, timeout, err[-STDERR_TAIL_CHARS:]) from exc
     except FileNotFoundError as exc:
         raise ToolMissing(args[0], PACKAGES.get(Path(args[0]).name)) from exc
+    except OSError as exc:  # EACCES, ENOEXEC, ...: present but not runnable
+        raise CannotExecute(args[0], exc.strerror or str(exc)) from exc
     seconds = time.monotonic() - start
     log.debug("exit %d after %.2f s: %s", proc.returncode, seconds, shlex.join(args))
     if proc.stderr:
@@ -147,5 +157,22 @@ def spawn(
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,
             start_new_session=new_session,
         )
-    except OSError as exc:
+    except FileNotFoundError as exc:
         raise ToolMissing(args[0], PACKAGES.get(Path(args[0]).name)) from exc
+    except OSError as exc:  # EACCES, ENOEXEC, ...: present but not runnable
+        raise CannotExecute(args[0], exc.strerror or str(exc)) from exc
+
+
+def worker_json(done: Completed) -> dict[str, Any]:
+    """The JSON object a worker prints as its last stdout line; a worker that died or printed
+    something else raises WorkerOutputError (a CommandFailed) instead of a parse error."""
+    lines = done.stdout.strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise WorkerOutputError(
+            done.argv, done.returncode, done.stdout, done.stderr[-STDERR_TAIL_CHARS:]
+        )
+    return value

@@ -35,7 +35,7 @@ command -v apt-get >/dev/null || die "apt-get not found: this script supports De
 
 . /etc/os-release
 release="$(uname -r)"
-pkgs=(fio mdadm xfsprogs e2fsprogs util-linux libaio-dev g++ bpfcc-tools python3-bpfcc
+pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ bpfcc-tools python3-bpfcc
       bpftool python3-venv kmod udev procps)
 if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules)
@@ -77,12 +77,21 @@ if [ "$link_headers" = yes ]; then
     # package (cloud and micro-VM kernels) can borrow the distribution's: the tracepoint
     # structs bcc uses are generated from the running kernel's tracefs format files, so
     # their layout is right; kprobes on kernel structs would not be.
-    hdr="$(ls -d /usr/src/linux-headers-*-amd64 /usr/src/linux-headers-*-generic 2>/dev/null | sort -V | tail -1)"
-    [ -n "$hdr" ] || die "no kernel headers found under /usr/src" "apt-get install linux-headers-amd64"
-    common="${hdr%-amd64}-common"
+    # A glob that matches nothing stays literal without nullglob; only one of the two
+    # flavours exists on a host (Debian: -amd64, Ubuntu: -generic), so filter by -d.
+    hdr=""
+    for d in /usr/src/linux-headers-*-amd64 /usr/src/linux-headers-*-generic; do
+        if [ -d "$d/include" ]; then hdr="$(printf '%s\n%s\n' "$hdr" "$d" | sort -V | tail -n 1)"; fi
+    done
+    [ -n "$hdr" ] || die "no kernel headers found under /usr/src" "apt-get install $generic"
+    # the flavour tree's sources: Debian's ...-common, Ubuntu's tree without the flavour
+    common=""
+    for c in "${hdr%-amd64}-common" "${hdr%-generic}"; do
+        if [ "$c" != "$hdr" ] && [ -d "$c" ]; then common="$c"; fi
+    done
     mkdir -p "/lib/modules/$release"
     ln -sfn "$hdr" "/lib/modules/$release/build"
-    [ -d "$common" ] && ln -sfn "$common" "/lib/modules/$release/source"
+    if [ -n "$common" ]; then ln -sfn "$common" "/lib/modules/$release/source"; fi
     say "linked $hdr as the headers of kernel $release (for bcc tracepoint programs)"
 fi
 

@@ -33,7 +33,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         )
     finally:
         Path(name).unlink(missing_ok=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return proc.worker_json(done)
 
 
 def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:

@@ -200,7 +200,7 @@ class Sweep:
                 timeout=s.point_timeout_s,
                 env=worker_env(),
             )
-            rec.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            rec.update(proc.worker_json(done))
             rec["status"] = "ok"
             if p.op == "read" and rec.get("page_cache_dropped") is False:
                 rec["status"], rec["error"] = (

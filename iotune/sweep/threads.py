@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -48,7 +47,7 @@ def run_thread_sweep(
                 env={**worker_env(), "OMP_NUM_THREADS": str(t)},
                 timeout=1800,
             )
-            row.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            row.update(proc.worker_json(done))
             row["status"] = "ok"
         except CommandFailed as exc:
             row["status"] = "failed"

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
+import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
 from iotune.paths import data_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 #: Llama-3.1-8B's settings that every size shares unless its table says otherwise
 LLAMA31 = {

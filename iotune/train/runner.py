@@ -102,6 +102,70 @@ def gpu_info() -> tuple[str | None, int | None]:
     return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"])
 
 
+def ops_for(cfg: dict[str, Any], accelerator: str) -> list[str]:
+    """The DeepSpeed op builders a run with this config loads at start-up, each of which is a
+    JIT build (minutes, with its own disk I/O) when its cache is cold. Pure.
+
+    deepspeed/comm/torch.py builds ShareMemCommBuilder on the cpu accelerator at
+    init_distributed; DeepSpeedCPUAdam (ops/adam/cpu_adam.py) and ZenFlow's
+    (runtime/zenflow/zenflow_utils.py) load CPUAdamBuilder; the swappers in
+    runtime/swap_tensor/ load AsyncIOBuilder for any NVMe offload."""
+    zo = cfg.get("zero_optimization", {})
+    devices = {
+        str(zo.get(k, {}).get("device", "none")) for k in ("offload_optimizer", "offload_param")
+    }
+    ops = []
+    if accelerator == "cpu":
+        ops.append("ShareMemCommBuilder")
+    if devices & {"cpu", "nvme"} or "zenflow" in zo:
+        ops.append("CPUAdamBuilder")
+    if "nvme" in devices:
+        ops.append("AsyncIOBuilder")
+    return ops
+
+
+def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
+    """Build and load the run's ops in a worker before the tracer attaches, so a first run's
+    compiler I/O is never counted as the training's. Writes ops.json; raises if one fails."""
+    if not ops:
+        return {"ops": {}}
+    sys.stderr.write(
+        f"iotune: loading DeepSpeed ops ({', '.join(ops)}) before tracing; "
+        "a first build takes minutes\n"
+    )
+    sys.stderr.flush()
+    from iotune import proc
+    from iotune.errors import CommandFailed
+
+    t0 = time.monotonic()
+    argv = [sys.executable, "-m", "iotune.workers.torch_probe", "--load-ops", ",".join(ops)]
+    try:
+        done = proc.run([*argv, "--accelerator", accelerator], timeout=3600, env=worker_env())
+        report = proc.worker_json(done)
+    except CommandFailed as exc:
+        raise IotuneError(
+            f"loading DeepSpeed's ops failed: {exc.message}",
+            hint="'iotune doctor --for train --build-ops' shows what is missing",
+        ) from exc
+    report["seconds"] = round(time.monotonic() - t0, 3)
+    (out / "ops.json").write_text(json.dumps(report, indent=2) + "\n")
+    failed = {n: e for n, e in report.get("ops", {}).items() if e.get("error")}
+    if failed:
+        name, entry = next(iter(failed.items()))
+        raise IotuneError(
+            f"DeepSpeed op {name} did not load: {entry['error'].strip().splitlines()[-1]}",
+            hint="'iotune doctor --for train --build-ops' shows what is missing",
+        )
+    took = ", ".join(
+        f"{n.removesuffix('Builder')} {e['seconds']:.1f} s"
+        for n, e in report.get("ops", {}).items()
+        if e.get("loaded")
+    )
+    sys.stderr.write(f"iotune: ops ready in {report['seconds']:.1f} s ({took})\n")
+    sys.stderr.flush()
+    return report
+
+
 def check_nvme_path(path: Path, create: bool) -> str:
     """The offload directory exists (or may be made), is on a drive, and takes O_DIRECT."""
     if not path.exists():
@@ -276,6 +340,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         ("spec.json", spec),
     ):
         (out / name).write_text(json.dumps(to_jsonable(obj), indent=2) + "\n")
+    load_ops(ops_for(prep.cfg, p.accelerator), p.accelerator, out)
     if prep.swap_dir:
         prep.swap_dir.mkdir(parents=True, exist_ok=True)
     treq = TraceRequest(

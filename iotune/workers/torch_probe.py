@@ -2,6 +2,8 @@
 
 Run as ``python -m iotune.workers.torch_probe [--build]``. With ``--build`` the async_io op
 is loaded even when that means a JIT build (minutes the first time, cached afterwards).
+``--load-ops NAME,...`` (with ``--accelerator``) loads exactly the named op builders of the
+accelerator a training run will use, building what is not cached, and reports each.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import glob
 import json
 import os
+import time
 from typing import Any
 
 
@@ -67,15 +70,49 @@ def probe(build: bool) -> dict[str, Any]:
     return out
 
 
+def load_ops(names: list[str]) -> dict[str, Any]:
+    """Load each op builder by class name the way the run will (through the accelerator's own
+    builders), building it if its cache is cold; an op the accelerator lacks or cannot build
+    is reported as such, not raised."""
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    out: dict[str, Any] = {"accelerator": acc.device_name(), "ops": {}}
+    for name in names:
+        entry: dict[str, Any] = {"loaded": False}
+        builder = acc.create_op_builder(name)
+        if builder is None:
+            entry["skipped"] = "not an op of this accelerator"
+        elif not builder.is_compatible(verbose=False):
+            entry["skipped"] = "not compatible with this host"
+        else:
+            t0 = time.monotonic()
+            try:
+                builder.load(verbose=False)
+                entry["loaded"] = True
+            except Exception as exc:  # noqa: BLE001 - reported per op, the run decides
+                entry["error"] = f"{type(exc).__name__}: {exc}"[-500:]
+            entry["seconds"] = round(time.monotonic() - t0, 3)
+        out["ops"][name] = entry
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", action="store_true")
+    parser.add_argument("--load-ops", default="")
+    parser.add_argument("--accelerator")
     args = parser.parse_args()
     # DeepSpeed and its compiler checks print on fd 1 (some through child processes), so the
     # report gets a private copy of stdout and everything else goes to stderr.
     report = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    result = probe(args.build)
+    if args.load_ops:
+        if args.accelerator:
+            os.environ.setdefault("DS_ACCELERATOR", args.accelerator)
+        result = load_ops(args.load_ops.split(","))
+    else:
+        result = probe(args.build)
     report.write(json.dumps(result) + "\n")
     report.flush()
 

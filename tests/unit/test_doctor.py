@@ -74,6 +74,21 @@ def test_torch_report_without_gpu_warns_and_aio_states() -> None:
     assert failed.status is Status.FAIL and Family.SWEEP in failed.needed_by
 
 
+def test_an_unreadable_op_build_directory_is_reported() -> None:
+    info = {
+        "torch": "2.13.0+cpu",
+        "gpus": [],
+        "deepspeed": "0.19.8",
+        "aio": {"compatible": True, "built": False, "build_dir_error": "Permission denied: '/x'"},
+    }
+    checks = {c.name: c for c in doctor.checks_from_torch(info)}
+    cache = checks["op cache"]
+    assert cache.status is Status.WARN and "Permission denied: '/x'" in cache.found
+    assert cache.fix and "TORCH_EXTENSIONS_DIR" in cache.fix
+    info["aio"] = {"compatible": True, "built": False}
+    assert "op cache" not in {c.name for c in doctor.checks_from_torch(info)}
+
+
 def test_torch_missing_fails_train_and_sweep() -> None:
     checks = doctor.checks_from_torch({"torch": None})
     assert [c.name for c in checks] == ["torch"]

@@ -1,7 +1,15 @@
+from pathlib import Path
+
 import pytest
 
 from iotune import proc
-from iotune.errors import CommandFailed, CommandTimeout, ToolMissing
+from iotune.errors import (
+    CannotExecute,
+    CommandFailed,
+    CommandTimeout,
+    ToolMissing,
+    WorkerOutputError,
+)
 
 
 def test_run_returns_output_and_exit_code() -> None:
@@ -56,3 +64,32 @@ def test_debug_log_has_the_exact_command(caplog: pytest.LogCaptureFixture) -> No
     caplog.set_level("DEBUG", logger="iotune.proc")
     proc.run(["echo", "two words"])
     assert any("'two words'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_program_that_cannot_execute_is_not_called_missing(tmp_path: Path) -> None:
+    # present but not executable (EACCES), and executable but not a program (ENOEXEC)
+    noexec = tmp_path / "tool"
+    noexec.write_text("#!/bin/sh\necho hi\n")
+    noexec.chmod(0o644)
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00\x01\x02 not an executable")
+    garbage.chmod(0o755)
+    for path, reason in ((noexec, "Permission denied"), (garbage, "Exec format error")):
+        for start in (proc.run, proc.spawn):
+            with pytest.raises(CannotExecute) as info:
+                start([str(path)])
+            assert not isinstance(info.value, ToolMissing)
+            assert info.value.message == f"cannot run {path}: {reason}"
+            assert info.value.hint and "apt-get" not in info.value.hint
+
+
+def test_worker_json_guards_against_a_worker_that_printed_no_result() -> None:
+    ok = proc.run(["printf", 'noise\n{"a": 1}\n'])
+    assert proc.worker_json(ok) == {"a": 1}
+    for out in ("", "Traceback: boom\n", "[1, 2]\n"):
+        done = proc.run(["printf", "%s", out])
+        with pytest.raises(WorkerOutputError) as info:
+            proc.worker_json(done)
+        # a CommandFailed, so every loop that records a failed point catches it
+        assert isinstance(info.value, CommandFailed)
+        assert "printed no JSON result" in info.value.stderr_tail.splitlines()[-1]

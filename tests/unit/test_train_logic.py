@@ -359,3 +359,18 @@ def test_run_refuses_bad_data_and_a_used_run_directory(tmp_path: Path) -> None:
     (used / "run.json").write_text("{}")
     code, _, err = invoke("run", "tiny_opt_ram", "--out", str(used))
     assert code == 2 and "is not empty" in err and "Traceback" not in err
+
+
+def test_ops_for_names_every_op_the_run_would_build_at_start_up() -> None:
+    from iotune.train.runner import ops_for
+
+    def ops(name: str) -> list[str]:
+        p = get_preset(name)
+        return ops_for(ds_config(p, "/mnt/x" if p.strategy.uses_nvme else None), p.accelerator)
+
+    assert ops("tiny_opt_nvme") == ["ShareMemCommBuilder", "CPUAdamBuilder", "AsyncIOBuilder"]
+    assert ops("tiny_opt_ram") == ["ShareMemCommBuilder", "CPUAdamBuilder"]
+    assert ops("opt_nvme_1b") == ["CPUAdamBuilder", "AsyncIOBuilder"]
+    assert ops("params_opt_nvme_1b") == ["CPUAdamBuilder", "AsyncIOBuilder"]
+    assert ops("opt_ram_zenflow_1b") == ["CPUAdamBuilder"]
+    assert ops("gpu_baseline_1b") == []
