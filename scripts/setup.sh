@@ -38,8 +38,9 @@ release="$(uname -r)"
 pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ bpfcc-tools python3-bpfcc
       bpftool python3-venv kmod udev procps)
 if [ "$mode" = test ]; then
-    # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules)
-    pkgs+=(qemu-system-x86 busybox-static)
+    # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules);
+    # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace
+    pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace)
     case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
 fi
 

@@ -1,5 +1,6 @@
-"""gpu tier: `iotune sweep-aio --gpu` (GPU tensor, pinned bounce buffer) and `--gds` with the
-real DeepSpeed ops on the GPU machine."""
+"""gpu tier: `iotune sweep-aio --gpu` (GPU tensor, pinned bounce buffer) with the real DeepSpeed
+async_io op on the GPU machine. `--gds` is not covered: the GPU machines have no nvidia-fs, so
+every GDS point fails there (benchmarks/results/gpu-sweep-aio-h100.txt records that)."""
 
 from __future__ import annotations
 
