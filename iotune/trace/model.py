@@ -127,8 +127,8 @@ class Check:
 
     def describe(self) -> str:
         parts = []
-        for label, d in (("read", self.read), ("write", self.write)):
-            for unit, i in (("ios", 0), ("sectors", 1)):
+        for unit, i in (("ios", 0), ("sectors", 1)):
+            for label, d in (("read", self.read), ("write", self.write)):
                 t, k = d.done[i], d.kernel[i]
                 parts.append(f"{label} {unit} {t}/{k}" + ("" if t == k else f" ({t - k:+d})"))
         notes = []
