@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune import doctor
+from iotune.cli import devices as devices_cli
 from iotune.doctor import Family, Status
 from iotune.probes.host import RecordedHost
 
@@ -58,7 +59,7 @@ def test_nonexistent_device_path() -> None:
 
 
 def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 1000)
     code, out, err = invoke("devices")
     assert code == 1
     assert out == ""
@@ -66,8 +67,8 @@ def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices", "--json")
     assert code == 0
     doc = json.loads(out)
@@ -78,8 +79,8 @@ def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices")
     assert code == 0
     assert "QEMU NVMe Ctrl" in out and "md127" not in out.split("\n\n")[0]
@@ -88,8 +89,8 @@ def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_devices_all_includes_the_md_array(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("--json", "devices", "--all")
     assert code == 0
     names = [d["name"] for d in json.loads(out)["devices"]]

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotune import cli as cli_mod
+from iotune.cli import raid as raid_cli
 from iotune.probes.host import RecordedHost
 from iotune.raid import apply as raid_apply
 from iotune.raid import host as raid_host
@@ -19,8 +20,8 @@ TOP = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def guest(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(raid_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(raid_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     monkeypatch.setattr(raid_host, "find_array", lambda host, name: None)
     monkeypatch.setattr(
         raid_host,
