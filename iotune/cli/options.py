@@ -3,7 +3,6 @@ training run (shared by `iotune run` and `iotune trace --run`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -78,32 +77,6 @@ def _preset_with(name: str, sets: tuple[str, ...], steps: int | None) -> Any:
     return apply_sets(preset, overrides)
 
 
-def _load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
-    """--aio-config: a `sweep-aio` run directory, its result.json, or a DeepSpeed config."""
-    if path is None:
-        return None, "preset"
-    p = Path(path)
-    f = p / "result.json" if p.is_dir() else p
-    try:
-        doc = json.loads(f.read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(
-            f"--aio-config {path}: no such file",
-            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--aio-config {f}: not JSON ({exc.msg})", hint="name a DeepSpeed JSON config"
-        ) from exc
-    aio = doc.get("aio") if isinstance(doc, dict) else None
-    if not isinstance(aio, dict) or not isinstance(aio.get("block_size"), int):
-        raise UsageError(
-            f'--aio-config {f} has no "aio" block with a block_size',
-            hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
-        )
-    return aio, str(f)
-
-
 def run_options(f: Any) -> Any:
     for opt in reversed(
         [
@@ -168,11 +141,12 @@ def _run_preset(
     interval: float = 1.0,
     focus: int | None = None,
 ) -> None:
+    from iotune.sweep.result import load_aio
     from iotune.train import runner as train_runner
     from iotune.train.render import print_estimate, print_run
 
     preset = _preset_with(name, sets, steps)
-    aio, aio_source = _load_aio(aio_config)
+    aio, aio_source = load_aio(aio_config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
     if data:

@@ -10,7 +10,6 @@ import click
 
 from iotune.cli.options import (
     STATE,
-    _load_aio,
     _preset_with,
     _run_preset,
     json_option,
@@ -125,12 +124,13 @@ def estimate_cmd(preset: str, sets: tuple[str, ...], aio_config: str | None) -> 
     """
     from dataclasses import asdict
 
+    from iotune.sweep.result import load_aio
     from iotune.train.estimate import estimate
     from iotune.train.presets import ds_config
     from iotune.train.render import print_estimate
 
     p = _preset_with(preset, sets, None)
-    aio, _ = _load_aio(aio_config)
+    aio, _ = load_aio(aio_config)
     cfg = ds_config(p, aio=aio)
     e = estimate(p, cfg)
     if STATE.json:
