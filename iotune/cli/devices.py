@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 from rich.table import Table
 from rich.text import Text
 
 from iotune.cli.options import STATE, json_option
-from iotune.errors import DeviceNotFound, NotRootError, UsageError
+from iotune.errors import NotRootError
 from iotune.probes.blockdev import BlockDevice, Transport, find_block_devices
 from iotune.probes.host import LiveHost
 from iotune.render import console, emit_json, human_bytes, warn
@@ -61,24 +60,6 @@ def devices_table(devs: list[BlockDevice]) -> Table:
     return table
 
 
-def _resolve_names(wanted: tuple[str, ...]) -> list[str]:
-    names = []
-    for w in wanted:
-        name = w.removeprefix("/dev/")
-        if os.path.islink(w):
-            name = os.path.basename(os.path.realpath(w))
-        if not os.path.isdir(f"/sys/block/{name}"):
-            if os.path.exists(f"/sys/class/block/{name}/partition"):
-                disk = Path(os.path.realpath(f"/sys/class/block/{name}")).parent.name
-                raise UsageError(
-                    f"{w} is a partition; iotune works on whole disks",
-                    hint=f"ask for its disk: iotune devices /dev/{disk}",
-                )
-            raise DeviceNotFound(w)
-        names.append(name)
-    return names
-
-
 @click.command("devices")
 @click.argument("device", nargs=-1)
 @click.option(
@@ -93,10 +74,11 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
     or cannot be opened with O_EXCL. Sizes are binary (GiB); MAX KB is the queue's
     max_sectors_kb (largest request the kernel will issue) with the hardware limit.
     """
-    names = _resolve_names(device)
+    host = LiveHost()
+    names = [host.disk_name(w) for w in device]
     if os.geteuid() != 0:
         raise NotRootError("iotune devices")
-    devs = find_block_devices(LiveHost())
+    devs = find_block_devices(host)
     if names:
         devs = [d for d in devs if d.name in names]
     elif not show_all:

@@ -1,25 +1,26 @@
-"""`iotune raid create|status|destroy`: plan-then-apply md RAID volumes."""
+"""`iotune raid create|status|destroy`: plan-then-apply md RAID volumes.
+
+The rules (layout files, merging them with flags, when an existing array matches, the plan,
+the md driver) live in :mod:`iotune.raid`. With --json, stdout carries exactly one document:
+the plan for --dry-run, else the outcome; a plan awaiting confirmation is shown on stderr.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.console import Console
 
-from iotune.cli.devices import _resolve_names
-from iotune.cli.options import (
-    STATE,
-    json_option,
-)
-from iotune.errors import DeviceNotFound, IotuneError, NotRootError, UsageError
-from iotune.probes.blockdev import BlockDevice, find_block_devices
+from iotune.cli.options import STATE, json_option
+from iotune.errors import IotuneError, NotRootError
 from iotune.probes.host import LiveHost
 from iotune.probes.sysfs import SysTree
-from iotune.render import console, emit_json, human_bytes
-from iotune.units import format_size
+from iotune.raid.model import ArrayInfo, Step
+from iotune.raid.request import CreateFlags, load_layout, request_from
+from iotune.render import console, emit_json, err_console, human_bytes
 
 
 @click.group("raid")
@@ -37,48 +38,17 @@ def raid_group() -> None:
     """
 
 
-def _load_layout(path: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
-
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError as exc:
-        raise UsageError(f"layout {path} does not exist", hint="see raid/*.toml") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"layout {path} is not valid TOML: {exc}", hint="see raid/*.toml") from exc
-    allowed = {"name", "level", "chunk", "fs", "mount", "persist", "all_unused", "devices", "wipe"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise UsageError(
-            f"layout {path}: unknown key(s) {', '.join(unknown)}",
-            hint=f"keys: {', '.join(sorted(allowed))}",
-        )
-    return data
-
-
-def _print_plan(plan: Any, disks: dict[str, BlockDevice]) -> None:
-    con = console()
-    req = plan.request
-    con.print(f"[bold]Plan:[/] RAID{req.level} {plan.device} over {len(plan.members)} drives")
-    for m in plan.members:
-        d = disks.get(m.removeprefix("/dev/"))
-        ident = [x for x in (d.model, d.serial, human_bytes(d.size_bytes)) if x] if d else []
-        con.print(f"  member {m} ({', '.join(ident)})")
-    chunk = "" if req.level == 1 else f", chunk {format_size(req.chunk)}"
-    con.print(
-        f"  capacity ≈ {human_bytes(plan.capacity_bytes)} ({plan.data_disks} data disk(s){chunk})"
-    )
-    if plan.alignment:
-        con.print(f"  filesystem alignment: {req.fs.value} {plan.alignment}")
-    for i, step in enumerate(plan.steps, 1):
-        con.print(f"  {i}. {step.describe()}", soft_wrap=True)
-        con.print(f"     [dim]why: {step.why}[/]")
-    for n in plan.notes:
-        con.print(f"  note: {n}")
+def _show_plan(
+    document: dict[str, Any], show: Callable[[Console], None], dry_run: bool, yes: bool
+) -> None:
+    """The plan: a table on stdout, or with --json the document of a --dry-run; with --json
+    and a confirmation to come, text on stderr, so the one document is the outcome."""
+    if not STATE.json:
+        show(console())
+    elif dry_run:
+        emit_json(document)
+    elif not yes:
+        show(err_console())
 
 
 def _confirm(yes: bool, what: str) -> None:
@@ -92,18 +62,35 @@ def _confirm(yes: bool, what: str) -> None:
         raise IotuneError("not confirmed: nothing was changed", hint="--yes applies without asking")
 
 
-def _ensure_md(level: int) -> None:
-    from iotune import proc
+def _progress(steps: Sequence[Step]) -> Callable[[int, Step], None]:
+    def show(i: int, step: Step) -> None:
+        if not STATE.json:
+            click.echo(f"[{i + 1}/{len(steps)}] {step.describe()}", err=True)
 
-    module = {0: "raid0", 1: "raid1", 5: "raid456", 6: "raid456", 10: "raid10"}[level]
-    proc.run(["modprobe", module], check=False, timeout=60)
-    personality = {5: "raid5", 6: "raid6"}.get(level, module)
-    mdstat = SysTree("/").read("/proc/mdstat") or ""
-    if f"[{personality}]" not in mdstat:
-        raise IotuneError(
-            f"the running kernel has no md {personality} driver",
-            hint="'iotune doctor --for raid' says what is missing",
-        )
+    return show
+
+
+def _flags(ctx: click.Context) -> CreateFlags:
+    """The create command's flags by layout key, noting those given on the command line."""
+    p = ctx.params
+    given = {
+        "mount" if k == "mountpoint" else k
+        for k in p
+        if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE
+    }
+    return CreateFlags(
+        devices=p["devices"],
+        all_unused=p["all_unused"],
+        level=int(p["level"]),
+        chunk=p["chunk"],
+        name=p["name"],
+        fs=p["fs"],
+        mount=p["mountpoint"],
+        persist=p["persist"],
+        wipe=p["wipe"],
+        mkfs_options=p["mkfs_opts"],
+        given=frozenset(given),
+    )
 
 
 @raid_group.command("create")
@@ -157,108 +144,34 @@ def raid_create(
     matching array changes nothing.
     """
     from iotune.raid import apply as raid_apply
-    from iotune.raid.host import array_info, find_array, host_setup, new_uuids
-    from iotune.raid.model import Fs, RaidRequest
-    from iotune.raid.plan import choose_unused, plan_create
-    from iotune.units import parse_size
+    from iotune.raid import host as raid_host
+    from iotune.raid.plan import existing_members
+    from iotune.raid.render import print_plan
 
-    ctx = click.get_current_context()
-    given = {
-        p
-        for p in ctx.params
-        if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
-    }
-    spec: dict[str, Any] = _load_layout(layout) if layout else {}
-    if "level" in given or "level" not in spec:
-        spec["level"] = int(level)
-    for key, value in (("chunk", chunk), ("name", name), ("fs", fs), ("mount", mountpoint)):
-        opt = {"mount": "mountpoint"}.get(key, key)
-        if opt in given or key not in spec:
-            spec[key] = value
-    spec["persist"] = persist or bool(spec.get("persist", False))
-    spec["wipe"] = wipe or bool(spec.get("wipe", False))
-    if devices:
-        spec["devices"], spec["all_unused"] = list(devices), False
-    elif all_unused:
-        spec["all_unused"] = True
-    try:
-        req = RaidRequest(
-            name=str(spec["name"]),
-            level=int(spec["level"]),
-            chunk=parse_size(str(spec["chunk"]), what="chunk"),
-            devices=tuple(str(d) for d in spec.get("devices", [])),
-            all_unused=bool(spec.get("all_unused", False)),
-            fs=Fs(str(spec["fs"])),
-            mount=str(spec["mount"]) if spec.get("mount") else None,
-            persist=bool(spec["persist"]),
-            wipe=bool(spec["wipe"]),
-            mkfs_options=mkfs_opts,
-        )
-    except ValueError as exc:
-        raise UsageError(f"bad layout value: {exc}", hint="see raid/*.toml") from exc
-    if not req.devices and not req.all_unused:
-        raise UsageError(
-            "name the drives, or --all-unused", hint="iotune raid create nvme0n1 nvme1n1 nvme2n1"
-        )
+    req = request_from(load_layout(layout) if layout else {}, _flags(click.get_current_context()))
     if os.geteuid() != 0:
         raise NotRootError("iotune raid create")
     host = LiveHost()
-    all_disks = find_block_devices(host)
-    by_name = {d.name: d for d in all_disks}
-    existing = find_array(host, req.name)
-    if existing:
-        info = array_info(host, existing)
-        want = sorted(_resolve_names(req.devices)) if req.devices else None
-        have = sorted(m["device"].removeprefix("/dev/") for m in info.members if m["device"])
-        same = (
-            info.level == f"raid{req.level}"
-            and (req.level == 1 or info.chunk_bytes == req.chunk)
-            and (want is None or want == have)
-        )
-        if not same:
-            raise UsageError(
-                f"an array named {req.name!r} already exists ({info.level}, members "
-                f"{', '.join(have)}) and differs from this request",
-                hint=f"pick another --name, or 'iotune raid destroy {req.name}' first",
-            )
+    outcome = raid_host.prepare_create(host, req)
+    if isinstance(outcome, ArrayInfo):
         if STATE.json:
-            emit_json({"plan": None, "exists": info, "changed": False})
+            emit_json({"plan": None, "exists": outcome, "changed": False})
         else:
             console().print(
-                f"{info.device} already exists as asked ({info.level}, {', '.join(have)}): nothing to do"
+                f"{outcome.device} already exists as asked ({outcome.level}, "
+                f"{', '.join(existing_members(outcome))}): nothing to do"
             )
         return
-    if req.all_unused:
-        chosen = choose_unused(all_disks)
-        if not chosen:
-            raise UsageError(
-                "no free NVMe drives", hint="'iotune devices' shows why each drive is in use"
-            )
-    else:
-        names = _resolve_names(req.devices)
-        missing = [n for n in names if n not in by_name]
-        if missing:
-            raise DeviceNotFound(missing[0])
-        chosen = [by_name[n] for n in names]
-    from iotune.probes.mounts import read_mounts
-
-    mounted = [m.mountpoint for m in read_mounts(host.tree)]
-    plan = plan_create(chosen, req, host_setup(), new_uuids(), mounted_paths=mounted)
-    if STATE.json and (dry_run or not yes):
-        emit_json({"plan": plan, "applied": False})
-    elif not STATE.json:
-        _print_plan(plan, by_name)
+    plan, disks = outcome.plan, outcome.disks
+    _show_plan(
+        {"plan": plan, "applied": False}, lambda con: print_plan(con, plan, disks), dry_run, yes
+    )
     if dry_run:
         return
     _confirm(yes, f"Build {plan.device}")
-    _ensure_md(req.level)
-
-    def progress(i: int, step: Any) -> None:
-        if not STATE.json:
-            click.echo(f"[{i + 1}/{len(plan.steps)}] {step.describe()}", err=True)
-
-    raid_apply.apply_create(plan, host.tree, on_step=progress)
-    info = array_info(LiveHost(), raid_apply.kernel_name(plan.device))
+    raid_apply.ensure_md(req.level, SysTree("/"))
+    raid_apply.apply_create(plan, host.tree, on_step=_progress(plan.steps))
+    info = raid_host.array_info(LiveHost(), raid_apply.kernel_name(plan.device))
     if STATE.json:
         emit_json({"plan": plan, "applied": True, "array": info})
     else:
@@ -274,58 +187,20 @@ def raid_create(
 def raid_status(name: str | None) -> None:
     """md arrays: level, chunk, members (drive model/serial), state, size, filesystem, mount
     point, and the queue limits the array passes down (max_sectors_kb, minimum/optimal I/O)."""
-    from iotune.raid.host import array_info, find_array, list_arrays
+    from iotune.raid import host as raid_host
+    from iotune.raid.render import arrays_table
 
     host = LiveHost()
     if name:
-        md = find_array(host, name)
-        if md is None:
-            raise UsageError(
-                f"no md array named {name!r}", hint="'iotune raid status' lists them all"
-            )
-        arrays = [array_info(host, md)]
+        arrays = [raid_host.array_info(host, raid_host.named_array(host, name))]
     else:
-        arrays = list_arrays(host)
+        arrays = raid_host.list_arrays(host)
     if STATE.json:
         emit_json({"arrays": arrays})
-        return
-    if not arrays:
+    elif not arrays:
         console().print("no md arrays")
-        return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in (
-        "ARRAY",
-        "LEVEL",
-        "CHUNK",
-        "STATE",
-        "SIZE",
-        "FS",
-        "MOUNT",
-        "MAX KB",
-        "MIN/OPT IO",
-        "MEMBERS",
-    ):
-        table.add_column(col)
-    for a in arrays:
-        members = "\n".join(
-            f"{m['device']} {m['model'] or ''} {m['serial'] or ''}".strip() for m in a.members
-        )
-        sync = (
-            f" ({a.sync_action} {a.sync_completed})" if a.sync_action not in (None, "idle") else ""
-        )
-        table.add_row(
-            f"{a.device} ({a.kernel_name})",
-            a.level or "-",
-            format_size(a.chunk_bytes) if a.chunk_bytes else "-",
-            (a.state or "-") + sync,
-            human_bytes(a.size_bytes),
-            a.fs or "-",
-            ", ".join(a.mountpoints) or "-",
-            str(a.max_sectors_kb),
-            f"{a.minimum_io_size}/{a.optimal_io_size}",
-            members,
-        )
-    console().print(table)
+    else:
+        console().print(arrays_table(arrays))
 
 
 @raid_group.command("destroy")
@@ -340,37 +215,22 @@ def raid_destroy(name: str, wipe_members: bool, dry_run: bool, yes: bool) -> Non
     """Plan, confirm and remove an array: unmount, drop its fstab and mdadm.conf entries,
     stop it, zero the members' superblocks. Refused while anything uses the volume."""
     from iotune.raid import apply as raid_apply
-    from iotune.raid.host import array_facts, find_array, host_setup
-    from iotune.raid.plan import plan_destroy
+    from iotune.raid import host as raid_host
+    from iotune.raid.render import print_destroy_plan
 
     if os.geteuid() != 0:
         raise NotRootError("iotune raid destroy")
-    host = LiveHost()
-    md = find_array(host, name)
-    if md is None:
-        raise UsageError(f"no md array named {name!r}", hint="'iotune raid status' lists them all")
-    setup = host_setup()
-    facts = array_facts(host, md, setup)
-    steps = plan_destroy(facts, wipe_members=wipe_members, setup=setup)
-    if STATE.json and (dry_run or not yes):
-        emit_json({"plan": steps, "applied": False})
-    elif not STATE.json:
-        con = console()
-        con.print(
-            f"[bold]Plan:[/] destroy {facts.device} ({md}, members {', '.join(facts.members)})"
-        )
-        for i, step in enumerate(steps, 1):
-            con.print(f"  {i}. {step.describe()}", soft_wrap=True)
-            con.print(f"     [dim]why: {step.why}[/]")
+    facts, steps = raid_host.prepare_destroy(LiveHost(), name, wipe_members=wipe_members)
+    _show_plan(
+        {"plan": steps, "applied": False},
+        lambda con: print_destroy_plan(con, facts, steps),
+        dry_run,
+        yes,
+    )
     if dry_run:
         return
     _confirm(yes, f"Destroy {facts.device}")
-
-    def progress(i: int, step: Any) -> None:
-        if not STATE.json:
-            click.echo(f"[{i + 1}/{len(steps)}] {step.describe()}", err=True)
-
-    raid_apply.apply_steps(steps, on_step=progress)
+    raid_apply.apply_steps(steps, on_step=_progress(steps))
     if STATE.json:
         emit_json({"plan": steps, "applied": True})
     else:
