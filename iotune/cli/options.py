@@ -1,22 +1,20 @@
-"""Shared pieces of the commands: the --json flag, option-value parsers and the options of a
-training run (shared by `iotune run` and `iotune trace --run`)."""
+"""Pieces the commands share: the --json flag and the output state it sets, option-value
+parsers, the options of a training run, and the exit status of a finished workload."""
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
 
 from iotune.errors import UsageError
-from iotune.render import console, emit_json, err_console, warn
 
 
 @dataclass
 class State:
+    """Set by the global options (and a command's own --json) before the command runs."""
+
     json: bool = False
     debug: bool = False
 
@@ -25,6 +23,8 @@ STATE = State()
 
 
 def json_option(f: Any) -> Any:
+    """--json on a command, as after `iotune`: one JSON document on stdout."""
+
     def callback(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
         if value:
             STATE.json = True
@@ -40,14 +40,15 @@ def json_option(f: Any) -> Any:
     )(f)
 
 
-def _list(text: str, parse: Any, what: str) -> tuple[Any, ...]:
+def comma_list(text: str, parse: Any, what: str) -> tuple[Any, ...]:
+    """A comma-separated option value, each item parsed, duplicates dropped, order kept."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise UsageError(f"{what}: give at least one value", hint=f"e.g. {what} 1,2,4")
     return tuple(dict.fromkeys(parse(t) for t in items))
 
 
-def _bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     low = text.lower()
     if low in ("true", "1", "yes", "on"):
         return True
@@ -56,7 +57,9 @@ def _bool(text: str) -> bool:
     raise UsageError(f"{text!r} is not true or false", hint="e.g. --single-submit false,true")
 
 
-def _posint(what: str) -> Any:
+def positive_int(what: str) -> Any:
+    """A parser of positive whole numbers for the option *what*."""
+
     def parse(text: str) -> int:
         if not text.isdigit() or int(text) <= 0:
             raise UsageError(
@@ -67,17 +70,8 @@ def _posint(what: str) -> Any:
     return parse
 
 
-def _preset_with(name: str, sets: tuple[str, ...], steps: int | None) -> Any:
-    from iotune.train.presets import apply_sets, get_preset, parse_sets
-
-    preset = get_preset(name)
-    overrides = parse_sets(sets)
-    if steps is not None:
-        overrides["steps"] = steps
-    return apply_sets(preset, overrides)
-
-
 def run_options(f: Any) -> Any:
+    """The options of a training run, shared by `iotune run` and `iotune trace --run`."""
     for opt in reversed(
         [
             click.option(
@@ -126,93 +120,11 @@ def run_options(f: Any) -> Any:
     return f
 
 
-def _run_preset(
-    name: str,
-    backend: str,
-    out: str | None,
-    nvme_path: str | None,
-    steps: int | None,
-    sets: tuple[str, ...],
-    data: str | None,
-    tokenizer: str | None,
-    aio_config: str | None,
-    force: bool,
-    keep_swap: bool,
-    interval: float = 1.0,
-    focus: int | None = None,
-) -> None:
-    from iotune.sweep.result import load_aio
-    from iotune.train import runner as train_runner
-    from iotune.train.render import print_estimate, print_run
+def interrupted_exit(signal_name: str) -> int:
+    """The exit status after SIGINT or SIGTERM stopped a run: 128 + the signal's number."""
+    return 130 if signal_name == "SIGINT" else 143
 
-    preset = _preset_with(name, sets, steps)
-    aio, aio_source = load_aio(aio_config)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
-    if data:
-        from iotune.train.data import FORMATS
 
-        if not Path(data).is_file():
-            raise UsageError(
-                f"--data {data}: no such file", hint="name a .txt, .jsonl or .parquet file"
-            )
-        if Path(data).suffix.lower() not in FORMATS:
-            raise UsageError(
-                f"--data {data}: unknown format {Path(data).suffix or '(none)'}",
-                hint="use a .txt, .jsonl or .parquet file with the text",
-            )
-    if tokenizer and not (Path(tokenizer) / "tokenizer_config.json").is_file():
-        raise UsageError(
-            f"--tokenizer {tokenizer} is not a Hugging Face tokenizer directory (no tokenizer_config.json)",
-            hint="save one with AutoTokenizer.from_pretrained(...).save_pretrained(DIR), or leave it out for byte tokens",
-        )
-    req = train_runner.RunRequest(
-        preset=preset,
-        out=out_dir,
-        backend=backend,
-        nvme_path=Path(nvme_path) if nvme_path else None,
-        aio=aio,
-        aio_source=aio_source,
-        data=Path(data) if data else None,
-        tokenizer=Path(tokenizer) if tokenizer else None,
-        force=force,
-        keep_swap=keep_swap,
-        quiet_stdout=STATE.json,
-        interval=interval,
-        focus=focus,
-        progress=not STATE.json,
-    )
-    prep = train_runner.prepare(req)
-    for note in req.notes:
-        warn(note)
-    if not STATE.json:
-        print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
-        what = (
-            f"{', '.join(prep.targets.disks)} ({backend})"
-            if prep.targets.disks
-            else "no drive (no NVMe offload)"
-        )
-        click.echo(
-            f"iotune: running {preset.name} for {preset.steps} steps, tracing {what}; results in {out_dir}",
-            err=True,
-        )
-    result = train_runner.run(req, prep)
-    if STATE.json:
-        emit_json(result)
-    else:
-        print_run(console(), result)
-    if result["interrupted"]:
-        click.echo(
-            f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "
-            f"records kept in {result['out']}",
-            err=True,
-        )
-        sys.exit(130 if result["interrupted"] == "SIGINT" else 143)
-    code = result["exit_code"]
-    if code:
-        click.echo(
-            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)",
-            err=True,
-        )
-        click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)
-        sys.exit(code if code > 0 else 128 - code)
+def workload_exit(code: int) -> int:
+    """A workload's exit status passed on; killed by signal N (-N) it is 128 + N, as in a shell."""
+    return code if code > 0 else 128 - code

@@ -51,6 +51,18 @@ def _show_plan(
         show(err_console())
 
 
+def _show_existing(info: ArrayInfo) -> None:
+    from iotune.raid.plan import existing_members
+
+    if STATE.json:
+        emit_json({"plan": None, "exists": info, "changed": False})
+    else:
+        console().print(
+            f"{info.device} already exists as asked ({info.level}, "
+            f"{', '.join(existing_members(info))}): nothing to do"
+        )
+
+
 def _confirm(yes: bool, what: str) -> None:
     if yes:
         return
@@ -145,7 +157,6 @@ def raid_create(
     """
     from iotune.raid import apply as raid_apply
     from iotune.raid import host as raid_host
-    from iotune.raid.plan import existing_members
     from iotune.raid.render import print_plan
 
     req = request_from(load_layout(layout) if layout else {}, _flags(click.get_current_context()))
@@ -154,13 +165,7 @@ def raid_create(
     host = LiveHost()
     outcome = raid_host.prepare_create(host, req)
     if isinstance(outcome, ArrayInfo):
-        if STATE.json:
-            emit_json({"plan": None, "exists": outcome, "changed": False})
-        else:
-            console().print(
-                f"{outcome.device} already exists as asked ({outcome.level}, "
-                f"{', '.join(existing_members(outcome))}): nothing to do"
-            )
+        _show_existing(outcome)
         return
     plan, disks = outcome.plan, outcome.disks
     _show_plan(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from iotune.cli.options import STATE, _bool, _list, _posint, json_option
+from iotune.cli.options import STATE, comma_list, json_option, parse_bool, positive_int
 from iotune.errors import IotuneError, NotRootError, UsageError
 from iotune.render import console, emit_json, err_console
 from iotune.units import format_size
@@ -50,12 +50,14 @@ def _new_spec(
     if not target:
         raise UsageError("--target is required", hint="iotune sweep-aio --target /mnt/offload")
     space = sp.Space(
-        block_size=_list(block_size, lambda t: parse_size(t, what="--block-size"), "--block-size"),
-        queue_depth=_list(queue_depth, _posint("--queue-depth"), "--queue-depth"),
-        threads=_list(threads, _posint("--threads"), "--threads"),
-        single_submit=_list(single_submit, _bool, "--single-submit"),
-        overlap_events=_list(overlap_events, _bool, "--overlap-events"),
-        ops=_list(ops, str, "--ops"),
+        block_size=comma_list(
+            block_size, lambda t: parse_size(t, what="--block-size"), "--block-size"
+        ),
+        queue_depth=comma_list(queue_depth, positive_int("--queue-depth"), "--queue-depth"),
+        threads=comma_list(threads, positive_int("--threads"), "--threads"),
+        single_submit=comma_list(single_submit, parse_bool, "--single-submit"),
+        overlap_events=comma_list(overlap_events, parse_bool, "--overlap-events"),
+        ops=comma_list(ops, str, "--ops"),
     )
     sp.check_ops(space.ops)
     return SweepSpec(
@@ -119,6 +121,37 @@ def _run_with_progress(sweep: Sweep) -> tuple[list[dict[str, Any]], bool]:
 def _say(message: str) -> None:
     if not STATE.json:
         click.echo(message, err=True)
+
+
+def _spec_and_dir(resume: str | None, out: str | None) -> tuple[SweepSpec, Path]:
+    """The spec and run directory of the sweep to continue (--resume) or to start."""
+    from iotune.sweep.runner import load_spec
+
+    if resume:
+        return load_spec(resume), Path(resume)
+    spec = _new_spec(**click.get_current_context().params)
+    return spec, Path(out) if out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
+    """Refuse what cannot run here, load the async_io op once, and pick up earlier points."""
+    from iotune.sweep.runner import Sweep, check_gpu, check_target, load_aio_op
+
+    if os.geteuid() != 0:
+        raise NotRootError("iotune sweep-aio (drops the page cache between read points)")
+    check_target(Path(spec.target), spec.io_size, spec.space.threads, spec.space.block_size)
+    check_gpu(spec)
+    _say("iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)")
+    load_aio_op()
+    sweep = Sweep(spec, run_dir.resolve())
+    sweep.load()
+    if sweep.records:
+        _say(f"iotune: resuming {run_dir}: {len(sweep.records)} point(s) already measured")
+    _say(
+        f"iotune: {spec.strategy} sweep of {spec.space.size()} configurations x ops on {spec.target}; "
+        f"records in {run_dir}"
+    )
+    return sweep
 
 
 @click.command("sweep-aio")
@@ -200,28 +233,9 @@ def sweep_aio(
     """
     from iotune.sweep.render import print_result
     from iotune.sweep.result import finish
-    from iotune.sweep.runner import Sweep, check_gpu, check_target, load_aio_op, load_spec
 
-    if resume:
-        run_dir = Path(resume)
-        spec = load_spec(resume)
-    else:
-        spec = _new_spec(**click.get_current_context().params)
-        run_dir = Path(out) if out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    if os.geteuid() != 0:
-        raise NotRootError("iotune sweep-aio (drops the page cache between read points)")
-    check_target(Path(spec.target), spec.io_size, spec.space.threads, spec.space.block_size)
-    check_gpu(spec)
-    _say("iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)")
-    load_aio_op()
-    sweep = Sweep(spec, run_dir.resolve())
-    sweep.load()
-    if sweep.records:
-        _say(f"iotune: resuming {run_dir}: {len(sweep.records)} point(s) already measured")
-    _say(
-        f"iotune: {spec.strategy} sweep of {spec.space.size()} configurations x ops on {spec.target}; "
-        f"records in {run_dir}"
-    )
+    spec, run_dir = _spec_and_dir(resume, out)
+    sweep = _open(spec, run_dir)
     records, interrupted = _run_with_progress(sweep)
     result = finish(sweep, run_dir, records, interrupted=interrupted, write_config=write_config)
     if STATE.json:
@@ -266,7 +280,7 @@ def sweep_threads(params: str, threads: str, repeats: int) -> None:
     from iotune.sweep.threads import best_row, check_memory, failure, parse_params, run_thread_sweep
 
     n = parse_params(params)
-    counts = _list(threads, _posint("--threads"), "--threads")
+    counts = comma_list(threads, positive_int("--threads"), "--threads")
     check_memory(n, params, doctor.meminfo(SysTree("/")).get("MemAvailable", 0))
     rows = run_thread_sweep(
         n,

@@ -1,55 +1,129 @@
-"""`iotune trace`: per-request size accounting per drive, during a command or a training run."""
+"""`iotune trace`: per-request size accounting per drive, during a command or a training run.
+
+Which drives (named, behind a path, or every NVMe drive) and which backend (bcc or
+diskstats) are decided in :mod:`iotune.trace`; this module checks the option combinations,
+runs the tracer and renders.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from iotune import doctor
-from iotune.cli.options import (
-    STATE,
-    _run_preset,
-    json_option,
-    run_options,
-)
-from iotune.errors import IotuneError, NotRootError, UsageError
+from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
+from iotune.cli.train import run_preset
+from iotune.errors import UsageError
 from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json, warn
 
+if TYPE_CHECKING:
+    from iotune.trace.runner import TraceRequest
 
-def _pick_backend(backend: str) -> str:
-    if backend != "auto":
-        if backend == "bcc" and os.geteuid() != 0:
-            raise NotRootError("iotune trace --backend bcc")
-        if backend == "bcc":
-            tp = doctor.check_block_tracepoint(SysTree("/"))
-            if tp.status is doctor.Status.FAIL:
-                raise IotuneError(
-                    f"cannot trace with bcc: {tp.found}", hint=tp.fix or "use --backend diskstats"
-                )
-        return backend
-    tree = SysTree("/")
-    problems = []
-    if os.geteuid() != 0:
-        problems.append("not root")
-    if doctor.tracefs_dir(tree) is None:
-        problems.append("tracefs not mounted")
-    if doctor.check_bcc().status is doctor.Status.FAIL:
-        problems.append("bcc not importable")
-    tp = doctor.check_block_tracepoint(tree)
-    if tp.status is doctor.Status.FAIL and doctor.tracefs_dir(tree) is not None:
-        problems.append(tp.found)  # e.g. a kernel whose block_rq_issue lacks the bytes field
-    if problems:
-        warn(
-            f"using the diskstats backend ({', '.join(problems)}): totals per drive only, "
-            "no request sizes, no focus/other split; 'iotune doctor --for trace' says what to fix"
+
+def _backend(requested: str) -> str:
+    from iotune.trace.backend import choose_backend
+
+    choice = choose_backend(requested, SysTree("/"), is_root=os.geteuid() == 0)
+    if choice.warning:
+        warn(choice.warning)
+    return choice.backend
+
+
+def _positive_interval(interval: float) -> None:
+    if interval <= 0:
+        raise UsageError(f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1")
+
+
+def _trace_run(
+    preset: str, workload_given: bool, focus_size: str, interval: float, backend: str, **kw: Any
+) -> None:
+    """--run PRESET: the drives behind the preset's offload directory, during its training."""
+    from iotune.units import parse_size
+
+    if workload_given:
+        raise UsageError(
+            "--run traces the drives behind the preset's offload directory: drop --duration, "
+            "--devices, --target and the command",
+            hint="iotune trace --run tiny_opt_nvme --nvme-path /var/tmp/offload",
         )
-        return "diskstats"
-    return "bcc"
+    ctx = click.get_current_context()
+    focus_given = ctx.get_parameter_source("focus_size") == click.core.ParameterSource.COMMANDLINE
+    _positive_interval(interval)
+    run_preset(
+        preset,
+        _backend(backend),
+        interval=interval,
+        focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
+        **kw,
+    )
+
+
+def _workload_focus(
+    run_kw: dict[str, Any],
+    focus_size: str,
+    interval: float,
+    duration: float | None,
+    command: tuple[str, ...],
+) -> int:
+    """Without --run: no training options, sane numbers, exactly one of --duration and a
+    command. Returns the focus size in bytes."""
+    from iotune.units import parse_size
+
+    given = [k for k, v in run_kw.items() if v not in (None, False, ())]
+    if given:
+        raise UsageError(
+            f"--{given[0].replace('_', '-')} belongs to --run PRESET",
+            hint="iotune trace --run tiny_opt_nvme --steps 3",
+        )
+    focus = parse_size(focus_size, what="--focus-size")
+    _positive_interval(interval)
+    if duration is not None and duration <= 0:
+        raise UsageError(
+            f"--duration must be positive, got {duration:g}", hint="e.g. --duration 30"
+        )
+    if bool(command) == (duration is not None):
+        raise UsageError(
+            "say what to trace: --duration S, or a command after --",
+            hint="iotune trace --devices nvme0n1 -- fio job.fio",
+        )
+    return focus
+
+
+def _request(
+    device_list: str | None,
+    target: str | None,
+    backend: str,
+    focus: int,
+    interval: float,
+    out: str | None,
+    duration: float | None,
+    command: tuple[str, ...],
+) -> TraceRequest:
+    """The drives and the backend, as a tracer's request; says on stderr what is traced."""
+    from iotune.trace.runner import TraceRequest
+    from iotune.trace.targets import select
+
+    targets = select(SysTree("/"), device_list, target)
+    chosen = _backend(backend)
+    out_dir = Path(out) if out else Path("results") / f"trace-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not STATE.json:
+        what = " ".join(command) if command else f"{duration:g} s"
+        click.echo(f"iotune: tracing {', '.join(targets.disks)} ({chosen}) during {what}", err=True)
+    return TraceRequest(
+        targets=targets,
+        backend=chosen,
+        focus=focus,
+        interval=interval,
+        out=out_dir.resolve(),
+        duration=duration,
+        command=list(command) or None,
+        quiet_stdout=STATE.json,
+    )
 
 
 @click.command(
@@ -130,90 +204,15 @@ def trace_cmd(
     (/sys/block/DEV/stat). md arrays issue their requests on their members: each member is
     reported and the array is their sum. The exit code is COMMAND's.
     """
-    from pathlib import Path as _P
-
-    from iotune.trace.render import print_details, print_steps, summary_table
-    from iotune.trace.runner import Tracer, TraceRequest
-    from iotune.trace.targets import Targets, resolve_devices, resolve_path
-    from iotune.units import parse_size
+    from iotune.trace.render import print_trace
+    from iotune.trace.runner import Tracer
 
     if run_preset:
-        if command or duration is not None or device_list or target:
-            raise UsageError(
-                "--run traces the drives behind the preset's offload directory: drop --duration, "
-                "--devices, --target and the command",
-                hint="iotune trace --run tiny_opt_nvme --nvme-path /var/tmp/offload",
-            )
-        ctx = click.get_current_context()
-        focus_given = (
-            ctx.get_parameter_source("focus_size") == click.core.ParameterSource.COMMANDLINE
-        )
-        if interval <= 0:
-            raise UsageError(
-                f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1"
-            )
-        _run_preset(
-            run_preset,
-            _pick_backend(backend),
-            out,
-            interval=interval,
-            focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
-            **run_kw,
-        )
+        workload = bool(command) or duration is not None or bool(device_list or target)
+        _trace_run(run_preset, workload, focus_size, interval, backend, out=out, **run_kw)
         return
-    given = [k for k, v in run_kw.items() if v not in (None, False, ())]
-    if given:
-        raise UsageError(
-            f"--{given[0].replace('_', '-')} belongs to --run PRESET",
-            hint="iotune trace --run tiny_opt_nvme --steps 3",
-        )
-    focus = parse_size(focus_size, what="--focus-size")
-    if interval <= 0:
-        raise UsageError(f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1")
-    if duration is not None and duration <= 0:
-        raise UsageError(
-            f"--duration must be positive, got {duration:g}", hint="e.g. --duration 30"
-        )
-    if bool(command) == (duration is not None):
-        raise UsageError(
-            "say what to trace: --duration S, or a command after --",
-            hint="iotune trace --devices nvme0n1 -- fio job.fio",
-        )
-    tree = SysTree("/")
-    targets = Targets(disks=())
-    if device_list:
-        targets = resolve_devices(tree, device_list.split(","))
-    if target:
-        t = resolve_path(tree, target)
-        targets = Targets(
-            disks=tuple(dict.fromkeys([*targets.disks, *t.disks])),
-            arrays=targets.arrays + t.arrays,
-            stacked=tuple(dict.fromkeys([*targets.stacked, *t.stacked])),
-        )
-    if not targets.disks:
-        nvme = [d for d in tree.listdir("/sys/block") if d.startswith("nvme")]
-        if not nvme:
-            raise UsageError(
-                "no drives to trace: this host has no NVMe drives",
-                hint="name drives with --devices loop0,vda or a path with --target",
-            )
-        targets = resolve_devices(tree, nvme)
-    chosen = _pick_backend(backend)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = _P(out) if out else _P("results") / f"trace-{stamp}"
-    req = TraceRequest(
-        targets=targets,
-        backend=chosen,
-        focus=focus,
-        interval=interval,
-        out=out_dir.resolve(),
-        duration=duration,
-        command=list(command) or None,
-        quiet_stdout=STATE.json,
-    )
-    if not STATE.json:
-        what = " ".join(command) if command else f"{duration:g} s"
-        click.echo(f"iotune: tracing {', '.join(targets.disks)} ({chosen}) during {what}", err=True)
+    focus = _workload_focus(run_kw, focus_size, interval, duration, command)
+    req = _request(device_list, target, backend, focus, interval, out, duration, command)
     try:
         result = Tracer(req).run()
     except KeyboardInterrupt:
@@ -222,20 +221,12 @@ def trace_cmd(
     if STATE.json:
         emit_json(result)
     else:
-        con = console()
-        con.print(summary_table(result))
-        con.print()
-        print_details(con, result)
-        print_steps(con, result)
-        if result["dropped"]["sizes"] or result["dropped"]["hist"]:
-            warn(f"BPF maps were full: {result['dropped']} requests not counted")
-        con.print(f"results: {result['out']}")
+        print_trace(console(), result)
     if result["interrupted"]:
         click.echo(
             f"iotune: interrupted ({result['interrupted']}); partial results in {result['out']}",
             err=True,
         )
-        sys.exit(130 if result["interrupted"] == "SIGINT" else 143)
-    code = result["exit_code"]
-    if code:
-        sys.exit(code if code > 0 else 128 - code)
+        sys.exit(interrupted_exit(result["interrupted"]))
+    if result["exit_code"]:
+        sys.exit(workload_exit(result["exit_code"]))

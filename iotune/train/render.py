@@ -23,6 +23,26 @@ def _b(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
 
+def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
+    """`iotune presets list --json`: one object per preset with its estimated needs."""
+    return [
+        {
+            "name": p.name,
+            "size": p.size,
+            "strategy": p.strategy.name,
+            "params": e.params,
+            "geometry": p.geometry.llama_config(),
+            "ga": p.ga,
+            "seq_len": p.seq_len,
+            "accelerator": p.accelerator,
+            "nvme_bytes": e.nvme_bytes,
+            "gpu_bytes": e.gpu_bytes,
+            "host_bytes": e.host_bytes,
+        }
+        for p, e in rows
+    ]
+
+
 def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in (
