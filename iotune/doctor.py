@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, IotuneError
+from iotune.errors import CommandFailed, IotuneError, last_line
 from iotune.paths import bpf_source
+from iotune.probes.meminfo import meminfo
 from iotune.probes.sysfs import SysTree
+from iotune.units import GIB
 from iotune.workers import worker_env
 
 
@@ -214,7 +216,7 @@ def check_bpf_load(tree: SysTree) -> Check:
         finally:
             prog.cleanup()
     except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception on compile or load errors
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        last = last_line(str(exc)) or type(exc).__name__
         return Check(
             "BPF load",
             Status.FAIL,
@@ -342,7 +344,7 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
     )
     gpus = info.get("gpus") or []
     if gpus:
-        desc = "; ".join(f"{g['name']} ({g['memory_bytes'] / 2**30:.1f} GiB)" for g in gpus)
+        desc = "; ".join(f"{g['name']} ({g['memory_bytes'] / GIB:.1f} GiB)" for g in gpus)
         out.append(Check("GPU", Status.PASS, f"CUDA {info.get('cuda')}: {desc}"))
     else:
         out.append(
@@ -415,21 +417,11 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
     return out
 
 
-def meminfo(tree: SysTree) -> dict[str, int]:
-    out = {}
-    for line in (tree.read_raw("/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
-
-
 def check_memory(tree: SysTree) -> Check:
     avail = meminfo(tree).get("MemAvailable")
     if avail is None:
         return Check("free RAM", Status.WARN, "MemAvailable not found in /proc/meminfo")
-    gib = avail / 2**30
+    gib = avail / GIB
     if gib < 8:
         return Check(
             "free RAM",

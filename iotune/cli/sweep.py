@@ -18,7 +18,7 @@ import click
 from iotune.cli.options import STATE, comma_list, json_option, parse_bool, positive_int
 from iotune.errors import IotuneError, NotRootError, UsageError
 from iotune.render import console, emit_json, err_console
-from iotune.units import format_size
+from iotune.units import GIB, format_size
 
 if TYPE_CHECKING:
     from iotune.sweep.runner import Sweep, SweepSpec
@@ -100,7 +100,7 @@ def _run_with_progress(sweep: Sweep) -> tuple[list[dict[str, Any]], bool]:
 
         def on_point(rec: dict[str, Any], n: int, total: int) -> None:
             bw = (
-                f"{rec['bw_bytes_s'] / 2**30:.2f} GiB/s"
+                f"{rec['bw_bytes_s'] / GIB:.2f} GiB/s"
                 if rec.get("status") == "ok"
                 else rec.get("status")
             )
@@ -274,14 +274,14 @@ def sweep_threads(params: str, threads: str, repeats: int) -> None:
     (OMP_NUM_THREADS is read when the op loads) with the real DeepSpeedCPUAdam on PARAMS
     fp32 parameters: a warm-up step, then the median of REPEATS timed steps.
     """
-    from iotune import doctor
+    from iotune.probes.meminfo import mem_available
     from iotune.probes.sysfs import SysTree
     from iotune.sweep.render import threads_table
     from iotune.sweep.threads import best_row, check_memory, failure, parse_params, run_thread_sweep
 
     n = parse_params(params)
     counts = comma_list(threads, positive_int("--threads"), "--threads")
-    check_memory(n, params, doctor.meminfo(SysTree("/")).get("MemAvailable", 0))
+    check_memory(n, params, mem_available(SysTree("/")))
     rows = run_thread_sweep(
         n,
         counts,

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from iotune.units import format_size
+from iotune.units import GIB, format_size
 
 #: columns a sweep's records may lack (no point succeeded, or no fio ceiling)
 _NUMERIC = ("pct_of_fio", "bw_bytes_s", "bw_min", "bw_max", "block_interval_us", "cpu_cores")
@@ -45,8 +45,8 @@ def sweep_table(df: Any) -> Table:
             str(bool(r["single_submit"])).lower(),
             str(bool(r["overlap_events"])).lower(),
             r["phase"],
-            f"{r['bw_bytes_s'] / 2**30:.2f}" if ok else "-",
-            f"{r['bw_min'] / 2**30:.2f}-{r['bw_max'] / 2**30:.2f}" if ok else "-",
+            f"{r['bw_bytes_s'] / GIB:.2f}" if ok else "-",
+            f"{r['bw_min'] / GIB:.2f}-{r['bw_max'] / GIB:.2f}" if ok else "-",
             f"{r['pct_of_fio']:.0f}%"
             if ok and r.get("pct_of_fio") == r.get("pct_of_fio") and r.get("pct_of_fio") is not None
             else "-",
@@ -78,7 +78,7 @@ def print_result(
     for op, r in result["best"].items():
         pct = f", {r['pct_of_fio']:.0f}% of fio" if r.get("pct_of_fio") else ""
         con.print(
-            f"best {op}: {r['bw_bytes_s'] / 2**30:.2f} GiB/s ({r['bw_bytes_s'] / 1e9:.2f} GB/s{pct}) with "
+            f"best {op}: {r['bw_bytes_s'] / GIB:.2f} GiB/s ({r['bw_bytes_s'] / 1e9:.2f} GB/s{pct}) with "
             f"block {format_size(r['block_size'])}, queue depth {r['queue_depth']}, {r['threads']} thread(s), "
             f"single_submit {str(r['single_submit']).lower()}, overlap_events {str(r['overlap_events']).lower()}"
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune import doctor, proc
-from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError
+from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError, last_line
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
 from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
@@ -248,12 +248,8 @@ class Sweep:
         except CommandTimeout:
             rec["status"], rec["error"] = "timeout", f"no result within {s.point_timeout_s:g} s"
         except CommandFailed as exc:
-            rec["status"], rec["error"] = (
-                "failed",
-                exc.stderr_tail.strip().splitlines()[-1]
-                if exc.stderr_tail.strip()
-                else f"exit {exc.returncode}",
-            )
+            rec["status"] = "failed"
+            rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
         finally:
             clean_leftovers(Path(s.target))
         rec["wall_s"] = round(time.monotonic() - t0, 3)

@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, IotuneError, UsageError
+from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
+from iotune.units import GIB
 from iotune.workers import worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
@@ -54,11 +55,7 @@ def run_thread_sweep(
             row["status"] = "ok"
         except CommandFailed as exc:
             row["status"] = "failed"
-            row["error"] = (
-                exc.stderr_tail.strip().splitlines()[-1]
-                if exc.stderr_tail.strip()
-                else str(exc.returncode)
-            )
+            row["error"] = last_line(exc.stderr_tail) or str(exc.returncode)
         rows.append(row)
         if on_row:
             on_row(row)
@@ -70,8 +67,8 @@ def check_memory(n: int, params: str, available: int) -> None:
     need = n * BYTES_PER_PARAM
     if need > available * 0.8:
         raise UsageError(
-            f"{params} parameters need {need / 2**30:.1f} GiB of RAM ({BYTES_PER_PARAM} bytes each), "
-            f"{available / 2**30:.1f} GiB is available",
+            f"{params} parameters need {need / GIB:.1f} GiB of RAM ({BYTES_PER_PARAM} bytes each), "
+            f"{available / GIB:.1f} GiB is available",
             hint="pass a smaller --params, e.g. --params 500M",
         )
 

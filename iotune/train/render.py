@@ -9,9 +9,7 @@ from rich.table import Table
 
 from iotune.train.estimate import Estimate, per_n
 from iotune.train.presets import Preset
-from iotune.units import format_size, gb
-
-GIB = 1 << 30
+from iotune.units import GIB, format_size, gb
 
 
 def _gib(n: int | None) -> str:

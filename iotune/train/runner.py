@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
 from iotune.train.presets import Preset, ds_config
-from iotune.units import gb
+from iotune.units import GIB, gb
 from iotune.workers import worker_env
 
-GIB = 1 << 30
 SWAP_PREFIX = "iotune-swap-"
 
 
@@ -82,14 +82,6 @@ def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shor
 
 
 # --------------------------------------------------------------------------- host facts
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def gpu_info() -> tuple[str | None, int | None]:

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any
 
+from iotune.workers import private_stdout
+
 
 def probe(build: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"torch": None, "cuda": None, "gpus": [], "deepspeed": None, "aio": None}
@@ -71,10 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", action="store_true")
     args = parser.parse_args()
-    # DeepSpeed and its compiler checks print on fd 1 (some through child processes), so the
-    # report gets a private copy of stdout and everything else goes to stderr.
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    report = private_stdout()
     result = probe(args.build)
     report.write(json.dumps(result) + "\n")
     report.flush()

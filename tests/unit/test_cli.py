@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from iotune import cli as cli_mod
 from iotune import doctor
 from iotune.cli import devices as devices_cli
+from iotune.cli.options import interrupted_exit, workload_exit
 from iotune.doctor import Family, Status
 from iotune.probes.host import RecordedHost
 
@@ -132,3 +133,8 @@ def test_doctor_json(monkeypatch: pytest.MonkeyPatch) -> None:
         "fix": "boot another kernel",
         "needed_by": ["raid"],
     }
+
+
+def test_exit_status_of_a_workload() -> None:
+    assert (interrupted_exit("SIGINT"), interrupted_exit("SIGTERM")) == (130, 143)
+    assert (workload_exit(3), workload_exit(-9), workload_exit(-15)) == (3, 137, 143)

@@ -1,7 +1,10 @@
+import subprocess
+import sys
+
 import pytest
 
 from iotune import proc
-from iotune.errors import CommandFailed, CommandTimeout, ToolMissing
+from iotune.errors import CommandFailed, CommandTimeout, ToolMissing, last_line
 
 
 def test_run_returns_output_and_exit_code() -> None:
@@ -56,3 +59,25 @@ def test_debug_log_has_the_exact_command(caplog: pytest.LogCaptureFixture) -> No
     caplog.set_level("DEBUG", logger="iotune.proc")
     proc.run(["echo", "two words"])
     assert any("'two words'" in r.getMessage() for r in caplog.records)
+
+
+def test_last_line_of_error_output() -> None:
+    assert last_line("warning: x\nerror: disk full  \n\n") == "error: disk full"
+    assert last_line("  \n") is None
+    exc = CommandFailed(["mdadm", "--stop", "/dev/md0"], 1, "")
+    assert exc.message == "mdadm --stop /dev/md0 failed with exit code 1: no output"
+
+
+def test_a_workers_report_keeps_stdout_and_the_rest_goes_to_stderr() -> None:
+    code = (
+        "import subprocess\n"
+        "from iotune.workers import private_stdout\n"
+        "report = private_stdout()\n"
+        "print('chatter', flush=True)\n"
+        "subprocess.run(['echo', 'from-a-child'], check=True)\n"
+        "report.write('{}\\n')\n"
+        "report.flush()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout == "{}\n"
+    assert p.stderr.split() == ["chatter", "from-a-child"]
