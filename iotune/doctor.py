@@ -69,7 +69,7 @@ def check_root() -> Check:
     )
 
 
-def check_kernel(tree: SysTree) -> Check:
+def check_kernel() -> Check:
     release = platform.release()
     m = re.match(r"(\d+)\.(\d+)", release)
     version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
@@ -451,7 +451,7 @@ def run_checks(
 ) -> list[Check]:
     checks: list[Check] = [
         check_root(),
-        check_kernel(tree),
+        check_kernel(),
         check_btf(tree),
         check_tracefs(tree),
         check_block_tracepoint(tree),
