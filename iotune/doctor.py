@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, IotuneError, last_line
+from iotune.errors import CommandFailed, IotuneError, NotRootError, last_line
 from iotune.paths import bpf_source
 from iotune.probes.meminfo import meminfo
 from iotune.probes.sysfs import SysTree
@@ -474,6 +474,20 @@ def run_checks(
 def ready(checks: list[Check], family: Family) -> list[Check]:
     """The failed checks that *family* needs (empty: ready)."""
     return [c for c in checks if c.status is Status.FAIL and family in c.needed_by]
+
+
+def missing(checks: list[Check]) -> dict[str, list[str]]:
+    """For every family, the names of the failed checks it needs (an empty list: ready)."""
+    return {f.value: [c.name for c in ready(checks, f)] for f in Family}
+
+
+def apply_fixes(tree: SysTree) -> list[str]:
+    """--fix: the safe fixes this host needs (mount tracefs), as the commands applied."""
+    if tracefs_dir(tree) is not None:
+        return []
+    if os.geteuid() != 0:
+        raise NotRootError("iotune doctor --fix")
+    return [" ".join(fix_tracefs())]
 
 
 def fix_tracefs() -> list[str]:

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 from rich.table import Table
 from rich.text import Text
 
 from iotune import doctor
 from iotune.cli.options import STATE, json_option
-from iotune.errors import IotuneError, NotRootError
+from iotune.errors import IotuneError
 from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json
 
 STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+
+def _checks_table(checks: list[doctor.Check]) -> Table:
+    """One row per check: its status and what was found, with the fix under a failure."""
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    table.add_column("CHECK")
+    table.add_column("STATUS")
+    table.add_column("FOUND / FIX", overflow="fold")
+    for c in checks:
+        text = Text(c.found)
+        if c.fix and c.status is not doctor.Status.PASS:
+            text.append(f"\n  fix: {c.fix}", style="cyan")
+        table.add_row(c.name, Text(c.status.value, style=STATUS_STYLE[c.status.value]), text)
+    return table
 
 
 @click.command("doctor")
@@ -39,13 +51,9 @@ def doctor_cmd(family: str | None, fix: bool, build_ops: bool) -> None:
     the exit code is 1 when something that family needs failed.
     """
     tree = SysTree("/")
-    applied: list[str] = []
-    if fix and doctor.tracefs_dir(tree) is None:
-        if os.geteuid() != 0:
-            raise NotRootError("iotune doctor --fix")
-        applied.append(" ".join(doctor.fix_tracefs()))
+    applied = doctor.apply_fixes(tree) if fix else []
     checks = doctor.run_checks(tree, build_ops=build_ops)
-    readiness = {f.value: [c.name for c in doctor.ready(checks, f)] for f in doctor.Family}
+    readiness = doctor.missing(checks)
     if STATE.json:
         emit_json(
             {
@@ -59,16 +67,7 @@ def doctor_cmd(family: str | None, fix: bool, build_ops: bool) -> None:
         con = console()
         for line in applied:
             con.print(f"applied: {line}")
-        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        table.add_column("CHECK")
-        table.add_column("STATUS")
-        table.add_column("FOUND / FIX", overflow="fold")
-        for c in checks:
-            text = Text(c.found)
-            if c.fix and c.status is not doctor.Status.PASS:
-                text.append(f"\n  fix: {c.fix}", style="cyan")
-            table.add_row(c.name, Text(c.status.value, style=STATUS_STYLE[c.status.value]), text)
-        con.print(table)
+        con.print(_checks_table(checks))
         con.print()
         for fam, missing in readiness.items():
             if missing:

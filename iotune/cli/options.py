@@ -3,8 +3,9 @@ parsers, the options of a training run, and the exit status of a finished worklo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -20,6 +21,8 @@ class State:
 
 
 STATE = State()
+
+T = TypeVar("T")
 
 
 def json_option(f: Any) -> Any:
@@ -40,7 +43,7 @@ def json_option(f: Any) -> Any:
     )(f)
 
 
-def comma_list(text: str, parse: Any, what: str) -> tuple[Any, ...]:
+def comma_list(text: str, parse: Callable[[str], T], what: str) -> tuple[T, ...]:
     """A comma-separated option value, each item parsed, duplicates dropped, order kept."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -49,6 +52,7 @@ def comma_list(text: str, parse: Any, what: str) -> tuple[Any, ...]:
 
 
 def parse_bool(text: str) -> bool:
+    """true/false, 1/0, yes/no, on/off."""
     low = text.lower()
     if low in ("true", "1", "yes", "on"):
         return True
@@ -57,7 +61,7 @@ def parse_bool(text: str) -> bool:
     raise UsageError(f"{text!r} is not true or false", hint="e.g. --single-submit false,true")
 
 
-def positive_int(what: str) -> Any:
+def positive_int(what: str) -> Callable[[str], int]:
     """A parser of positive whole numbers for the option *what*."""
 
     def parse(text: str) -> int:
