@@ -17,8 +17,7 @@ import click
 
 from iotune.cli.options import STATE, comma_list, json_option, parse_bool, positive_int
 from iotune.errors import IotuneError, NotRootError, UsageError
-from iotune.render import console, emit_json, err_console
-from iotune.units import GIB, format_size
+from iotune.render import console, emit_json
 
 if TYPE_CHECKING:
     from iotune.sweep.runner import Sweep, SweepSpec
@@ -72,50 +71,6 @@ def _new_spec(
         budget_s=budget_minutes * 60 if budget_minutes else None,
         point_timeout_s=point_timeout,
     )
-
-
-def _run_with_progress(sweep: Sweep) -> tuple[list[dict[str, Any]], bool]:
-    """Run the sweep under a progress bar on stderr; Ctrl-C keeps the finished points."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        transient=True,
-        console=err_console(),
-        disable=STATE.json,
-    )
-    with progress:
-        task = progress.add_task("sweep", total=sweep.expected(), completed=len(sweep.records))
-
-        def on_point(rec: dict[str, Any], n: int, total: int) -> None:
-            bw = (
-                f"{rec['bw_bytes_s'] / GIB:.2f} GiB/s"
-                if rec.get("status") == "ok"
-                else rec.get("status")
-            )
-            progress.update(
-                task,
-                completed=n,
-                total=max(total, n),
-                description=f"{rec['op']} {format_size(rec['block_size'])} qd{rec['queue_depth']} t{rec['threads']}: {bw}",
-            )
-
-        sweep.on_point = on_point
-        try:
-            return sweep.run(), False
-        except KeyboardInterrupt:
-            return list(sweep.records.values()), True
 
 
 def _say(message: str) -> None:
@@ -231,12 +186,12 @@ def sweep_aio(
     iotune sweep-aio --target /mnt/offload --block-size 512K,1M --queue-depth 8,32 --threads 1,4 --strategy grid
     iotune sweep-aio --resume results/sweep-20260101-120000 --write-config ds_config.json
     """
-    from iotune.sweep.render import print_result
+    from iotune.sweep.render import print_result, run_with_progress
     from iotune.sweep.result import finish
 
     spec, run_dir = _spec_and_dir(resume, out)
     sweep = _open(spec, run_dir)
-    records, interrupted = _run_with_progress(sweep)
+    records, interrupted = run_with_progress(sweep, quiet=STATE.json)
     result = finish(sweep, run_dir, records, interrupted=interrupted, write_config=write_config)
     if STATE.json:
         emit_json(result)

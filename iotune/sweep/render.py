@@ -1,19 +1,68 @@
-"""Screen rendering for the sweeps: every point's row, the picks, the thread sweep's table."""
+"""Screen rendering for the sweeps: progress while points run, every point's row, the picks,
+the thread sweep's table."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from iotune.render import err_console
 from iotune.units import GIB, format_size
+
+if TYPE_CHECKING:
+    from iotune.sweep.runner import Sweep
 
 #: columns a sweep's records may lack (no point succeeded, or no fio ceiling)
 _NUMERIC = ("pct_of_fio", "bw_bytes_s", "bw_min", "bw_max", "block_interval_us", "cpu_cores")
+
+
+def run_with_progress(sweep: Sweep, *, quiet: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Run the sweep under a progress bar on stderr; Ctrl-C keeps the finished points."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=err_console(),
+        disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("sweep", total=sweep.expected(), completed=len(sweep.records))
+
+        def on_point(rec: dict[str, Any], n: int, total: int) -> None:
+            bw = (
+                f"{rec['bw_bytes_s'] / GIB:.2f} GiB/s"
+                if rec.get("status") == "ok"
+                else rec.get("status")
+            )
+            progress.update(
+                task,
+                completed=n,
+                total=max(total, n),
+                description=f"{rec['op']} {format_size(rec['block_size'])} qd{rec['queue_depth']} t{rec['threads']}: {bw}",
+            )
+
+        sweep.on_point = on_point
+        try:
+            return sweep.run(), False
+        except KeyboardInterrupt:
+            return list(sweep.records.values()), True
 
 
 def sweep_table(df: Any) -> Table:
