@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, IotuneError
+from iotune.errors import CommandFailed, IotuneError, NotRootError, last_line
 from iotune.paths import bpf_source
+from iotune.probes.meminfo import meminfo
 from iotune.probes.sysfs import SysTree
+from iotune.units import GIB
 from iotune.workers import worker_env
 
 
@@ -66,7 +68,7 @@ def check_root() -> Check:
     )
 
 
-def check_kernel(tree: SysTree) -> Check:
+def check_kernel() -> Check:
     release = platform.release()
     m = re.match(r"(\d+)\.(\d+)", release)
     version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
@@ -213,7 +215,7 @@ def check_bpf_load(tree: SysTree) -> Check:
         finally:
             prog.cleanup()
     except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception on compile or load errors
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        last = last_line(str(exc)) or type(exc).__name__
         return Check(
             "BPF load",
             Status.FAIL,
@@ -343,7 +345,7 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
     )
     gpus = info.get("gpus") or []
     if gpus:
-        desc = "; ".join(f"{g['name']} ({g['memory_bytes'] / 2**30:.1f} GiB)" for g in gpus)
+        desc = "; ".join(f"{g['name']} ({g['memory_bytes'] / GIB:.1f} GiB)" for g in gpus)
         out.append(Check("GPU", Status.PASS, f"CUDA {info.get('cuda')}: {desc}"))
     else:
         out.append(
@@ -429,21 +431,11 @@ def checks_from_torch(info: dict[str, Any]) -> list[Check]:
     return out
 
 
-def meminfo(tree: SysTree) -> dict[str, int]:
-    out = {}
-    for line in (tree.read_raw("/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
-
-
 def check_memory(tree: SysTree) -> Check:
     avail = meminfo(tree).get("MemAvailable")
     if avail is None:
         return Check("free RAM", Status.WARN, "MemAvailable not found in /proc/meminfo")
-    gib = avail / 2**30
+    gib = avail / GIB
     if gib < 8:
         return Check(
             "free RAM",
@@ -473,7 +465,7 @@ def run_checks(
 ) -> list[Check]:
     checks: list[Check] = [
         check_root(),
-        check_kernel(tree),
+        check_kernel(),
         check_btf(tree),
         check_tracefs(tree),
         check_block_tracepoint(tree),
@@ -496,6 +488,20 @@ def run_checks(
 def ready(checks: list[Check], family: Family) -> list[Check]:
     """The failed checks that *family* needs (empty: ready)."""
     return [c for c in checks if c.status is Status.FAIL and family in c.needed_by]
+
+
+def missing(checks: list[Check]) -> dict[str, list[str]]:
+    """For every family, the names of the failed checks it needs (an empty list: ready)."""
+    return {f.value: [c.name for c in ready(checks, f)] for f in Family}
+
+
+def apply_fixes(tree: SysTree) -> list[str]:
+    """--fix: the safe fixes this host needs (mount tracefs), as the commands applied."""
+    if tracefs_dir(tree) is not None:
+        return []
+    if os.geteuid() != 0:
+        raise NotRootError("iotune doctor --fix")
+    return [" ".join(fix_tracefs())]
 
 
 def fix_tracefs() -> list[str]:

@@ -13,6 +13,12 @@ from collections.abc import Sequence
 import click
 
 
+def last_line(text: str) -> str | None:
+    """The last line of a program's (or an exception's) error output; None when it is empty."""
+    stripped = text.strip()
+    return stripped.splitlines()[-1] if stripped else None
+
+
 class IotuneError(click.ClickException):
     """A failure the user can act on: a message and an optional hint."""
 
@@ -73,7 +79,7 @@ class CommandFailed(IotuneError):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr_tail = stderr_tail
-        last = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else "no output"
+        last = last_line(stderr_tail) or "no output"
         super().__init__(
             f"{shlex.join(self.argv)} failed with exit code {returncode}: {last}",
             hint="run with --debug to see every command and its full error output",
@@ -110,7 +116,7 @@ class WorkerOutputError(CommandFailed):
     one point or run, never raised past the loop that started it."""
 
     def __init__(self, argv: Sequence[str], returncode: int, stdout: str, stderr_tail: str) -> None:
-        last_out = stdout.strip().splitlines()[-1][:200] if stdout.strip() else "nothing"
+        last_out = (last_line(stdout) or "nothing")[:200]
         super().__init__(
             argv,
             returncode,

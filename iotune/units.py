@@ -7,6 +7,8 @@ import re
 from iotune.errors import UsageError
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: binary gigabyte, the unit of memory and bandwidth figures labelled GiB
+GIB = 1 << 30
 
 
 def parse_size(text: str, *, what: str = "size") -> int:

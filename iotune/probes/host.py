@@ -1,6 +1,7 @@
 """The facts about a host that are not plain sysfs reads: udev properties, on-disk signatures
 and exclusive opens. :class:`LiveHost` asks the running system (pyudev, ``wipefs``,
 ``open(O_EXCL)``); :class:`RecordedHost` answers from a recorded tree's ``probes.json``.
+Both resolve what a user types for a drive to its kernel name through their tree.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import errno
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from iotune import proc
+from iotune.errors import DeviceNotFound, UsageError
 from iotune.probes.sysfs import SysTree
 
 PROBES_FILE = "probes.json"
@@ -37,6 +39,24 @@ class Host:
 
     def disk_names(self) -> list[str]:
         return self.tree.listdir("/sys/block")
+
+    def disk_name(self, wanted: str) -> str:
+        """The kernel name of the whole disk *wanted* names: ``nvme0n1``, ``/dev/nvme0n1`` or a
+        link such as ``/dev/disk/by-id/...``. A partition or an unknown name is a usage error."""
+        name = wanted.removeprefix("/dev/")
+        # a relative name is looked up from the working directory, as a shell would
+        path = os.path.abspath(wanted)
+        if self.tree.is_link(path):
+            name = PurePosixPath(self.tree.realpath(path)).name
+        if not self.tree.is_dir(f"/sys/block/{name}"):
+            if self.tree.exists(f"/sys/class/block/{name}/partition"):
+                disk = PurePosixPath(self.tree.realpath(f"/sys/class/block/{name}")).parent.name
+                raise UsageError(
+                    f"{wanted} is a partition; iotune works on whole disks",
+                    hint=f"ask for its disk: iotune devices /dev/{disk}",
+                )
+            raise DeviceNotFound(wanted)
+        return name
 
     def udev_properties(self, name: str) -> dict[str, str]:
         raise NotImplementedError

@@ -55,6 +55,12 @@ class SysTree:
     def exists(self, rel: str) -> bool:
         return self._p(rel).exists()
 
+    def is_dir(self, rel: str) -> bool:
+        return self._p(rel).is_dir()
+
+    def is_link(self, rel: str) -> bool:
+        return self._p(rel).is_symlink()
+
     def listdir(self, rel: str) -> list[str]:
         try:
             return sorted(os.listdir(self._p(rel)))

@@ -15,7 +15,7 @@ from iotune import proc
 from iotune.errors import IotuneError
 from iotune.probes.mounts import read_mounts
 from iotune.probes.sysfs import SysTree
-from iotune.raid.model import Plan, Step
+from iotune.raid.model import MD_DRIVERS, Plan, Step
 
 WAIT_S = 30.0
 
@@ -52,6 +52,17 @@ def remove_line(path: str, line: str) -> None:
         return
     lines = p.read_text().splitlines(keepends=True)
     p.write_text("".join(ln for ln in lines if ln.rstrip("\n") != line))
+
+
+def ensure_md(level: int, tree: SysTree) -> None:
+    """Load the md driver for *level* and check the kernel now lists its personality."""
+    module, personality = MD_DRIVERS[level]
+    proc.run(["modprobe", module], check=False, timeout=60)
+    if f"[{personality}]" not in (tree.read("/proc/mdstat") or ""):
+        raise IotuneError(
+            f"the running kernel has no md {personality} driver",
+            hint="'iotune doctor --for raid' says what is missing",
+        )
 
 
 def kernel_name(device: str) -> str:

@@ -1,4 +1,5 @@
-"""Probes for the raid layer: existing md arrays, their names, users and config entries."""
+"""Probes for the raid layer: existing md arrays, their names, users and config entries, and
+the facts a create is planned from (:func:`prepare_create`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotune import proc
-from iotune.probes.blockdev import read_disk
+from iotune.errors import UsageError
+from iotune.probes.blockdev import BlockDevice, find_block_devices, read_disk
 from iotune.probes.host import Host
 from iotune.probes.mounts import read_mounts, read_swaps
-from iotune.raid.model import HostSetup
-from iotune.raid.plan import ArrayFacts, Uuids
+from iotune.raid.model import ArrayInfo, HostSetup, Plan, RaidRequest, Step
+from iotune.raid.plan import (
+    ArrayFacts,
+    Uuids,
+    existing_members,
+    matches_existing,
+    pick_members,
+    plan_create,
+    plan_destroy,
+)
 
 
 def new_uuids() -> Uuids:
@@ -46,6 +56,14 @@ def md_names() -> dict[str, str]:
     return out
 
 
+def named_array(host: Host, name: str) -> str:
+    """Kernel name of the array called *name*; a usage error when there is none."""
+    md = find_array(host, name)
+    if md is None:
+        raise UsageError(f"no md array named {name!r}", hint="'iotune raid status' lists them all")
+    return md
+
+
 def find_array(host: Host, name: str) -> str | None:
     """Kernel name of the array called *name* (/dev/md/NAME, or md/NAME in sysfs)."""
     link = Path("/dev/md") / name
@@ -55,26 +73,6 @@ def find_array(host: Host, name: str) -> str | None:
         if md.startswith("md") and md == name:
             return md
     return None
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    name: str
-    device: str
-    kernel_name: str
-    level: str | None
-    chunk_bytes: int | None
-    state: str | None
-    size_bytes: int
-    members: list[dict[str, str | None]]
-    fs: str | None
-    fs_uuid: str | None
-    mountpoints: list[str]
-    max_sectors_kb: int | None
-    minimum_io_size: int | None
-    optimal_io_size: int | None
-    sync_action: str | None
-    sync_completed: str | None
 
 
 def _blkid(dev: str) -> dict[str, str]:
@@ -206,3 +204,44 @@ def array_facts(host: Host, md: str, setup: HostSetup) -> ArrayFacts:
         conf_lines=tuple(config_lines(setup.mdadm_conf, conf_needles)),
         fstab_lines=tuple(config_lines(setup.fstab, fstab_needles)),
     )
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A create planned on this host, with every disk by name for describing the members."""
+
+    plan: Plan
+    disks: dict[str, BlockDevice]
+
+
+def prepare_create(host: Host, req: RaidRequest) -> ArrayInfo | Planned:
+    """The array of that name when it already is what *req* asks for (nothing to do), else
+    the plan. An array of that name that differs, or a refused plan, raises before anything
+    is touched."""
+    disks = find_block_devices(host)
+    by_name = {d.name: d for d in disks}
+    md = find_array(host, req.name)
+    if md:
+        info = array_info(host, md)
+        named = [host.disk_name(d) for d in req.devices] if req.devices else None
+        if not matches_existing(info, req, named):
+            raise UsageError(
+                f"an array named {req.name!r} already exists ({info.level}, members "
+                f"{', '.join(existing_members(info))}) and differs from this request",
+                hint=f"pick another --name, or 'iotune raid destroy {req.name}' first",
+            )
+        return info
+    names = [] if req.all_unused else [host.disk_name(d) for d in req.devices]
+    chosen = pick_members(disks, req, names)
+    mounted = [m.mountpoint for m in read_mounts(host.tree)]
+    plan = plan_create(chosen, req, host_setup(), new_uuids(), mounted_paths=mounted)
+    return Planned(plan, by_name)
+
+
+def prepare_destroy(host: Host, name: str, *, wipe_members: bool) -> tuple[ArrayFacts, list[Step]]:
+    """The facts about the array called *name* and the steps that remove it (refused while
+    anything uses it)."""
+    md = named_array(host, name)
+    setup = host_setup()
+    facts = array_facts(host, md, setup)
+    return facts, plan_destroy(facts, wipe_members=wipe_members, setup=setup)

@@ -14,6 +14,14 @@ class Fs(enum.StrEnum):
 
 LEVELS = (0, 1, 5, 6, 10)
 MIN_DEVICES = {0: 2, 1: 2, 5: 3, 6: 4, 10: 2}
+#: level → (kernel module to load, personality /proc/mdstat lists once it is there)
+MD_DRIVERS = {
+    0: ("raid0", "raid0"),
+    1: ("raid1", "raid1"),
+    5: ("raid456", "raid5"),
+    6: ("raid456", "raid6"),
+    10: ("raid10", "raid10"),
+}
 
 
 @dataclass(frozen=True)
@@ -75,3 +83,25 @@ class Plan:
     steps: tuple[Step, ...]
     wipes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """An existing md array as sysfs, blkid and the mount table describe it."""
+
+    name: str
+    device: str
+    kernel_name: str
+    level: str | None
+    chunk_bytes: int | None
+    state: str | None
+    size_bytes: int
+    members: list[dict[str, str | None]]
+    fs: str | None
+    fs_uuid: str | None
+    mountpoints: list[str]
+    max_sectors_kb: int | None
+    minimum_io_size: int | None
+    optimal_io_size: int | None
+    sync_action: str | None
+    sync_completed: str | None

@@ -8,9 +8,18 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from iotune.errors import IotuneError
+from iotune.errors import DeviceNotFound, IotuneError, UsageError
 from iotune.probes.blockdev import BlockDevice, Transport, Use
-from iotune.raid.model import LEVELS, MIN_DEVICES, Fs, HostSetup, Plan, RaidRequest, Step
+from iotune.raid.model import (
+    LEVELS,
+    MIN_DEVICES,
+    ArrayInfo,
+    Fs,
+    HostSetup,
+    Plan,
+    RaidRequest,
+    Step,
+)
 from iotune.units import format_size
 
 MIB = 2**20
@@ -251,6 +260,41 @@ def plan_create(
 def choose_unused(disks: Sequence[BlockDevice]) -> list[BlockDevice]:
     """--all-unused: every NVMe drive with no reason to be in use."""
     return [d for d in disks if d.transport is Transport.NVME and not d.in_use]
+
+
+def pick_members(
+    disks: Sequence[BlockDevice], req: RaidRequest, names: Sequence[str]
+) -> list[BlockDevice]:
+    """The drives to build on: every free NVMe drive (--all-unused), or the *names* the
+    request's devices resolved to, in that order."""
+    if req.all_unused:
+        chosen = choose_unused(disks)
+        if not chosen:
+            raise UsageError(
+                "no free NVMe drives", hint="'iotune devices' shows why each drive is in use"
+            )
+        return chosen
+    by_name = {d.name: d for d in disks}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise DeviceNotFound(missing[0])
+    return [by_name[n] for n in names]
+
+
+def existing_members(info: ArrayInfo) -> list[str]:
+    """The kernel names of an existing array's members, sorted."""
+    return sorted(m["device"].removeprefix("/dev/") for m in info.members if m["device"])
+
+
+def matches_existing(info: ArrayInfo, req: RaidRequest, names: Sequence[str] | None) -> bool:
+    """Whether the array already there is the one asked for: same level, same chunk (RAID1
+    has none) and, when drives were named (*names*, resolved), the same members.
+    Re-running a create that matches changes nothing."""
+    return (
+        info.level == f"raid{req.level}"
+        and (req.level == 1 or info.chunk_bytes == req.chunk)
+        and (names is None or sorted(names) == existing_members(info))
+    )
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from iotune import proc
-from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError
+from iotune import doctor, proc
+from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError, last_line
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
 from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
@@ -54,6 +54,44 @@ class SweepSpec:
     def from_json(d: dict[str, Any]) -> SweepSpec:
         space = sp.Space(**{k: tuple(v) for k, v in d["space"].items()})
         return SweepSpec(**{**d, "space": space})
+
+
+def load_spec(path: str) -> SweepSpec:
+    """The spec of the sweep recorded in the run directory *path* (for --resume)."""
+    run_dir = Path(path)
+    if not (run_dir / META).exists():
+        raise UsageError(
+            f"{path} is not a sweep run directory (no {META})",
+            hint="name the --out of an earlier sweep",
+        )
+    return SweepSpec.from_json(json.loads((run_dir / META).read_text())["spec"])
+
+
+def check_gpu(spec: SweepSpec) -> None:
+    """--gpu/--gds points need a CUDA GPU that torch sees."""
+    if spec.gpu and not doctor.probe_torch(build=False).get("gpus"):
+        raise UsageError(
+            "--gpu/--gds need a CUDA GPU, and torch sees none",
+            hint="drop --gpu/--gds on this host",
+        )
+
+
+def load_aio_op() -> None:
+    """Build (or just load) DeepSpeed's async_io op once, before any point: the first JIT
+    build takes minutes, which no point's timeout should pay for."""
+    op_probe = doctor.probe_torch(build=True, timeout=3600)
+    aio_state = op_probe.get("aio") or {}
+    if not aio_state.get("loaded"):
+        reason = (
+            aio_state.get("error")
+            or op_probe.get("deepspeed_error")
+            or op_probe.get("worker_error")
+            or "not compatible"
+        )
+        raise IotuneError(
+            f"DeepSpeed's async_io op is not usable: {reason}",
+            hint="'iotune doctor --for sweep' says what is missing",
+        )
 
 
 def check_target(
@@ -210,12 +248,8 @@ class Sweep:
         except CommandTimeout:
             rec["status"], rec["error"] = "timeout", f"no result within {s.point_timeout_s:g} s"
         except CommandFailed as exc:
-            rec["status"], rec["error"] = (
-                "failed",
-                exc.stderr_tail.strip().splitlines()[-1]
-                if exc.stderr_tail.strip()
-                else f"exit {exc.returncode}",
-            )
+            rec["status"] = "failed"
+            rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
         finally:
             clean_leftovers(Path(s.target))
         rec["wall_s"] = round(time.monotonic() - t0, 3)

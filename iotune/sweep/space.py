@@ -11,6 +11,8 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from iotune.errors import UsageError
+
 KIB = 1024
 MIB = 1024 * KIB
 # wider than DeepSpeed's ds_nvme_tune (block 128K-1M? queue 4-32, threads 1-8)
@@ -18,6 +20,7 @@ DEFAULT_BLOCK_SIZES = (128 * KIB, 256 * KIB, 512 * KIB, MIB, 2 * MIB, 4 * MIB, 8
 DEFAULT_QUEUE_DEPTHS = (4, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = (1, 2, 4, 8)
 COORDS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
+OPS = ("read", "write")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,13 @@ class Space:
         for c in COORDS:
             n *= len(getattr(self, c))
         return n * len(self.ops)
+
+
+def check_ops(ops: Sequence[str]) -> None:
+    """A sweep measures reads and writes, nothing else."""
+    bad = [o for o in ops if o not in OPS]
+    if bad:
+        raise UsageError(f"--ops: {', '.join(bad)} is not read or write", hint="--ops read,write")
 
 
 @dataclass(frozen=True)

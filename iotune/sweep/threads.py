@@ -8,10 +8,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, UsageError
+from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
+from iotune.units import GIB
 from iotune.workers import worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
+#: fp32 parameter, gradient and two Adam moments
+BYTES_PER_PARAM = 16
 
 
 def parse_params(text: str) -> int:
@@ -51,12 +54,32 @@ def run_thread_sweep(
             row["status"] = "ok"
         except CommandFailed as exc:
             row["status"] = "failed"
-            row["error"] = (
-                exc.stderr_tail.strip().splitlines()[-1]
-                if exc.stderr_tail.strip()
-                else str(exc.returncode)
-            )
+            row["error"] = last_line(exc.stderr_tail) or str(exc.returncode)
         rows.append(row)
         if on_row:
             on_row(row)
     return rows
+
+
+def check_memory(n: int, params: str, available: int) -> None:
+    """The optimizer's state must fit in RAM with a fifth to spare."""
+    need = n * BYTES_PER_PARAM
+    if need > available * 0.8:
+        raise UsageError(
+            f"{params} parameters need {need / GIB:.1f} GiB of RAM ({BYTES_PER_PARAM} bytes each), "
+            f"{available / GIB:.1f} GiB is available",
+            hint="pass a smaller --params, e.g. --params 500M",
+        )
+
+
+def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The thread count with the shortest median step, among those that ran."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    return min(ok, key=lambda r: r["step_ms_median"]) if ok else None
+
+
+def failure(rows: Sequence[dict[str, Any]]) -> IotuneError | None:
+    """The error the sweep ends with when no thread count succeeded (None: one did)."""
+    if best_row(rows) is not None:
+        return None
+    return IotuneError("no thread count succeeded", hint="--debug shows the workers' errors")

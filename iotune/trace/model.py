@@ -24,9 +24,6 @@ class OpStats:
     other_requests: int | None
     sizes: dict[int, int] = field(default_factory=dict)
 
-    def top(self, n: int = 5) -> list[tuple[int, int]]:
-        return sorted(self.sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
-
 
 def sub(after: Counts, before: Counts) -> dict[tuple[int, int, int], int]:
     out = {}
@@ -68,15 +65,9 @@ def merge(stats: Iterable[OpStats]) -> OpStats:
     )
 
 
-def log2_slots(sizes: Mapping[int, int]) -> dict[int, int]:
-    """Slot k holds sizes in [2^(k-1), 2^k - 1] (bcc's bpf_log2l); slot 0 holds 0-byte requests."""
-    slots: Counter[int] = Counter()
-    for size, n in sizes.items():
-        slots[size.bit_length()] += n
-    return dict(sorted(slots.items()))
-
-
 def slot_range(slot: int) -> tuple[int, int]:
+    """Slot k of a log2 histogram holds sizes in [2^(k-1), 2^k - 1] (bcc's bpf_log2l); slot 0
+    holds 0-byte requests."""
     return (0, 0) if slot == 0 else (2 ** (slot - 1), 2**slot - 1)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from iotune.render import warn
 from iotune.units import format_size, gb
 
 BAR = 40
@@ -104,3 +105,14 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
             *_seed_cells(s["read"], s["write"]),
         )
     con.print(table)
+
+
+def print_trace(con: Console, result: dict[str, Any]) -> None:
+    """A trace's whole report: the table, sizes and histograms, steps, and where it is kept."""
+    con.print(summary_table(result))
+    con.print()
+    print_details(con, result)
+    print_steps(con, result)
+    if result["dropped"]["sizes"] or result["dropped"]["hist"]:
+        warn(f"BPF maps were full: {result['dropped']} requests not counted")
+    con.print(f"results: {result['out']}")

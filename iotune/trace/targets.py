@@ -128,3 +128,34 @@ def resolve_devices(tree: SysTree, names: list[str]) -> Targets:
     if not disks:
         raise UsageError("no devices named", hint="--devices nvme0n1,nvme1n1")
     return Targets(tuple(disks), tuple(arrays), tuple(stacked))
+
+
+def merged(a: Targets, b: Targets) -> Targets:
+    """The drives of both, each once, in the order they were named."""
+    return Targets(
+        disks=tuple(dict.fromkeys([*a.disks, *b.disks])),
+        arrays=a.arrays + b.arrays,
+        stacked=tuple(dict.fromkeys([*a.stacked, *b.stacked])),
+    )
+
+
+def nvme_drives(tree: SysTree) -> Targets:
+    """Every NVMe drive of the host: what a trace counts when told no drive."""
+    nvme = [d for d in tree.listdir("/sys/block") if d.startswith("nvme")]
+    if not nvme:
+        raise UsageError(
+            "no drives to trace: this host has no NVMe drives",
+            hint="name drives with --devices loop0,vda or a path with --target",
+        )
+    return resolve_devices(tree, nvme)
+
+
+def select(tree: SysTree, devices: str | None, path: str | None) -> Targets:
+    """--devices (comma-separated) and --target together; every NVMe drive when neither
+    names one."""
+    targets = Targets(disks=())
+    if devices:
+        targets = resolve_devices(tree, devices.split(","))
+    if path:
+        targets = merged(targets, resolve_path(tree, path))
+    return targets if targets.disks else nvme_drives(tree)

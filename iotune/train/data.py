@@ -18,6 +18,25 @@ BYTE_EOS = 256
 FORMATS = (".txt", ".jsonl", ".parquet")
 
 
+def check_inputs(data: str | None, tokenizer: str | None) -> None:
+    """--data names a file of a known format; --tokenizer a saved Hugging Face tokenizer."""
+    if data:
+        if not Path(data).is_file():
+            raise UsageError(
+                f"--data {data}: no such file", hint="name a .txt, .jsonl or .parquet file"
+            )
+        if Path(data).suffix.lower() not in FORMATS:
+            raise UsageError(
+                f"--data {data}: unknown format {Path(data).suffix or '(none)'}",
+                hint="use a .txt, .jsonl or .parquet file with the text",
+            )
+    if tokenizer and not (Path(tokenizer) / "tokenizer_config.json").is_file():
+        raise UsageError(
+            f"--tokenizer {tokenizer} is not a Hugging Face tokenizer directory (no tokenizer_config.json)",
+            hint="save one with AutoTokenizer.from_pretrained(...).save_pretrained(DIR), or leave it out for byte tokens",
+        )
+
+
 def read_texts(path: Path) -> Iterator[str]:
     """Documents of the file: paragraphs of a text file, the "text" field of JSON lines or of
     a parquet table."""

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from iotune.train.presets import Preset, min_aio_bytes
+from iotune.units import GIB
 
-GIB = 1 << 30
 #: torch + DeepSpeed + transformers in one process, before the model
 PROCESS_BASE = 3 * GIB
 #: CUDA context, cuBLAS workspace and allocator slack

@@ -225,6 +225,15 @@ _FIELDS = {
 }
 
 
+def preset_with(name: str, sets: tuple[str, ...], steps: int | None = None) -> Preset:
+    """The preset called *name* with the --set overrides and --steps applied."""
+    preset = get_preset(name)
+    overrides = parse_sets(sets)
+    if steps is not None:
+        overrides["steps"] = steps
+    return apply_sets(preset, overrides)
+
+
 def parse_value(text: str) -> Any:
     """JSON when it parses (numbers, true/false, lists, objects), else the plain string."""
     try:

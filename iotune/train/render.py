@@ -9,9 +9,7 @@ from rich.table import Table
 
 from iotune.train.estimate import Estimate, per_n
 from iotune.train.presets import Preset
-from iotune.units import format_size, gb
-
-GIB = 1 << 30
+from iotune.units import GIB, format_size, gb
 
 
 def _gib(n: int | None) -> str:
@@ -21,6 +19,26 @@ def _gib(n: int | None) -> str:
 def _b(n: int) -> str:
     """Parameter counts: 1.24B, 28.97M."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
+    """`iotune presets list --json`: one object per preset with its estimated needs."""
+    return [
+        {
+            "name": p.name,
+            "size": p.size,
+            "strategy": p.strategy.name,
+            "params": e.params,
+            "geometry": p.geometry.llama_config(),
+            "ga": p.ga,
+            "seq_len": p.seq_len,
+            "accelerator": p.accelerator,
+            "nvme_bytes": e.nvme_bytes,
+            "gpu_bytes": e.gpu_bytes,
+            "host_bytes": e.host_bytes,
+        }
+        for p, e in rows
+    ]
 
 
 def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
 from iotune.train.presets import Preset, ds_config
-from iotune.units import gb
+from iotune.units import GIB, gb
 from iotune.workers import worker_env
 
-GIB = 1 << 30
 SWAP_PREFIX = "iotune-swap-"
 
 
@@ -84,14 +84,6 @@ def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shor
 # --------------------------------------------------------------------------- host facts
 
 
-def mem_available() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def gpu_info() -> tuple[str | None, int | None]:
     """Name and memory of GPU 0, from doctor's torch probe worker (no torch import here)."""
     from iotune.doctor import probe_torch
@@ -135,7 +127,7 @@ def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
     )
     sys.stderr.flush()
     from iotune import proc
-    from iotune.errors import CommandFailed
+    from iotune.errors import CommandFailed, last_line
 
     t0 = time.monotonic()
     argv = [sys.executable, "-m", "iotune.workers.torch_probe", "--load-ops", ",".join(ops)]
@@ -153,7 +145,7 @@ def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
     if failed:
         name, entry = next(iter(failed.items()))
         raise IotuneError(
-            f"DeepSpeed op {name} did not load: {entry['error'].strip().splitlines()[-1]}",
+            f"DeepSpeed op {name} did not load: {last_line(entry['error'])}",
             hint="'iotune doctor --for train --build-ops' shows what is missing",
         )
     took = ", ".join(

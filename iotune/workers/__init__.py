@@ -5,6 +5,20 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TextIO
+
+
+def stdout_to_stderr() -> None:
+    """Point fd 1 at stderr: torch, DeepSpeed, its compiler checks and the child processes they
+    start print there freely, and the caller reads the worker's stdout (or keeps it for --json)."""
+    os.dup2(2, 1)
+
+
+def private_stdout() -> TextIO:
+    """The original stdout, kept for the worker's one JSON report, with fd 1 sent to stderr."""
+    report = os.fdopen(os.dup(1), "w")
+    stdout_to_stderr()
+    return report
 
 
 def worker_env() -> dict[str, str]:

@@ -14,10 +14,11 @@ import statistics
 import sys
 import time
 
+from iotune.workers import private_stdout
+
 
 def main() -> None:
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    report = private_stdout()
     n, repeats = int(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+from iotune.workers import private_stdout
+
 DATA_PREFIX = "iotune-aio-"
 
 
@@ -163,8 +165,7 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # DeepSpeed's build/load chatter goes to stderr
+    report = private_stdout()
     point = json.loads(sys.argv[1])
     result = measure(point)
     report.write(json.dumps(result) + "\n")

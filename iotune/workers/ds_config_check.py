@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Any
 
+from iotune.workers import private_stdout
+
 
 def check(cfg: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -39,8 +41,7 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    report = private_stdout()
     with open(sys.argv[1]) as fh:
         cfg = json.load(fh)
     report.write(json.dumps(check(cfg)) + "\n")

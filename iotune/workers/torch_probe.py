@@ -15,6 +15,8 @@ import os
 import time
 from typing import Any
 
+from iotune.workers import private_stdout
+
 
 def probe(build: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"torch": None, "cuda": None, "gpus": [], "deepspeed": None, "aio": None}
@@ -103,10 +105,7 @@ def main() -> None:
     parser.add_argument("--load-ops", default="")
     parser.add_argument("--accelerator")
     args = parser.parse_args()
-    # DeepSpeed and its compiler checks print on fd 1 (some through child processes), so the
-    # report gets a private copy of stdout and everything else goes to stderr.
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    report = private_stdout()
     if args.load_ops:
         if args.accelerator:
             os.environ.setdefault("DS_ACCELERATOR", args.accelerator)

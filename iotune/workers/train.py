@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from iotune.workers import stdout_to_stderr
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -99,7 +101,7 @@ def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:
 
 
 def main() -> None:
-    os.dup2(2, 1)  # DeepSpeed and transformers print freely: keep the caller's stdout clean
+    stdout_to_stderr()
     spec = json.loads(Path(sys.argv[1]).read_text())
     run_dir = Path(spec["run_dir"])
     events = Events(run_dir)

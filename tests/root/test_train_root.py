@@ -150,7 +150,7 @@ def test_preflight_refuses_with_numbers(loop_device: Callable[..., str], tmp_pat
     assert lines[0].startswith("iotune: error: opt_nvme_16b needs ≈ 244.8 GiB free at ")
     assert "found 0.2 GiB" in lines[0]
     est = iotune_json("estimate", "opt_nvme_16b", "--set", "accelerator=cpu")
-    from iotune.train.runner import mem_available
+    from iotune.probes.meminfo import mem_available
 
     # the RAM shortfall is named too, on a host with less than the estimate
     assert ("of host RAM" in lines[0]) == (est["host_bytes"] > mem_available())

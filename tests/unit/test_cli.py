@@ -8,6 +8,8 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune import doctor
+from iotune.cli import devices as devices_cli
+from iotune.cli.options import interrupted_exit, workload_exit
 from iotune.doctor import Family, Status
 from iotune.probes.host import RecordedHost
 
@@ -58,7 +60,7 @@ def test_nonexistent_device_path() -> None:
 
 
 def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 1000)
     code, out, err = invoke("devices")
     assert code == 1
     assert out == ""
@@ -66,8 +68,8 @@ def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices", "--json")
     assert code == 0
     doc = json.loads(out)
@@ -78,8 +80,8 @@ def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices")
     assert code == 0
     assert "QEMU NVMe Ctrl" in out and "md127" not in out.split("\n\n")[0]
@@ -88,8 +90,8 @@ def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_devices_all_includes_the_md_array(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli_mod, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
+    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("--json", "devices", "--all")
     assert code == 0
     names = [d["name"] for d in json.loads(out)["devices"]]
@@ -131,3 +133,8 @@ def test_doctor_json(monkeypatch: pytest.MonkeyPatch) -> None:
         "fix": "boot another kernel",
         "needed_by": ["raid"],
     }
+
+
+def test_exit_status_of_a_workload() -> None:
+    assert (interrupted_exit("SIGINT"), interrupted_exit("SIGTERM")) == (130, 143)
+    assert (workload_exit(3), workload_exit(-9), workload_exit(-15)) == (3, 137, 143)

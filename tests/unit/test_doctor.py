@@ -1,7 +1,10 @@
 from pathlib import Path
 
+import pytest
+
 from iotune import doctor
 from iotune.doctor import Family, Status
+from iotune.errors import NotRootError
 from iotune.probes.sysfs import SysTree
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -125,3 +128,30 @@ def test_memory_thresholds(tmp_path: Path) -> None:
     high = tree_with(tmp_path / "b", {"/proc/meminfo": "MemAvailable: 30000000 kB\n"})
     c = doctor.check_memory(high)
     assert c.status is Status.PASS and "28.6 GiB" in c.found
+
+
+def test_missing_names_the_failed_checks_per_family() -> None:
+    checks = [
+        doctor.Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
+        doctor.Check("torch", Status.FAIL, "no", needed_by=frozenset({Family.SWEEP, Family.TRAIN})),
+        doctor.Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
+    ]
+    assert doctor.missing(checks) == {
+        "raid": ["md raid0"],
+        "sweep": ["torch"],
+        "trace": [],
+        "train": ["torch"],
+    }
+
+
+def test_fix_mounts_tracefs_only_when_missing_and_only_as_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mounted = tree_with(tmp_path / "a", {"/sys/kernel/tracing/events/README": ""})
+    monkeypatch.setattr(doctor, "fix_tracefs", lambda: ["mount", "-t", "tracefs"])
+    assert doctor.apply_fixes(mounted) == []
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    assert doctor.apply_fixes(SysTree(tmp_path / "b")) == ["mount -t tracefs"]
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    with pytest.raises(NotRootError, match="iotune doctor --fix needs root"):
+        doctor.apply_fixes(SysTree(tmp_path / "b"))

@@ -14,6 +14,7 @@ import pytest
 from iotune.errors import ProbeError
 from iotune.probes.blockdev import BlockDevice, Transport, Use, find_block_devices
 from iotune.probes.host import RecordedHost, parse_wipefs_json
+from iotune.probes.meminfo import mem_available, meminfo
 from iotune.probes.mounts import read_mounts
 from iotune.probes.sysfs import SysTree
 
@@ -127,3 +128,18 @@ def test_wipefs_json_parsing() -> None:
         ("linux_raid_member", "0x1000", "host:0"),
         ("ext4", "0x438", None),
     ]
+
+
+def test_meminfo_in_bytes(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(
+        "MemTotal:       16318412 kB\nMemAvailable:    9000000 kB\nHugePages_Total:       4\n"
+    )
+    tree = SysTree(tmp_path)
+    assert meminfo(tree) == {
+        "MemTotal": 16318412 * 1024,
+        "MemAvailable": 9000000 * 1024,
+        "HugePages_Total": 4,
+    }
+    assert mem_available(tree) == 9000000 * 1024
+    assert mem_available(SysTree(tmp_path / "elsewhere")) == 0

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from iotune.errors import (
     CommandTimeout,
     ToolMissing,
     WorkerOutputError,
+    last_line,
 )
 
 
@@ -93,3 +96,25 @@ def test_worker_json_guards_against_a_worker_that_printed_no_result() -> None:
         # a CommandFailed, so every loop that records a failed point catches it
         assert isinstance(info.value, CommandFailed)
         assert "printed no JSON result" in info.value.stderr_tail.splitlines()[-1]
+
+
+def test_last_line_of_error_output() -> None:
+    assert last_line("warning: x\nerror: disk full  \n\n") == "error: disk full"
+    assert last_line("  \n") is None
+    exc = CommandFailed(["mdadm", "--stop", "/dev/md0"], 1, "")
+    assert exc.message == "mdadm --stop /dev/md0 failed with exit code 1: no output"
+
+
+def test_a_workers_report_keeps_stdout_and_the_rest_goes_to_stderr() -> None:
+    code = (
+        "import subprocess\n"
+        "from iotune.workers import private_stdout\n"
+        "report = private_stdout()\n"
+        "print('chatter', flush=True)\n"
+        "subprocess.run(['echo', 'from-a-child'], check=True)\n"
+        "report.write('{}\\n')\n"
+        "report.flush()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout == "{}\n"
+    assert p.stderr.split() == ["chatter", "from-a-child"]

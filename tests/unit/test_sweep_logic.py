@@ -1,16 +1,22 @@
-"""Sweep space and strategy logic, fio JSON parsing (recorded), config merging."""
+"""Sweep space and strategy logic, fio JSON parsing (recorded), config merging, the picks and
+result.json, and the thread sweep's rules."""
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from iotune import cli as cli_mod
 from iotune.errors import UsageError
+from iotune.sweep import result as sweep_result
 from iotune.sweep import space as sp
+from iotune.sweep import threads as sweep_threads
 from iotune.sweep.config import merge_aio
 from iotune.sweep.fio import parse_fio_json
-from iotune.sweep.runner import SweepSpec
+from iotune.sweep.runner import SweepSpec, load_spec
 from iotune.sweep.threads import parse_params
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -195,3 +201,142 @@ def test_parse_params(text: str, n: int) -> None:
 def test_parse_params_rejects() -> None:
     with pytest.raises(UsageError):
         parse_params("lots")
+
+
+def test_ops_are_read_or_write() -> None:
+    sp.check_ops(("read", "write"))
+    with pytest.raises(UsageError, match=r"--ops: trim, rw is not read or write"):
+        sp.check_ops(("read", "trim", "rw"))
+
+
+def test_choose_prefers_the_balanced_config_for_the_aio_block() -> None:
+    records = [
+        rec("read", A, 10.0),
+        rec("write", A, 5.0),
+        rec("read", B, 8.0),
+        rec("write", B, 8.0),
+    ]
+    c = sweep_result.choose(records, use_gds=True)
+    assert sp.config_of(c.best["read"]) == A and sp.config_of(c.best["write"]) == B
+    assert c.balanced is not None and c.balanced[0] == B
+    assert c.aio == {**sp.aio_block(B), "use_gds": True}
+
+
+def test_choose_without_a_balanced_config_takes_the_best_point() -> None:
+    c = sweep_result.choose([rec("read", A, 3.0), rec("read", B, 4.0)])
+    assert c.balanced is None and c.aio == sp.aio_block(B)
+    empty = sweep_result.choose([rec("read", A, 0.0, status="failed")])
+    assert (empty.best, empty.balanced, empty.aio) == ({}, None, None)
+
+
+def test_summary_counts_points_and_names_the_picks(tmp_path: Path) -> None:
+    records = [
+        rec("read", A, 10.0),
+        rec("write", A, 5.0),
+        rec("read", B, 8.0),
+        rec("write", B, 8.0),
+        rec("write", (4 * M, 8, 1, True, False), 0.0, status="timeout"),
+    ]
+    doc = sweep_result.summarize(
+        tmp_path,
+        "grid",
+        records,
+        use_gds=False,
+        interrupted=False,
+        budget_exhausted=True,
+        ceilings=[{"key": "read/bs=1/qd=1"}],
+    )
+    assert list(doc) == [
+        "out",
+        "strategy",
+        "points",
+        "ok",
+        "failed",
+        "interrupted",
+        "budget_exhausted",
+        "best",
+        "balanced",
+        "aio",
+        "ceilings",
+    ]
+    assert (doc["out"], doc["points"], doc["ok"], doc["failed"]) == (str(tmp_path), 5, 4, 1)
+    assert doc["balanced"] == {"config": sp.aio_block(B), "score": pytest.approx(0.8**0.5)}
+    assert doc["aio"] == sp.aio_block(B) and doc["budget_exhausted"] is True
+
+
+def test_finish_writes_result_json_that_aio_config_reads_back(tmp_path: Path) -> None:
+    spec = SweepSpec(
+        target=str(tmp_path / "not-there"),
+        space=sp.Space(),
+        io_size=M,
+        repeats=1,
+        strategy="adaptive",
+        fio=False,
+        gpu=False,
+        gds=False,
+        budget_s=None,
+        point_timeout_s=60.0,
+    )
+    sweep = SimpleNamespace(spec=spec, budget_hit=False, ceilings={})
+    records = [rec("read", A, 10.0), rec("write", A, 9.0)]
+    doc = sweep_result.finish(sweep, tmp_path, records, interrupted=False, write_config=None)  # type: ignore[arg-type]
+    assert doc["nvme_path_hints"] == [] and "config_written" not in doc
+    assert json.loads((tmp_path / "result.json").read_text()) == doc
+    aio, source = sweep_result.load_aio(str(tmp_path))
+    assert aio == sp.aio_block(A) and source == str(tmp_path / "result.json")
+    assert sweep_result.load_aio(None) == (None, "preset")
+
+
+def test_aio_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        sweep_result.load_aio(str(tmp_path / "none.json"))
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(UsageError, match="not JSON"):
+        sweep_result.load_aio(str(tmp_path / "bad.json"))
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(UsageError, match='no "aio" block with a block_size'):
+        sweep_result.load_aio(str(tmp_path / "list.json"))
+
+
+def test_resume_needs_a_sweep_run_directory(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"is not a sweep run directory \(no sweep.json\)"):
+        load_spec(str(tmp_path))
+
+
+def test_thread_sweep_needs_16_bytes_a_parameter_with_a_fifth_spare() -> None:
+    sweep_threads.check_memory(10**9, "1B", 20 * 10**9)
+    with pytest.raises(UsageError, match=r"2B parameters need 29.8 GiB of RAM \(16 bytes each\)"):
+        sweep_threads.check_memory(2 * 10**9, "2B", 32 * 10**9)
+
+
+def thread_row(threads: int, ms: float | None) -> dict[str, Any]:
+    if ms is None:
+        return {"threads": threads, "status": "failed", "error": "killed"}
+    return {"threads": threads, "status": "ok", "step_ms_median": ms}
+
+
+def test_thread_sweep_best_and_failure() -> None:
+    rows = [thread_row(1, 90.0), thread_row(2, None), thread_row(4, 40.0), thread_row(8, 45.0)]
+    best = sweep_threads.best_row(rows)
+    assert best is not None and best["threads"] == 4
+    assert sweep_threads.failure(rows) is None
+    failed = [thread_row(1, None), thread_row(2, None)]
+    assert sweep_threads.best_row(failed) is None
+    err = sweep_threads.failure(failed)
+    assert err is not None and err.exit_code == 1
+    assert err.message == "no thread count succeeded"
+
+
+def test_thread_sweep_json_exits_1_when_every_count_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        sweep_threads, "run_thread_sweep", lambda n, counts, repeats, on_row: [thread_row(1, None)]
+    )
+    r = CliRunner().invoke(
+        cli_mod.cli, ["--json", "sweep-threads", "--params", "1K", "--threads", "1"]
+    )
+    assert r.exit_code == 1
+    assert json.loads(r.stdout)["best_threads"] is None
+    assert r.stderr.splitlines() == [
+        "iotune: error: no thread count succeeded",
+        "hint: --debug shows the workers' errors",
+    ]

@@ -2,11 +2,21 @@ from pathlib import Path
 
 import pytest
 
-from iotune.errors import DeviceNotFound, UsageError
+from iotune.errors import DeviceNotFound, IotuneError, NotRootError, UsageError
 from iotune.probes.sysfs import SysTree
 from iotune.trace import model
+from iotune.trace.backend import BackendChoice, choose_backend
 from iotune.trace.diskstats import parse_stat
-from iotune.trace.targets import expand, kernel_dev, resolve_devices
+from iotune.trace.targets import (
+    Array,
+    Targets,
+    expand,
+    kernel_dev,
+    merged,
+    nvme_drives,
+    resolve_devices,
+    select,
+)
 from iotune.units import format_size, parse_size
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -73,7 +83,6 @@ def test_exact_sizes_split_focus_from_other_and_keep_1023k_apart() -> None:
     assert w.bytes == 23 * 512 * K + 2 * 1023 * K + 5 * 4 * K
     assert w.sizes == {4 * K: 5, 512 * K: 23, 1023 * K: 2}
     # a log2 histogram puts 512K and 1023K in one slot; the exact counts do not
-    assert model.log2_slots(w.sizes) == {13: 5, 20: 25}
     assert model.slot_range(20) == (512 * K, 1024 * K - 1)
     r = model.op_stats(counts, dev, 0, 512 * K)
     assert (r.requests, r.focus_requests) == (7, 7)
@@ -159,3 +168,60 @@ def test_named_devices_and_partitions_resolve_to_disks() -> None:
     assert t.disks == ("loop0", "loop3")
     with pytest.raises(DeviceNotFound):
         resolve_devices(tree, ["nvme9n9"])
+
+
+def test_targets_merge_keeps_each_drive_once_in_order() -> None:
+    md = Array("md127", "raid0", 524288, ("nvme1n1", "nvme2n1"))
+    a = Targets(disks=("nvme0n1", "nvme1n1"))
+    b = Targets(disks=("nvme1n1", "nvme2n1"), arrays=(md,), stacked=("md127",))
+    m = merged(a, b)
+    assert m == Targets(("nvme0n1", "nvme1n1", "nvme2n1"), (md,), ("md127",))
+
+
+def test_no_drive_named_means_every_nvme_drive() -> None:
+    tree = SysTree(DATA / "qemu-nvme")
+    every = ("nvme0n1", "nvme1n1", "nvme2n1", "nvme3n1", "nvme4n1", "nvme5n1")
+    assert nvme_drives(tree).disks == every
+    assert select(tree, None, None).disks == every
+    assert select(tree, "", None).disks == every
+    t = select(tree, "nvme4n1,md127", None)
+    assert t.disks == ("nvme4n1", "nvme2n1") and t.stacked == ("md127",)
+    with pytest.raises(UsageError, match="no drives to trace: this host has no NVMe drives"):
+        select(SysTree(DATA / "ci-host"), None, None)
+
+
+def test_auto_backend_is_bcc_when_everything_is_there() -> None:
+    tree = SysTree(DATA / "ci-host")  # tracefs with the recorded block_rq_issue format
+    assert choose_backend("auto", tree, is_root=True, bcc_available=lambda: True) == BackendChoice(
+        "bcc"
+    )
+
+
+def test_auto_backend_falls_back_to_diskstats_and_says_why(tmp_path: Path) -> None:
+    c = choose_backend(
+        "auto", SysTree(DATA / "ci-host"), is_root=False, bcc_available=lambda: False
+    )
+    assert c.backend == "diskstats"
+    assert c.warning is not None
+    assert c.warning.startswith("using the diskstats backend (not root, bcc not importable): ")
+    assert c.warning.endswith("'iotune doctor --for trace' says what to fix")
+    bare = choose_backend("auto", SysTree(tmp_path), is_root=True, bcc_available=lambda: True)
+    assert bare.backend == "diskstats" and bare.warning is not None
+    assert "(tracefs not mounted)" in bare.warning  # the tracepoint is not looked for then
+    fmt = "sys/kernel/tracing/events/block/block_rq_issue/format"
+    (tmp_path / fmt).parent.mkdir(parents=True)
+    (tmp_path / fmt).write_text("\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n")
+    old = choose_backend("auto", SysTree(tmp_path), is_root=True, bcc_available=lambda: True)
+    assert old.warning is not None
+    assert "(block:block_rq_issue lacks field(s) bytes, nr_sector, rwbs, sector)" in old.warning
+
+
+def test_a_named_backend_is_taken_or_refused(tmp_path: Path) -> None:
+    tree = SysTree(DATA / "ci-host")
+    assert choose_backend("bcc", tree, is_root=True).backend == "bcc"
+    assert choose_backend("diskstats", SysTree(tmp_path), is_root=False).backend == "diskstats"
+    with pytest.raises(NotRootError):
+        choose_backend("bcc", tree, is_root=False)
+    with pytest.raises(IotuneError, match="cannot trace with bcc: tracefs not mounted") as info:
+        choose_backend("bcc", SysTree(tmp_path), is_root=True)
+    assert info.value.hint == "mount tracefs first"

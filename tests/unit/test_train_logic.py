@@ -23,6 +23,7 @@ from iotune.train.presets import (
     get_preset,
     load_presets,
     parse_sets,
+    preset_with,
 )
 from iotune.train.runner import Resources, Shortfall, preflight
 
@@ -374,3 +375,31 @@ def test_ops_for_names_every_op_the_run_would_build_at_start_up() -> None:
     assert ops("params_opt_nvme_1b") == ["CPUAdamBuilder", "AsyncIOBuilder"]
     assert ops("opt_ram_zenflow_1b") == ["CPUAdamBuilder"]
     assert ops("gpu_baseline_1b") == []
+
+
+def test_data_and_tokenizer_are_checked_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "wiki.TXT").write_text("text\n")
+    tdata.check_inputs(str(tmp_path / "wiki.TXT"), None)
+    tdata.check_inputs(None, None)
+    with pytest.raises(UsageError, match=r"--data .*none\.txt: no such file"):
+        tdata.check_inputs(str(tmp_path / "none.txt"), None)
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(UsageError, match=r"unknown format \.csv"):
+        tdata.check_inputs(str(tmp_path / "x.csv"), None)
+    (tmp_path / "README").write_text("a\n")
+    with pytest.raises(UsageError, match=r"unknown format \(none\)"):
+        tdata.check_inputs(str(tmp_path / "README"), None)
+    with pytest.raises(UsageError, match="not a Hugging Face tokenizer directory") as info:
+        tdata.check_inputs(None, str(tmp_path))
+    assert info.value.hint and "save_pretrained(DIR)" in info.value.hint
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    tdata.check_inputs(str(tmp_path / "wiki.TXT"), str(tmp_path))
+
+
+def test_preset_with_overrides_and_steps() -> None:
+    p = preset_with("tiny_opt_nvme", ("seq_len=64", "steps=9"), steps=2)
+    assert (p.name, p.seq_len, p.steps) == ("tiny_opt_nvme", 64, 2)
+    assert preset_with("tiny_opt_nvme", ()) == get_preset("tiny_opt_nvme")
+    # the preset is looked up before the overrides are read
+    with pytest.raises(PresetError, match="no preset named 'nope'"):
+        preset_with("nope", ("not-key-value",))

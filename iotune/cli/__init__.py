@@ -1,0 +1,10 @@
+"""The `iotune` command line: a thin package, one module per command family.
+
+Each command parses its options, calls the library function that owns the rule, and renders
+the result. :mod:`iotune.cli.app` holds the group, the global options and the mapping from
+errors to exit codes.
+"""
+
+from iotune.cli.app import cli, main
+
+__all__ = ["cli", "main"]

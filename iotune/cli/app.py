@@ -1,0 +1,110 @@
+"""The `iotune` group: global options, the error-to-exit-code mapping, the entry point, and the
+commands of every family registered on the group."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from iotune import __version__
+from iotune.cli import devices, doctor, raid, sweep, trace, train
+from iotune.cli.options import STATE
+from iotune.errors import IotuneError
+
+
+class IotuneGroup(click.Group):
+    """Every failure ends as one error line and a hint; tracebacks only with --debug."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except IotuneError as exc:
+            if STATE.debug:
+                traceback.print_exc()
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            click.echo(f"iotune: error: {exc.format_message()}", err=True)
+            cmd = exc.ctx.command_path if exc.ctx else "iotune"
+            click.echo(f"hint: '{cmd} --help' lists the commands and options", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"iotune: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("iotune: aborted", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("iotune: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback with --debug
+            if STATE.debug:
+                traceback.print_exc()
+            click.echo(f"iotune: internal error: {type(exc).__name__}: {exc}", err=True)
+            click.echo("hint: run with --debug for the traceback, and report it", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(
+    cls=IotuneGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, prog_name="iotune")
+@click.option(
+    "--json", "json_out", is_flag=True, help="Machine-readable JSON on stdout, nothing else there."
+)
+@click.option("--debug", is_flag=True, help="Log every external command; show tracebacks.")
+@click.option("-v", "--verbose", count=True, help="More progress detail on stderr.")
+def cli(json_out: bool, debug: bool, verbose: int) -> None:
+    """Measure and tune NVMe offload for DeepSpeed training.
+
+    \b
+    The loop:
+      iotune doctor    is this host ready? (root, BPF, headers, mdadm, fio, libaio,
+                       DeepSpeed, GPU)
+      iotune devices   NVMe drives: PCIe link, NUMA node, queue limits, in use or
+                       free (and why)
+      iotune raid      plan-then-apply mdadm RAID volumes across free NVMe drives
+      iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
+      iotune presets   the training experiments (1B-16B x offload strategy x
+                       accumulation, and tiny CPU ones) with their estimated needs
+      iotune estimate  NVMe space and bytes read/written per step, predicted
+      iotune run       offloaded DeepSpeed training steps: per-step timings and
+                       the study's table (space on NVMe, GB read/written, times)
+      iotune trace     count every block request per drive by exact size (eBPF),
+                       checked against the kernel's counters; --run PRESET traces
+                       a training run
+
+    Every command takes --json for scripts. Errors print one line and a hint;
+    --debug shows the commands iotune runs and full tracebacks.
+    """
+    STATE.json = json_out
+    STATE.debug = debug
+    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="iotune: %(name)s: %(message)s", stream=sys.stderr)
+
+
+# each family's module defines its commands; the group only lists them
+for _command in (
+    devices.devices_cmd,
+    doctor.doctor_cmd,
+    raid.raid_group,
+    sweep.sweep_aio,
+    sweep.sweep_threads,
+    trace.trace_cmd,
+    train.presets_group,
+    train.estimate_cmd,
+    train.run_cmd,
+):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Console entry point (``iotune``)."""
+    cli()

@@ -1,0 +1,102 @@
+"""`iotune devices`: NVMe drives (or any disks) and why each is in use."""
+
+from __future__ import annotations
+
+import os
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from iotune.cli.options import STATE, json_option
+from iotune.errors import NotRootError
+from iotune.probes.blockdev import BlockDevice, Transport, find_block_devices
+from iotune.probes.host import LiveHost
+from iotune.render import console, emit_json, human_bytes, warn
+
+
+def _state_text(d: BlockDevice) -> Text:
+    if not d.in_use:
+        return Text("free", style="green")
+    kinds = list(dict.fromkeys(r.kind.value for r in d.in_use))
+    return Text(f"in use: {', '.join(kinds)}", style="bold red")
+
+
+def devices_table(devs: list[BlockDevice]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "DEVICE",
+        "TRANSPORT",
+        "MODEL",
+        "SERIAL",
+        "FW",
+        "SIZE",
+        "LBS/PBS",
+        "PCIe LINK",
+        "NUMA",
+        "MAX KB (HW)",
+        "NR_REQ",
+        "SCHED",
+        "STATE",
+    ):
+        table.add_column(col, overflow="fold")
+    for d in devs:
+        model = d.model or ("loop: " + d.backing_file if d.backing_file else "-")
+        table.add_row(
+            d.path,
+            d.transport.value,
+            model,
+            d.serial or "-",
+            d.firmware or "-",
+            human_bytes(d.size_bytes),
+            f"{d.logical_block_size}/{d.physical_block_size}",
+            str(d.pcie) if d.pcie else "-",
+            "-" if d.numa_node is None else str(d.numa_node),
+            f"{d.queue.max_sectors_kb} ({d.queue.max_hw_sectors_kb})",
+            str(d.queue.nr_requests) if d.queue.nr_requests is not None else "-",
+            d.queue.scheduler or "-",
+            _state_text(d),
+        )
+    return table
+
+
+@click.command("devices")
+@click.argument("device", nargs=-1)
+@click.option(
+    "--all", "show_all", is_flag=True, help="Every disk (loop, virtio, md, …), not only NVMe."
+)
+@json_option
+def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
+    """List NVMe drives (or DEVICE…, or --all disks) and whether each is in use, and why.
+
+    In use means any of: mounted (where), has partitions, holds a filesystem/RAID/LVM
+    signature (read-only wipefs probe), has holders (md, dm), is swap, backs / or /boot,
+    or cannot be opened with O_EXCL. Sizes are binary (GiB); MAX KB is the queue's
+    max_sectors_kb (largest request the kernel will issue) with the hardware limit.
+    """
+    host = LiveHost()
+    names = [host.disk_name(w) for w in device]
+    if os.geteuid() != 0:
+        raise NotRootError("iotune devices")
+    devs = find_block_devices(host)
+    if names:
+        devs = [d for d in devs if d.name in names]
+    elif not show_all:
+        others = [d.name for d in devs if d.transport is not Transport.NVME]
+        devs = [d for d in devs if d.transport is Transport.NVME]
+        if not devs and not STATE.json:
+            listed = ", ".join(others) if others else "none"
+            warn(f"no NVMe drives found (other disks: {listed}); use --all to list every disk")
+    if STATE.json:
+        emit_json({"devices": devs})
+        return
+    if devs:
+        con = console()
+        con.print(devices_table(devs))
+        busy = [d for d in devs if d.in_use]
+        if busy:
+            con.print()
+        for d in busy:
+            con.print(f"[bold]{d.name}[/] is in use:")
+            for r in d.in_use:
+                con.print(f"  - {r.detail}")

@@ -1,0 +1,134 @@
+"""Pieces the commands share: the --json flag and the output state it sets, option-value
+parsers, the options of a training run, and the exit status of a finished workload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from iotune.errors import UsageError
+
+
+@dataclass
+class State:
+    """Set by the global options (and a command's own --json) before the command runs."""
+
+    json: bool = False
+    debug: bool = False
+
+
+STATE = State()
+
+T = TypeVar("T")
+
+
+def json_option(f: Any) -> Any:
+    """--json on a command, as after `iotune`: one JSON document on stdout."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            STATE.json = True
+        return value
+
+    return click.option(
+        "--json",
+        "json_out",
+        is_flag=True,
+        expose_value=False,
+        callback=callback,
+        help="Print one JSON document on stdout instead of tables.",
+    )(f)
+
+
+def comma_list(text: str, parse: Callable[[str], T], what: str) -> tuple[T, ...]:
+    """A comma-separated option value, each item parsed, duplicates dropped, order kept."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError(f"{what}: give at least one value", hint=f"e.g. {what} 1,2,4")
+    return tuple(dict.fromkeys(parse(t) for t in items))
+
+
+def parse_bool(text: str) -> bool:
+    """true/false, 1/0, yes/no, on/off."""
+    low = text.lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off"):
+        return False
+    raise UsageError(f"{text!r} is not true or false", hint="e.g. --single-submit false,true")
+
+
+def positive_int(what: str) -> Callable[[str], int]:
+    """A parser of positive whole numbers for the option *what*."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) <= 0:
+            raise UsageError(
+                f"{what}: {text!r} is not a positive whole number", hint=f"e.g. {what} 4,8,16"
+            )
+        return int(text)
+
+    return parse
+
+
+def run_options(f: Any) -> Any:
+    """The options of a training run, shared by `iotune run` and `iotune trace --run`."""
+    for opt in reversed(
+        [
+            click.option(
+                "--nvme-path", type=click.Path(), help="Offload directory (default: the preset's)."
+            ),
+            click.option(
+                "--steps",
+                type=click.IntRange(1, 100000),
+                help="Optimizer steps (default: the preset's).",
+            ),
+            click.option(
+                "--set",
+                "sets",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="Override a preset field (steps, ga, seq_len, micro_batch, accelerator...), "
+                "model.FIELD, or ds.a.b in the DeepSpeed config. Repeatable.",
+            ),
+            click.option(
+                "--data",
+                type=click.Path(),
+                help="A local .txt, .jsonl or .parquet file (e.g. WikiText-2) tokenized and packed "
+                "into seq_len blocks; default: synthetic tokens.",
+            ),
+            click.option(
+                "--tokenizer",
+                type=click.Path(),
+                help="A local Hugging Face tokenizer directory for --data (default: UTF-8 bytes).",
+            ),
+            click.option(
+                "--aio-config",
+                type=click.Path(),
+                help="Take the aio block from a sweep-aio run directory or a DeepSpeed config.",
+            ),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Run even when the preflight estimate says it will not fit.",
+            ),
+            click.option(
+                "--keep-swap", is_flag=True, help="Keep DeepSpeed's swap files after the run."
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def interrupted_exit(signal_name: str) -> int:
+    """The exit status after SIGINT or SIGTERM stopped a run: 128 + the signal's number."""
+    return 130 if signal_name == "SIGINT" else 143
+
+
+def workload_exit(code: int) -> int:
+    """A workload's exit status passed on; killed by signal N (-N) it is 128 + N, as in a shell."""
+    return code if code > 0 else 128 - code

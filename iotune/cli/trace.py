@@ -1,0 +1,232 @@
+"""`iotune trace`: per-request size accounting per drive, during a command or a training run.
+
+Which drives (named, behind a path, or every NVMe drive) and which backend (bcc or
+diskstats) are decided in :mod:`iotune.trace`; this module checks the option combinations,
+runs the tracer and renders.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
+from iotune.cli.train import run_preset
+from iotune.errors import UsageError
+from iotune.probes.sysfs import SysTree
+from iotune.render import console, emit_json, warn
+
+if TYPE_CHECKING:
+    from iotune.trace.runner import TraceRequest
+
+
+def _backend(requested: str) -> str:
+    from iotune.trace.backend import choose_backend
+
+    choice = choose_backend(requested, SysTree("/"), is_root=os.geteuid() == 0)
+    if choice.warning:
+        warn(choice.warning)
+    return choice.backend
+
+
+def _positive_interval(interval: float) -> None:
+    if interval <= 0:
+        raise UsageError(f"--interval must be positive, got {interval:g}", hint="e.g. --interval 1")
+
+
+def _trace_run(
+    preset: str, workload_given: bool, focus_size: str, interval: float, backend: str, **kw: Any
+) -> None:
+    """--run PRESET: the drives behind the preset's offload directory, during its training."""
+    from iotune.units import parse_size
+
+    if workload_given:
+        raise UsageError(
+            "--run traces the drives behind the preset's offload directory: drop --duration, "
+            "--devices, --target and the command",
+            hint="iotune trace --run tiny_opt_nvme --nvme-path /var/tmp/offload",
+        )
+    ctx = click.get_current_context()
+    focus_given = ctx.get_parameter_source("focus_size") == click.core.ParameterSource.COMMANDLINE
+    _positive_interval(interval)
+    run_preset(
+        preset,
+        _backend(backend),
+        interval=interval,
+        focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
+        **kw,
+    )
+
+
+def _workload_focus(
+    run_kw: dict[str, Any],
+    focus_size: str,
+    interval: float,
+    duration: float | None,
+    command: tuple[str, ...],
+) -> int:
+    """Without --run: no training options, sane numbers, exactly one of --duration and a
+    command. Returns the focus size in bytes."""
+    from iotune.units import parse_size
+
+    given = [k for k, v in run_kw.items() if v not in (None, False, ())]
+    if given:
+        raise UsageError(
+            f"--{given[0].replace('_', '-')} belongs to --run PRESET",
+            hint="iotune trace --run tiny_opt_nvme --steps 3",
+        )
+    focus = parse_size(focus_size, what="--focus-size")
+    _positive_interval(interval)
+    if duration is not None and duration <= 0:
+        raise UsageError(
+            f"--duration must be positive, got {duration:g}", hint="e.g. --duration 30"
+        )
+    if bool(command) == (duration is not None):
+        raise UsageError(
+            "say what to trace: --duration S, or a command after --",
+            hint="iotune trace --devices nvme0n1 -- fio job.fio",
+        )
+    return focus
+
+
+def _request(
+    device_list: str | None,
+    target: str | None,
+    backend: str,
+    focus: int,
+    interval: float,
+    out: str | None,
+    duration: float | None,
+    command: tuple[str, ...],
+) -> TraceRequest:
+    """The drives and the backend, as a tracer's request; says on stderr what is traced."""
+    from iotune.trace.runner import TraceRequest
+    from iotune.trace.targets import select
+
+    targets = select(SysTree("/"), device_list, target)
+    chosen = _backend(backend)
+    out_dir = Path(out) if out else Path("results") / f"trace-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not STATE.json:
+        what = " ".join(command) if command else f"{duration:g} s"
+        click.echo(f"iotune: tracing {', '.join(targets.disks)} ({chosen}) during {what}", err=True)
+    return TraceRequest(
+        targets=targets,
+        backend=chosen,
+        focus=focus,
+        interval=interval,
+        out=out_dir.resolve(),
+        duration=duration,
+        command=list(command) or None,
+        quiet_stdout=STATE.json,
+    )
+
+
+@click.command(
+    "trace",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--duration", type=float, help="Trace for S seconds (no workload).")
+@click.option(
+    "--devices",
+    "device_list",
+    help="Comma-separated drives: nvme0n1,nvme1n1 (md arrays expand to members).",
+)
+@click.option(
+    "--target",
+    type=click.Path(),
+    help="Trace the drives behind PATH (file, directory, partition, md array).",
+)
+@click.option(
+    "--focus-size",
+    default="512K",
+    show_default=True,
+    help="The request size counted apart (DeepSpeed's AIO block_size).",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between samples of the counters.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "bcc", "diskstats"]),
+    default="auto",
+    show_default=True,
+    help="bcc: exact sizes via eBPF; diskstats: kernel totals only.",
+)
+@click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
+@click.option(
+    "--run",
+    "run_preset",
+    metavar="PRESET",
+    help="Trace an offloaded training run of PRESET (see 'iotune presets list').",
+)
+@run_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@json_option
+def trace_cmd(
+    duration: float | None,
+    device_list: str | None,
+    target: str | None,
+    focus_size: str,
+    interval: float,
+    backend: str,
+    out: str | None,
+    run_preset: str | None,
+    command: tuple[str, ...],
+    **run_kw: Any,
+) -> None:
+    """Count every block request per drive, by exact size, while COMMAND runs (or for --duration),
+    or during an offloaded training run (--run PRESET).
+
+    \b
+    iotune trace --run tiny_opt_nvme --steps 3
+    iotune trace --run opt_nvme_16b --nvme-path /mnt/offload
+    iotune trace --devices nvme0n1 --duration 30
+    iotune trace --target /mnt/offload -- python train.py
+    iotune trace --devices loop0 --focus-size 512K -- fio job.fio
+
+    With --run, the drives behind the preset's offload directory are traced,
+    the focus size is the preset's AIO block size, every optimizer step gets
+    its own figures, and the study's table is printed with the I/O model's
+    prediction beside the measurement ('iotune run --help' for the options).
+
+    Requests are counted at block:block_rq_issue, after merging and splitting: what the
+    drive is asked to do. Read/write requests of exactly --focus-size are counted apart
+    from all other sizes. Every drive is checked against the kernel's own counters
+    (/sys/block/DEV/stat). md arrays issue their requests on their members: each member is
+    reported and the array is their sum. The exit code is COMMAND's.
+    """
+    from iotune.trace.render import print_trace
+    from iotune.trace.runner import Tracer
+
+    if run_preset:
+        workload = bool(command) or duration is not None or bool(device_list or target)
+        _trace_run(run_preset, workload, focus_size, interval, backend, out=out, **run_kw)
+        return
+    focus = _workload_focus(run_kw, focus_size, interval, duration, command)
+    req = _request(device_list, target, backend, focus, interval, out, duration, command)
+    try:
+        result = Tracer(req).run()
+    except KeyboardInterrupt:
+        click.echo("iotune: interrupted before the first sample; nothing recorded", err=True)
+        sys.exit(130)
+    if STATE.json:
+        emit_json(result)
+    else:
+        print_trace(console(), result)
+    if result["interrupted"]:
+        click.echo(
+            f"iotune: interrupted ({result['interrupted']}); partial results in {result['out']}",
+            err=True,
+        )
+        sys.exit(interrupted_exit(result["interrupted"]))
+    if result["exit_code"]:
+        sys.exit(workload_exit(result["exit_code"]))

@@ -1,0 +1,237 @@
+"""`iotune presets`, `iotune estimate` and `iotune run`: the training presets, their predicted
+needs and offloaded training runs. :func:`run_preset` also serves `iotune trace --run`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
+from iotune.errors import UsageError
+from iotune.render import console, emit_json, err_console, warn
+
+if TYPE_CHECKING:
+    from iotune.train.runner import Prepared
+
+
+def run_preset(
+    name: str,
+    backend: str,
+    out: str | None,
+    nvme_path: str | None,
+    steps: int | None,
+    sets: tuple[str, ...],
+    data: str | None,
+    tokenizer: str | None,
+    aio_config: str | None,
+    force: bool,
+    keep_swap: bool,
+    interval: float = 1.0,
+    focus: int | None = None,
+) -> None:
+    """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
+    from iotune.sweep.result import load_aio
+    from iotune.train import runner as train_runner
+    from iotune.train.data import check_inputs
+    from iotune.train.presets import preset_with
+    from iotune.train.render import print_run
+
+    preset = preset_with(name, sets, steps)
+    aio, aio_source = load_aio(aio_config)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
+    check_inputs(data, tokenizer)
+    req = train_runner.RunRequest(
+        preset=preset,
+        out=out_dir,
+        backend=backend,
+        nvme_path=Path(nvme_path) if nvme_path else None,
+        aio=aio,
+        aio_source=aio_source,
+        data=Path(data) if data else None,
+        tokenizer=Path(tokenizer) if tokenizer else None,
+        force=force,
+        keep_swap=keep_swap,
+        quiet_stdout=STATE.json,
+        interval=interval,
+        focus=focus,
+        progress=not STATE.json,
+    )
+    prep = train_runner.prepare(req)
+    for note in req.notes:
+        warn(note)
+    if not STATE.json:
+        _announce(prep, backend, out_dir)
+    result = train_runner.run(req, prep)
+    if STATE.json:
+        emit_json(result)
+    else:
+        print_run(console(), result)
+    _exit_after_run(result)
+
+
+def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
+    """The estimate and what is about to run, on stderr."""
+    from iotune.train.render import print_estimate
+
+    print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
+    what = (
+        f"{', '.join(prep.targets.disks)} ({backend})"
+        if prep.targets.disks
+        else "no drive (no NVMe offload)"
+    )
+    click.echo(
+        f"iotune: running {prep.preset.name} for {prep.preset.steps} steps, tracing {what}; "
+        f"results in {out_dir}",
+        err=True,
+    )
+
+
+def _exit_after_run(result: dict[str, Any]) -> None:
+    if result["interrupted"]:
+        click.echo(
+            f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "
+            f"records kept in {result['out']}",
+            err=True,
+        )
+        sys.exit(interrupted_exit(result["interrupted"]))
+    code = result["exit_code"]
+    if code:
+        click.echo(
+            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)",
+            err=True,
+        )
+        click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)
+        sys.exit(workload_exit(code))
+
+
+@click.group("presets", invoke_without_command=True)
+@click.pass_context
+def presets_group(ctx: click.Context) -> None:
+    """The training presets: the study's experiments and small CPU ones (configs/presets.toml).
+
+    \b
+    iotune presets list              every preset with parameters and estimated needs
+    iotune presets show opt_nvme_16b one preset: geometry, DeepSpeed config, I/O model
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(presets_list)
+
+
+@presets_group.command("list")
+@click.option("--strategy", help="Only this strategy (e.g. opt_nvme).")
+@click.option("--size", help="Only this size (e.g. 16b, tiny).")
+@json_option
+def presets_list(strategy: str | None, size: str | None) -> None:
+    """Every preset: parameter count, geometry, strategy, accumulation and estimated needs."""
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config, load_presets
+    from iotune.train.render import presets_json, presets_table
+
+    rows = []
+    for p in load_presets().values():
+        if (strategy and p.strategy.name != strategy) or (size and p.size != size):
+            continue
+        rows.append((p, estimate(p, ds_config(p))))
+    if not rows:
+        raise UsageError(
+            "no preset matches", hint="'iotune presets list' without filters shows them all"
+        )
+    if STATE.json:
+        emit_json(presets_json(rows))
+    else:
+        console().print(presets_table(rows))
+
+
+@presets_group.command("show")
+@click.argument("name")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
+)
+@json_option
+def presets_show(name: str, sets: tuple[str, ...]) -> None:
+    """One preset: geometry, parameter count, the DeepSpeed config it runs with, its I/O model."""
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config, preset_with
+    from iotune.train.render import print_estimate
+
+    p = preset_with(name, sets)
+    cfg = ds_config(p)
+    e = estimate(p, cfg)
+    if STATE.json:
+        emit_json(
+            {"preset": asdict(p), "params": e.params, "ds_config": cfg, "estimate": asdict(e)}
+        )
+        return
+    con = console()
+    print_estimate(con, p, e, cfg)
+    con.print("DeepSpeed config:")
+    con.print_json(json.dumps(cfg))
+
+
+@click.command("estimate")
+@click.argument("preset")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
+)
+@click.option(
+    "--aio-config", type=click.Path(), help="aio block from a sweep-aio run or a DeepSpeed config."
+)
+@json_option
+def estimate_cmd(preset: str, sets: tuple[str, ...], aio_config: str | None) -> None:
+    """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
+
+    \b
+    With N parameters and the optimizer state on NVMe: footprint 16N bytes,
+    initialisation + first step reads 12N and writes 24N, each later step
+    reads 16N and writes 16N. Parameter offload adds 2N of bf16 files and the
+    parameter fetches of forward, recomputation and backward. Tensors under
+    max(1 MiB, aio block) stay in RAM, which matters only for small models.
+    'iotune trace --run PRESET' prints this prediction next to the measurement.
+    """
+    from iotune.sweep.result import load_aio
+    from iotune.train.estimate import estimate
+    from iotune.train.presets import ds_config, preset_with
+    from iotune.train.render import print_estimate
+
+    p = preset_with(preset, sets)
+    aio, _ = load_aio(aio_config)
+    cfg = ds_config(p, aio=aio)
+    e = estimate(p, cfg)
+    if STATE.json:
+        emit_json(
+            {"preset": p.name, "params": e.params, **asdict(e), "init_first": asdict(e.init_first)}
+        )
+    else:
+        print_estimate(console(), p, e, cfg)
+
+
+@click.command("run")
+@click.argument("preset")
+@run_options
+@click.option(
+    "--out", type=click.Path(), help="Run directory (default results/run-PRESET-DATE-TIME)."
+)
+@json_option
+def run_cmd(preset: str, out: str | None, **kw: Any) -> None:
+    """Run DeepSpeed-offloaded training steps of PRESET and print the study's table.
+
+    \b
+    iotune run tiny_opt_nvme                        # CPU-only host, any drive
+    iotune run opt_nvme_1b --nvme-path /mnt/nvme0 --steps 5
+    iotune run opt_raid0_3b_ga8 --aio-config results/sweep-...
+
+    Before anything is allocated, the preset's GPU memory, host RAM and NVMe
+    space are estimated and the run is refused if they do not fit (--force
+    runs anyway). The worker reports every step (forward, backward, optimizer,
+    tokens/s, loss, peak memory); the drives behind the offload path are
+    measured with the kernel's counters. 'iotune trace --run PRESET' does the
+    same with eBPF request sizes.
+    """
+    run_preset(preset, "diskstats", out, **kw)

@@ -1,0 +1,165 @@
+"""Screen rendering for the sweeps: progress while points run, every point's row, the picks,
+the thread sweep's table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from iotune.render import err_console
+from iotune.units import GIB, format_size
+
+if TYPE_CHECKING:
+    from iotune.sweep.runner import Sweep
+
+#: columns a sweep's records may lack (no point succeeded, or no fio ceiling)
+_NUMERIC = ("pct_of_fio", "bw_bytes_s", "bw_min", "bw_max", "block_interval_us", "cpu_cores")
+
+
+def run_with_progress(sweep: Sweep, *, quiet: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Run the sweep under a progress bar on stderr; Ctrl-C keeps the finished points."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=err_console(),
+        disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("sweep", total=sweep.expected(), completed=len(sweep.records))
+
+        def on_point(rec: dict[str, Any], n: int, total: int) -> None:
+            bw = (
+                f"{rec['bw_bytes_s'] / GIB:.2f} GiB/s"
+                if rec.get("status") == "ok"
+                else rec.get("status")
+            )
+            progress.update(
+                task,
+                completed=n,
+                total=max(total, n),
+                description=f"{rec['op']} {format_size(rec['block_size'])} qd{rec['queue_depth']} t{rec['threads']}: {bw}",
+            )
+
+        sweep.on_point = on_point
+        try:
+            return sweep.run(), False
+        except KeyboardInterrupt:
+            return list(sweep.records.values()), True
+
+
+def sweep_table(df: Any) -> Table:
+    """Every point, one row each (a DataFrame sorted by the caller)."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "OP",
+        "BLOCK",
+        "QD",
+        "THREADS",
+        "SINGLE",
+        "OVERLAP",
+        "PHASE",
+        "GiB/s",
+        "SPREAD GiB/s",
+        "% FIO",
+        "US/BLOCK",
+        "CPU CORES",
+        "STATUS",
+    ):
+        table.add_column(col, justify="left" if col in ("OP", "PHASE", "STATUS") else "right")
+    for _, r in df.iterrows():
+        ok = r["status"] == "ok"
+        table.add_row(
+            r["op"],
+            format_size(int(r["block_size"])),
+            str(r["queue_depth"]),
+            str(r["threads"]),
+            str(bool(r["single_submit"])).lower(),
+            str(bool(r["overlap_events"])).lower(),
+            r["phase"],
+            f"{r['bw_bytes_s'] / GIB:.2f}" if ok else "-",
+            f"{r['bw_min'] / GIB:.2f}-{r['bw_max'] / GIB:.2f}" if ok else "-",
+            f"{r['pct_of_fio']:.0f}%"
+            if ok and r.get("pct_of_fio") == r.get("pct_of_fio") and r.get("pct_of_fio") is not None
+            else "-",
+            f"{r['block_interval_us']:.0f}" if ok else "-",
+            f"{r['cpu_cores']:.2f}" if ok else "-",
+            "ok" if ok else f"{r['status']}: {str(r.get('error', ''))[:60]}",
+        )
+    return table
+
+
+def print_result(
+    con: Console,
+    records: Sequence[dict[str, Any]],
+    result: dict[str, Any],
+    run_dir: Path,
+    write_config: str | None,
+) -> None:
+    """The points by bandwidth, the best per op, the balanced pick and the aio block."""
+    if records:
+        import pandas as pd
+
+        df = pd.DataFrame(records)
+        for col in _NUMERIC:
+            if col not in df:
+                df[col] = float("nan")
+        df = df.sort_values(["op", "bw_bytes_s"], ascending=[True, False], na_position="last")
+        con.print(sweep_table(df))
+        con.print()
+    for op, r in result["best"].items():
+        pct = f", {r['pct_of_fio']:.0f}% of fio" if r.get("pct_of_fio") else ""
+        con.print(
+            f"best {op}: {r['bw_bytes_s'] / GIB:.2f} GiB/s ({r['bw_bytes_s'] / 1e9:.2f} GB/s{pct}) with "
+            f"block {format_size(r['block_size'])}, queue depth {r['queue_depth']}, {r['threads']} thread(s), "
+            f"single_submit {str(r['single_submit']).lower()}, overlap_events {str(r['overlap_events']).lower()}"
+        )
+    bal = result["balanced"]
+    if bal:
+        con.print(
+            f"best balanced (geometric mean of read and write vs their bests: {bal['score']:.2f}): "
+            f"{json.dumps(bal['config'])}"
+        )
+    if result["aio"]:
+        con.print('\nDeepSpeed config:\n"aio": ' + json.dumps(result["aio"], indent=2))
+    for h in result["nvme_path_hints"]:
+        con.print(h)
+    if "config_written" in result:
+        con.print(
+            f"merged into {write_config} (DeepSpeed reads: {json.dumps(result['config_written']['deepspeed_reads'])})"
+        )
+    con.print(f"records: {run_dir}/points.jsonl ({result['ok']} ok, {result['failed']} failed)")
+
+
+def threads_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """One row per thread count: median, min and max optimizer-step time."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("THREADS", "STEP MS (MEDIAN)", "MIN", "MAX", "STATUS"):
+        table.add_column(col, justify="right" if col != "STATUS" else "left")
+    for r in rows:
+        good = r["status"] == "ok"
+        table.add_row(
+            str(r["threads"]),
+            f"{r['step_ms_median']:.1f}" if good else "-",
+            f"{r['step_ms_min']:.1f}" if good else "-",
+            f"{r['step_ms_max']:.1f}" if good else "-",
+            "ok" if good else f"{r['status']}: {r.get('error', '')[:60]}",
+        )
+    return table

@@ -1,0 +1,149 @@
+"""What a sweep concludes and where it keeps it: the best point per op, the best balanced
+configuration, the DeepSpeed "aio" block to use, and ``RUN/result.json``, which
+``iotune run --aio-config RUN`` and ``iotune estimate --aio-config RUN`` read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iotune.errors import IotuneError, UsageError
+from iotune.probes.sysfs import SysTree
+from iotune.records import to_jsonable
+from iotune.sweep import space as sp
+from iotune.sweep.config import write_config as merge_config
+
+if TYPE_CHECKING:
+    from iotune.sweep.runner import Sweep
+
+RESULT = "result.json"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The sweep's picks: best record per op, best balanced configuration with its score,
+    and the aio block recommended (the balanced one, else the first op's best)."""
+
+    best: dict[str, dict[str, Any]]
+    balanced: tuple[tuple[int, int, int, bool, bool], float] | None
+    aio: dict[str, Any] | None
+
+
+def choose(records: Sequence[dict[str, Any]], *, use_gds: bool = False) -> Choice:
+    best = sp.best_per_op(records)
+    bal = sp.balanced(records)
+    cfg = bal[0] if bal else (sp.config_of(next(iter(best.values()))) if best else None)
+    return Choice(best, bal, sp.aio_block(cfg, use_gds=use_gds) if cfg else None)
+
+
+def summarize(
+    run_dir: Path,
+    strategy: str,
+    records: Sequence[dict[str, Any]],
+    *,
+    use_gds: bool,
+    interrupted: bool,
+    budget_exhausted: bool,
+    ceilings: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The result document (without the config merge and the path hints, added by
+    :func:`finish`)."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    c = choose(records, use_gds=use_gds)
+    return {
+        "out": str(run_dir.resolve()),
+        "strategy": strategy,
+        "points": len(records),
+        "ok": len(ok),
+        "failed": len(records) - len(ok),
+        "interrupted": interrupted,
+        "budget_exhausted": budget_exhausted,
+        "best": c.best,
+        "balanced": {"config": sp.aio_block(c.balanced[0]), "score": c.balanced[1]}
+        if c.balanced
+        else None,
+        "aio": c.aio,
+        "ceilings": ceilings,
+    }
+
+
+def finish(
+    sweep: Sweep,
+    run_dir: Path,
+    records: Sequence[dict[str, Any]],
+    *,
+    interrupted: bool,
+    write_config: str | None,
+) -> dict[str, Any]:
+    """Summarize, merge the aio block into --write-config (a finished sweep only), add the
+    offload hints, and write ``RUN/result.json``."""
+    spec = sweep.spec
+    result = summarize(
+        run_dir,
+        spec.strategy,
+        records,
+        use_gds=spec.gds,
+        interrupted=interrupted,
+        budget_exhausted=sweep.budget_hit,
+        ceilings=list(sweep.ceilings.values()),
+    )
+    aio = result["aio"]
+    if write_config and aio and not interrupted:
+        report = merge_config(Path(write_config), aio)
+        result["config_written"] = {"path": write_config, "deepspeed_reads": report.get("aio_used")}
+    result["nvme_path_hints"] = nvme_path_hints(SysTree("/"), Path(spec.target))
+    write_result(run_dir, result)
+    return result
+
+
+def write_result(run_dir: Path, result: dict[str, Any]) -> None:
+    (run_dir / RESULT).write_text(json.dumps(to_jsonable(result), indent=2) + "\n")
+
+
+def nvme_path_hints(tree: SysTree, target: Path) -> list[str]:
+    """Offload config hints when the target lives on an md RAID volume."""
+    from iotune.trace.targets import resolve_path
+
+    try:
+        t = resolve_path(tree, str(target))
+    except IotuneError:
+        return []
+    if not t.arrays:
+        return []
+    a = t.arrays[0]
+    return [
+        f"{target} is on {a.level} {a.name} ({', '.join(a.members)}): use it as "
+        f'"offload_optimizer": {{"device": "nvme", "nvme_path": "{target}"}} and '
+        f'"offload_param": {{"device": "nvme", "nvme_path": "{target}"}} (ZeRO stage 3)'
+    ]
+
+
+def load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
+    """--aio-config: a `sweep-aio` run directory, its result.json, or a DeepSpeed config.
+
+    Returns the aio block and where it came from ("preset" when no path is given)."""
+    if path is None:
+        return None, "preset"
+    p = Path(path)
+    f = p / RESULT if p.is_dir() else p
+    try:
+        doc = json.loads(f.read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"--aio-config {path}: no such file",
+            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--aio-config {f}: not JSON ({exc.msg})", hint="name a DeepSpeed JSON config"
+        ) from exc
+    aio = doc.get("aio") if isinstance(doc, dict) else None
+    if not isinstance(aio, dict) or not isinstance(aio.get("block_size"), int):
+        raise UsageError(
+            f'--aio-config {f} has no "aio" block with a block_size',
+            hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
+        )
+    return aio, str(f)
