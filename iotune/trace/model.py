@@ -107,6 +107,7 @@ class DirCheck:
 class Check:
     read: DirCheck
     write: DirCheck
+    settled: bool = True  # False: I/O never paused while a snapshot was read
 
     @property
     def exact(self) -> bool:
@@ -144,7 +145,12 @@ class Check:
                 f"the kernel also counts {self.write.empty_preflush} empty pre-flush write(s), "
                 "issued as flush requests"
             )
-        head = "exact: " if self.exact else "differs: "
+        if not self.settled:
+            notes.append(
+                "the drive never paused while the counters were read at the start or end of "
+                "the trace, so they may be a few requests apart"
+            )
+        head = "exact: " if self.exact else "approximate: " if not self.settled else "differs: "
         return head + ", ".join(parts) + "".join(f"; {n}" for n in notes)
 
 
@@ -155,6 +161,7 @@ def check(
     done: Mapping[int, tuple[int, int]] | None = None,
     inflight_start: tuple[int, int] = (0, 0),
     inflight_end: tuple[int, int] = (0, 0),
+    settled: bool = True,
 ) -> Check:
     """``done``: op index (OP_* in bpf/iotune.h) → (ios, sectors) completed in the window; None
     when completions were not traced (the issues then stand for them)."""
@@ -182,6 +189,7 @@ def check(
             inflight_end=inflight_end[1],
             empty_preflush=pre,
         ),
+        settled=settled,
     )
 
 

@@ -107,12 +107,38 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
     con.print(table)
 
 
+def _binary(n: int) -> str:
+    return f"{n / 2**10:.0f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
+
+
+def other_io_line(result: dict[str, Any], top: int = 4) -> str | None:
+    """One line naming I/O on the traced drives that the workload did not submit (writeback,
+    journal, other processes): counted in the drives' figures, but not the workload's."""
+    other = result.get("other_io")
+    if not other or not other["others"]:
+        return None
+    tot = other["other_bytes"]
+    who = ", ".join(
+        f"{r['comm']} (pid {r['pid']}, {r['device']}) {_binary(r['read'] + r['write'])}"
+        for r in other["others"][:top]
+    )
+    more = len(other["others"]) - top
+    return (
+        f"other I/O on the traced drive(s), not the workload's but in the figures above: "
+        f"{_binary(tot['read'])} read, {_binary(tot['write'])} written by {who}"
+        + (f" and {more} more" if more > 0 else "")
+    )
+
+
 def print_trace(con: Console, result: dict[str, Any]) -> None:
     """A trace's whole report: the table, sizes and histograms, steps, and where it is kept."""
     con.print(summary_table(result))
     con.print()
     print_details(con, result)
     print_steps(con, result)
-    if result["dropped"]["sizes"] or result["dropped"]["hist"]:
+    line = other_io_line(result)
+    if line:
+        con.print(f"note: {line}")
+    if any(result["dropped"].values()):
         warn(f"BPF maps were full: {result['dropped']} requests not counted")
     con.print(f"results: {result['out']}")

@@ -32,6 +32,9 @@ log = logging.getLogger("iotune.trace")
 
 EVENTS_ENV = "IOTUNE_EVENTS"  # a workload appends JSON lines {"event": ..., "step": n} here
 POLL_S = 0.05
+# a workload's event saying its own I/O starts now (imports, process start-up are done):
+# the per-step rows start there, the device totals still cover the whole trace
+READY = "ready"
 SNAPSHOT_TRIES = 100  # re-reads until counters and diskstats are one consistent snapshot
 
 
@@ -132,8 +135,9 @@ class Tracer:
         return self.bpf.done() if self.bpf is not None else {}
 
     def sample(self, label: str) -> Sample:
-        # the first and last samples carry the cross-check: insist on a consistent read there
-        ends = label in ("start", "end")
+        # the first and last samples carry the cross-check, and "ready" starts the workload's
+        # own window: insist on a consistent read there
+        ends = label in ("start", "end", READY)
         counts, done, stats, inflight, settled = self._snapshot(SNAPSHOT_TRIES if ends else 3)
         if ends and not settled:
             log.warning(
@@ -314,6 +318,7 @@ class Tracer:
                     done,
                     inflight_start=first.inflight.get(name, (0, 0)),
                     inflight_end=last.inflight.get(name, (0, 0)),
+                    settled=first.settled and last.settled,
                 )
                 entry["check"] = {
                     "exact": chk.exact,
@@ -381,12 +386,15 @@ class Tracer:
         }
 
     def steps(self) -> list[dict[str, Any]]:
-        """I/O between consecutive step events (and from the start to the first)."""
-        marks = [s for s in self.samples if ":" in s.label]
+        """I/O between consecutive step events (and from the start, or the workload's "ready"
+        event, to the first)."""
+        ready = [s for s in self.samples if s.label == READY]
+        first = ready[-1] if ready else self.samples[0]
+        marks = [s for s in self.samples if ":" in s.label and s.t >= first.t]
         if not marks:
             return []
         out = []
-        prev = self.samples[0]
+        prev = first
         for s in marks:
             delta = model.sub(s.counts, prev.counts)
             row: dict[str, Any] = {

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from iotune.trace.render import other_io_line
 from iotune.train.estimate import Estimate, per_n
 from iotune.train.presets import Preset
 from iotune.units import GIB, format_size, gb
@@ -240,6 +241,9 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
         )
     for c in result.get("diskstats_check", []):
         con.print(f"{c['device']}: traced vs /sys/block/{c['device']}/stat: {c['summary']}")
+    line = other_io_line(result)
+    if line:
+        con.print(f"note: {line}")
     for n in result.get("notes", []):
         con.print(f"note: {n}")
     con.print(f"results: {result['out']}")

@@ -333,6 +333,9 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     ):
         (out / name).write_text(json.dumps(to_jsonable(obj), indent=2) + "\n")
     load_ops(ops_for(prep.cfg, p.accelerator), p.accelerator, out)
+    # a first build leaves hundreds of MB of compiler output in the page cache: write it back
+    # now, not while the tracer counts the drive it is on
+    os.sync()
     if prep.swap_dir:
         prep.swap_dir.mkdir(parents=True, exist_ok=True)
     treq = TraceRequest(
@@ -500,6 +503,7 @@ def build_result(
         "io_steps": (trace or {}).get("steps", []),
         "diskstats_check": checks,
         "dropped": (trace or {}).get("dropped"),
+        "other_io": (trace or {}).get("other_io"),
         "notes": req.notes,
         "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),
         "exit_code": (trace or {}).get("exit_code"),

@@ -7,6 +7,9 @@ micro-batch, sequence length, steps, data and the run directory. The worker appe
 line per event to ``$IOTUNE_EVENTS`` (the tracer samples its counters there) and to
 ``steps.jsonl`` in the run directory:
 
+    {"event": "ready"}                  after the imports and the process group: the training's
+                                        own I/O starts here (what the interpreter read to load
+                                        torch, DeepSpeed and transformers is not the training's)
     {"event": "init", "step": 0, ...}   after deepspeed.initialize (engine and swap files built)
     {"event": "step", "step": n, ...}   after each optimizer step (forward/backward/optimizer s,
                                         tokens/s, loss, peak accelerator memory, host RSS,
@@ -128,6 +131,7 @@ def main() -> None:
     if spec.get("cpu_threads"):
         torch.set_num_threads(int(spec["cpu_threads"]))
     deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), verbose=False)
+    events.emit({"event": "ready", "import_s": round(time.perf_counter() - t_start, 4)})
     ds_config = spec["ds_config"]
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
     bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))

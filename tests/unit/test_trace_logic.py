@@ -225,3 +225,30 @@ def test_a_named_backend_is_taken_or_refused(tmp_path: Path) -> None:
     with pytest.raises(IotuneError, match="cannot trace with bcc: tracefs not mounted") as info:
         choose_backend("bcc", SysTree(tmp_path), is_root=True)
     assert info.value.hint == "mount tracefs first"
+
+
+def test_other_io_names_each_submitter_that_is_not_the_workload() -> None:
+    from iotune.trace.render import other_io_line
+    from iotune.trace.runner import other_io
+
+    vda, vdb = kernel_dev(254, 0), kernel_dev(254, 16)
+    owners = {
+        (vda, 1, 0): (10, 2048),  # the workload: 1 MiB written
+        (vda, 1, 555): (2, 16),  # jbd2: 8 KiB written
+        (vda, 0, 555): (1, 8),  # and 4 KiB read
+        (vda, 3, 600): (1, 0),  # a flush names no bytes: left out
+        (vdb, 1, 777): (5, 1024),  # a drive that is not traced: left out
+    }
+    got = other_io(owners, {555: "jbd2/vda1-8", 600: "kworker/0:1"}, {"vda": vda})
+    assert got["workload_bytes"] == {"read": 0, "write": 2048 * 512}
+    assert got["others"] == [
+        {"pid": 555, "comm": "jbd2/vda1-8", "device": "vda", "read": 4096, "write": 8192}
+    ]
+    assert got["other_bytes"] == {"read": 4096, "write": 8192}
+    line = other_io_line({"other_io": got})
+    assert (
+        line is not None
+        and "4 KiB read, 8 KiB written by jbd2/vda1-8 (pid 555, vda) 12 KiB" in line
+    )
+    assert other_io_line({"other_io": {**got, "others": []}}) is None
+    assert other_io_line({}) is None
