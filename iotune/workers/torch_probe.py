@@ -2,8 +2,9 @@
 
 Run as ``python -m iotune.workers.torch_probe [--build]``. With ``--build`` the async_io op
 is loaded even when that means a JIT build (minutes the first time, cached afterwards).
-``--load-ops NAME,...`` (with ``--accelerator``) loads exactly the named op builders of the
-accelerator a training run will use, building what is not cached, and reports each.
+``--prepare --ops NAME,...`` (with ``--accelerator``) loads exactly the named op builders of
+the accelerator a training run will use, building what is not cached, reports each, and
+reads the code a training worker runs into the page cache.
 """
 
 from __future__ import annotations
@@ -96,20 +97,57 @@ def load_ops(names: list[str]) -> dict[str, Any]:
                 entry["error"] = f"{type(exc).__name__}: {exc}"[-500:]
             entry["seconds"] = round(time.monotonic() - t0, 3)
         out["ops"][name] = entry
+    out["warmed"] = warm_code()
     return out
+
+
+#: the packages a training worker runs code from (the nvidia-* wheels hold CUDA's libraries)
+CODE_PACKAGES = ("torch", "deepspeed", "transformers", "nvidia", "triton", "numpy", "safetensors")
+
+
+def warm_code() -> dict[str, Any]:
+    """Read every file of the packages the training worker runs, and of the op cache, into
+    the page cache. A process pages its code in as it first executes it (libtorch's kernels,
+    cuBLAS on the first matmul, lazily imported modules): on a cold host those reads would
+    land on the traced drive during the first steps and read as the training's I/O."""
+    import importlib.util
+
+    roots = []
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            roots.extend(spec.submodule_search_locations)
+    ext = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if ext:
+        roots.append(ext)
+    t0 = time.monotonic()
+    files = total = 0
+    buf = bytearray(8 << 20)
+    for root in dict.fromkeys(roots):
+        for dirpath, _dirs, names in os.walk(root):
+            for n in names:
+                try:
+                    with open(os.path.join(dirpath, n), "rb", buffering=0) as fh:
+                        while got := fh.readinto(buf):
+                            total += got
+                except OSError:
+                    continue  # a socket, a file removed meanwhile: nothing to warm
+                files += 1
+    return {"files": files, "bytes": total, "seconds": round(time.monotonic() - t0, 3)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", action="store_true")
-    parser.add_argument("--load-ops", default="")
+    parser.add_argument("--prepare", action="store_true", help="load --ops, warm the code")
+    parser.add_argument("--ops", default="")
     parser.add_argument("--accelerator")
     args = parser.parse_args()
     report = private_stdout()
-    if args.load_ops:
+    if args.prepare:
         if args.accelerator:
             os.environ.setdefault("DS_ACCELERATOR", args.accelerator)
-        result = load_ops(args.load_ops.split(","))
+        result = load_ops([n for n in args.ops.split(",") if n])
     else:
         result = probe(args.build)
     report.write(json.dumps(result) + "\n")

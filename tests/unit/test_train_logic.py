@@ -292,6 +292,9 @@ def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     src = DATA / "run-tiny-opt-nvme"
     out = tmp_path / "run"
     shutil.copytree(src, out)
+    # the worker's "ready" event (imports done) comes first and is not a row of the table
+    lines = (out / "steps.jsonl").read_text()
+    (out / "steps.jsonl").write_text('{"event": "ready", "import_s": 4.5}\n' + lines)
     p = get_preset("tiny_opt_nvme")
     cfg = ds_config(p, "/mnt/x/iotune-swap-run")
     prep = Prepared(
@@ -314,7 +317,8 @@ def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     assert (
         first["write_focus"] == init_io["write"]["focus_requests"] + s1["write"]["focus_requests"]
     )
-    events = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    events = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()][1:]
+    assert res["import_s"] == 4.5 and [e["event"] for e in res["events"]][:2] == ["init", "step"]
     assert first["step_s"] == events[1]["step_s"]
     assert steady["optimizer_s"] == round(
         sorted([events[2]["optimizer_s"], events[3]["optimizer_s"]])[0] / 2
@@ -327,6 +331,13 @@ def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     assert "| Case | Space on NVMe, GB | Read, GB | Write, GB |" in md
     assert "R, 512KB" in md and md.count("| tiny_opt_nvme: ") == 4
     assert (out / "result.csv").read_text().count("\n") == 5
+    from rich.console import Console
+
+    from iotune.train.render import print_run
+
+    con = Console(record=True, width=200)
+    print_run(con, res)
+    assert "init + first step" in con.export_text()
 
 
 def test_bad_overrides_are_refused_with_a_hint() -> None:
