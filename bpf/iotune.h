@@ -9,8 +9,9 @@
 #define OP_DISCARD 2
 #define OP_FLUSH   3
 #define OP_OTHER   4
-/* completions only: a write with REQ_PREFLUSH and no data ("FWS", 0 sectors). blk-mq issues
- * only its flush request, but completes and accounts the empty write as a write io */
+/* completions only: a write with REQ_PREFLUSH and no data (issued as "FWS", completed as a
+ * "W" of 0 sectors). blk-mq issues only its flush request, but completes and accounts the
+ * empty write as a write io */
 #define OP_EMPTY_PREFLUSH 5
 
 /* one counter per (device, operation, exact request size in bytes) */

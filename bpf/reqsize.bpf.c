@@ -115,7 +115,9 @@ TRACEPOINT_PROBE(block, block_rq_complete)
         return 0;
 #endif
     struct done_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
-    if (k.op == OP_WRITE && args->rwbs[0] == 'F' && args->nr_sector == 0)
+    /* blk_insert_flush() clears REQ_PREFLUSH once it has planned the flush, so the empty
+     * write completes as a plain "W" of no data: the only writes that carry none */
+    if (k.op == OP_WRITE && args->nr_sector == 0)
         k.op = OP_EMPTY_PREFLUSH;
     struct done_val zero = {}, *val = done.lookup(&k);
     if (!val) {

@@ -97,6 +97,22 @@ class ReqSizeTracer:
             for k, v in self._bpf["comms"].items()
         }
 
+    def misses(self) -> dict[str, int]:
+        """Events the kernel did not deliver, per program: a tracepoint program that fires
+        while another BPF program runs on the same CPU (an I/O completion interrupting an
+        issue) is skipped and counted in the program's recursion_misses (kernel 5.12+)."""
+        out = {}
+        for name, fn in self._bpf.funcs.items():
+            label = name.decode().removeprefix("tracepoint__").replace("__", ":")
+            try:
+                with open(f"/proc/self/fdinfo/{fn.fd}") as fh:
+                    for line in fh:
+                        if line.startswith("recursion_misses:"):
+                            out[label] = int(line.split()[1])
+            except OSError:
+                continue
+        return out
+
     def dropped(self) -> tuple[int, int, int, int]:
         t = self._bpf["dropped"]
         a, b, c, d = (int(t[ctypes.c_int(i)].value) for i in range(4))

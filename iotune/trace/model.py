@@ -108,10 +108,28 @@ class Check:
     read: DirCheck
     write: DirCheck
     settled: bool = True  # False: I/O never paused while a snapshot was read
+    # events the kernel did not deliver to the tracer (its programs' recursion_misses)
+    missed_completions: int = 0
+    missed_issues: int = 0
 
     @property
     def exact(self) -> bool:
         return all(d.counted and d.reconciled for d in (self.read, self.write))
+
+    @property
+    def explained_by_misses(self) -> bool:
+        """Not exact, but by no more requests than the events the kernel skipped."""
+        if self.exact or not (self.missed_completions or self.missed_issues):
+            return False
+        uncounted = sum(abs(d.done[0] - d.kernel[0]) for d in (self.read, self.write))
+        unreconciled = sum(
+            abs(d.issued[0] - (d.done[0] - d.empty_preflush - d.inflight_start + d.inflight_end))
+            for d in (self.read, self.write)
+        )
+        return (
+            uncounted <= self.missed_completions
+            and unreconciled <= self.missed_completions + self.missed_issues
+        )
 
     @property
     def empty_preflush_writes(self) -> int:
@@ -145,12 +163,26 @@ class Check:
                 f"the kernel also counts {self.write.empty_preflush} empty pre-flush write(s), "
                 "issued as flush requests"
             )
+        if self.missed_completions or self.missed_issues:
+            notes.append(
+                f"the kernel did not deliver {self.missed_issues} issue and "
+                f"{self.missed_completions} completion event(s) to the tracer (a BPF program "
+                "that fires while another runs on the same CPU is skipped: recursion_misses)"
+            )
         if not self.settled:
             notes.append(
                 "the drive never paused while the counters were read at the start or end of "
                 "the trace, so they may be a few requests apart"
             )
-        head = "exact: " if self.exact else "approximate: " if not self.settled else "differs: "
+        head = (
+            "exact: "
+            if self.exact
+            else "consistent: "
+            if self.explained_by_misses
+            else "approximate: "
+            if not self.settled
+            else "differs: "
+        )
         return head + ", ".join(parts) + "".join(f"; {n}" for n in notes)
 
 
@@ -162,9 +194,11 @@ def check(
     inflight_start: tuple[int, int] = (0, 0),
     inflight_end: tuple[int, int] = (0, 0),
     settled: bool = True,
+    missed: tuple[int, int] = (0, 0),
 ) -> Check:
     """``done``: op index (OP_* in bpf/iotune.h) → (ios, sectors) completed in the window; None
-    when completions were not traced (the issues then stand for them)."""
+    when completions were not traced (the issues then stand for them). ``missed``: (issue,
+    completion) events the kernel skipped while tracing."""
     if done is None:
         done = {
             OPS.index("read"): (read.requests, read.bytes // SECTOR),
@@ -190,6 +224,8 @@ def check(
             empty_preflush=pre,
         ),
         settled=settled,
+        missed_issues=missed[0],
+        missed_completions=missed[1],
     )
 
 

@@ -104,6 +104,8 @@ class Tracer:
         self.exit_code: int | None = None
         self.interrupted: str | None = None
         self.events_path = req.out / "events.jsonl"
+        self.missed_start: dict[str, int] = {}
+        self.missed_end: dict[str, int] = {}
         self._events_pos = 0
 
     # ------------------------------------------------------------------ sampling
@@ -200,6 +202,7 @@ class Tracer:
                 self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
             self.start = time.monotonic()
             self.sample("start")
+            self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             if req.command:
                 child = proc.spawn(
                     req.command,
@@ -240,6 +243,8 @@ class Tracer:
                 )
             if child is not None:
                 self.exit_code = child.returncode
+            if self.bpf is not None:
+                self.missed_end = self.bpf.misses()
             if self.start:
                 for ev in self._new_events():
                     self.sample(
@@ -270,6 +275,7 @@ class Tracer:
         first, last = self.samples[0], self.samples[-1]
         counts = model.sub(last.counts, first.counts)
         per_dev: dict[str, dict[str, model.OpStats]] = {}
+        missed = {k: v - self.missed_start.get(k, 0) for k, v in self.missed_end.items()}
         devices = []
         chunk_of = {m: a.chunk_bytes for a in req.targets.arrays for m in a.members}
         for name in self.names:
@@ -319,6 +325,10 @@ class Tracer:
                     inflight_start=first.inflight.get(name, (0, 0)),
                     inflight_end=last.inflight.get(name, (0, 0)),
                     settled=first.settled and last.settled,
+                    missed=(
+                        missed.get("block:block_rq_issue", 0),
+                        missed.get("block:block_rq_complete", 0),
+                    ),
                 )
                 entry["check"] = {
                     "exact": chk.exact,
@@ -378,6 +388,7 @@ class Tracer:
                 "owners": dropped[3],
             },
             "other_io": other_io(owners[0], owners[1], self.devs) if req.command else None,
+            "missed_events": {k: v for k, v in missed.items() if v},
             "interrupted": self.interrupted,
             "exit_code": self.exit_code,
             "out": str(req.out),

@@ -252,3 +252,18 @@ def test_other_io_names_each_submitter_that_is_not_the_workload() -> None:
     )
     assert other_io_line({"other_io": {**got, "others": []}}) is None
     assert other_io_line({}) is None
+
+
+def test_events_the_kernel_skipped_are_named_as_the_cause() -> None:
+    # one 4 MiB read completion never reached the tracer; the kernel counted it
+    r = model.OpStats(2776 * 4096, 2776, 0, 2776)
+    w = model.OpStats(0, 0, 0, 0)
+    kernel = parse_stat(f"2776 0 {2776 * 8} 0 0 0 0 0 0 0 0")
+    done = {0: (2775, 2776 * 8 - 8192)}
+    chk = model.check(r, w, kernel, done, missed=(0, 1))
+    assert not chk.exact and chk.explained_by_misses
+    assert chk.describe().startswith("consistent: ")
+    assert "did not deliver 0 issue and 1 completion event(s)" in chk.describe()
+    # more missing than the kernel skipped: a real difference
+    short = model.check(r, w, kernel, {0: (2774, 2776 * 8 - 8192)}, missed=(0, 1))
+    assert not short.explained_by_misses and short.describe().startswith("differs: ")
