@@ -200,9 +200,9 @@ class Tracer:
 
                 # bios are attributed to submitters when there is a workload to tell apart
                 self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
+            self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             self.start = time.monotonic()
             self.sample("start")
-            self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             if req.command:
                 child = proc.spawn(
                     req.command,
@@ -243,14 +243,16 @@ class Tracer:
                 )
             if child is not None:
                 self.exit_code = child.returncode
-            if self.bpf is not None:
-                self.missed_end = self.bpf.misses()
             if self.start:
                 for ev in self._new_events():
                     self.sample(
                         str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
                     )
                 self.sample("end")
+            if self.bpf is not None:
+                # read after the last snapshot (and before it at the start): the window's
+                # misses are bounded from above, never missed themselves
+                self.missed_end = self.bpf.misses()
             hist = self.bpf.hist() if self.bpf is not None else {}
             dropped = self.bpf.dropped() if self.bpf is not None else (0, 0, 0, 0)
             owners = (self.bpf.owners(), self.bpf.comms()) if self.bpf is not None else ({}, {})
