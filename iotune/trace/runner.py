@@ -328,7 +328,8 @@ class Tracer:
                     inflight_end=last.inflight.get(name, (0, 0)),
                     settled=first.settled and last.settled,
                     missed=(
-                        missed.get("block:block_rq_issue", 0),
+                        missed.get("block:block_rq_issue", 0)
+                        + missed.get("block:block_rq_requeue", 0),
                         missed.get("block:block_rq_complete", 0),
                     ),
                 )
