@@ -36,3 +36,11 @@ def format_size(n: int) -> str:
 def gb(n: int | float) -> float:
     """Decimal gigabytes (10^9 bytes), the unit of the seed study's tables, labelled GB."""
     return n / 1e9
+
+
+def binary_size(n: int) -> str:
+    """A size with its binary unit spelled out, as tables label columns: 512 KiB, 1 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"

@@ -23,22 +23,51 @@ billions of parameters all three equal the parameter count N.
     buffer: micro-steps between boundaries do no NVMe I/O.
   - so initialisation + first step: read 12 N, write 24 N; steady step: read 16 N, write 16 N.
 * Parameters on NVMe as well (offload_param). Footprint + 2 N_p (one bf16 file per parameter).
-  - construction: zero.Init partitions and writes each parameter (2 N_p); iotune then
-    initialises the weights module by module with the parameters gathered, reading and
-    writing them again (2 N_p each).
+  - construction: zero.Init partitions and writes each parameter once (2 N_p), after the
+    module's own initialisation has filled it (nothing gathers it back to initialise again).
   - deepspeed.initialize: _create_fp32_partitions reads the bf16 partitions (2 N_p);
     initialize_optimizer_states writes them back (2 N_p).
   - every micro-step fetches the parameters for forward, for the recomputation of each
     checkpointed layer, and for backward. While DeepSpeed records the first step's trace it
     releases each parameter after use (three reads, 6 N_p); afterwards parameters reused
     within stage3_max_reuse_distance elements stay resident, so recompute and backward share
-    a fetch (2 N_p + 2 max(0, N_p - max_reuse_distance) per micro-step).
+    a fetch (2 N_p + 2 max(0, N_p - max_reuse_distance) per micro-step), unless that
+    distance is shorter than a layer (the presets use 0: three reads, 6 N_p).
   - after the optimizer step the updated bf16 parameters are written back (2 N_p).
   - with tied embeddings, zero.Init has already swapped out lm_head's own weight when
     transformers ties it to the embedding: one unused 2 x vocab x hidden file stays.
   Measured on the tiny CPU preset, parameter offload's initialisation reads more than this
   (the tied embedding is fetched once per module that uses it); footprint and steady
   steps agree.
+* ZenFlow (zenflow/engine.py sets gradient_accumulation_steps to update_interval and makes
+  the accumulation boundary its update boundary): the offloaded optimizer step, with its
+  NVMe swaps, runs only on every update_interval-th step; the steps between only update the
+  selected columns on the GPU and accumulate the rest in RAM. So initialisation is as above,
+  the first update step moves what a first step moves, every later update what a steady
+  step moves, and the other steps none.
+
+Host RAM (HostRam below), ZeRO stage 3, per rank; S_max is the largest optimizer sub-group
+(sub-groups close once they reach sub_group_size and never split a parameter, so S_max is
+at least the largest parameter, zero/stage3.py _create_fp16_sub_groups):
+* gradient partitions: one buffer of every parameter's gradient in the accumulation dtype
+  (bf16: 2N) on the host for any optimizer offload (zero/stage3.py _setup_for_real_optimizer,
+  grad_partitions_flat_buffer), pinned with pin_memory. torch pins through its caching host
+  allocator, which rounds a block up to a power of two; and pinning copies, so the pageable
+  original and the pinned copy coexist once during initialisation.
+* optimizer swap buffers (NVMe): buffer_count x S_max fp32 elements, page-locked whatever
+  pin_memory says (swap_tensor/optimizer_utils.py OptimizerSwapper, utils.py
+  SwapBufferManager). Adam needs 4 (parameter, two moments, gradient).
+* optimizer state in RAM (device cpu): fp32 master 4N, fp32 gradients 4N (pinned per
+  sub-group), Adam's moments 8N (ops/adam/cpu_adam.py, created by the first step).
+* parameter swap buffers (offload_param nvme): buffer_count x buffer_size bf16 elements,
+  locked, each at least the largest parameter (swap_tensor/partitioned_param_swapper.py);
+  a pinned CPU cache of min(N, max_in_cpu) bf16 elements (zero/stage3.py
+  _create_param_groups_fp16_flat_cpu_memory); a 2 S_max write-back buffer.
+* transients: the first optimizer step creates Adam's moments as pageable tensors per
+  sub-group (8 S_max) before the swapper copies them into its buffers, and every step
+  stages a sub-group's fp32 master as bf16 on the way to the GPU (2 S_max).
+* the process itself (interpreter, torch, DeepSpeed, transformers, CUDA context): measured,
+  the one constant here.
 """
 
 from __future__ import annotations
@@ -49,10 +78,57 @@ from typing import Any
 from iotune.train.presets import Preset, min_aio_bytes
 from iotune.units import GIB
 
-#: torch + DeepSpeed + transformers in one process, before the model
+#: torch + DeepSpeed + transformers in one process with its CUDA context, before the model:
+#: the worker's RSS at its "ready" event on an H100 (benchmarks/results/gpu-train-h100.md)
 PROCESS_BASE = 3 * GIB
-#: CUDA context, cuBLAS workspace and allocator slack
+#: CUDA context, cuBLAS workspace and allocator slack on the GPU
 CUDA_RESERVE = 2 * GIB
+
+
+def pinned(n: int) -> int:
+    """Bytes torch's caching host allocator takes to pin n bytes: the next power of two."""
+    return 1 << max(0, (n - 1).bit_length()) if n > 0 else 0
+
+
+@dataclass(frozen=True)
+class HostRam:
+    """Host RAM of one training process, term by term (see the module docstring)."""
+
+    process: int
+    gradients: int  # the bf16 gradient partitions (pinned, rounded)
+    optimizer_state: int  # device cpu: fp32 master, fp32 gradients, Adam moments
+    swap_buffers: int  # device nvme: the optimizer swapper's locked buffers
+    param_buffers: int  # offload_param nvme: swap buffers, CPU cache, write-back buffer
+    model: int  # a CPU run's bf16 model and activations
+    init_transient: int  # pinning copy of the gradient partitions
+    step_transient: int  # the first step's pageable moments and the bf16 staging
+
+    @property
+    def steady(self) -> int:
+        return (
+            self.process
+            + self.gradients
+            + self.optimizer_state
+            + self.swap_buffers
+            + self.param_buffers
+            + self.model
+        )
+
+    @property
+    def peak(self) -> int:
+        return self.steady + max(self.init_transient, self.step_transient)
+
+    def terms(self) -> list[tuple[str, int]]:
+        return [
+            ("process (interpreter, torch, DeepSpeed, CUDA context)", self.process),
+            ("gradient partitions (bf16, pinned)", self.gradients),
+            ("optimizer state in RAM (fp32 master, gradients, Adam moments)", self.optimizer_state),
+            ("optimizer swap buffers (locked)", self.swap_buffers),
+            ("parameter swap buffers and CPU cache (locked)", self.param_buffers),
+            ("model and activations (CPU run)", self.model),
+            ("peak at initialisation: pinning copy of the gradients", self.init_transient),
+            ("peak at the first step: new Adam moments, bf16 staging", self.step_transient),
+        ]
 
 
 @dataclass(frozen=True)
@@ -84,8 +160,20 @@ class Estimate:
     first_step: IoVolume
     steady_step: IoVolume
     gpu_bytes: int | None  # None on a CPU run
-    host_bytes: int
+    host_bytes: int  # the peak: what preflight checks and an OOM kill sees
     activation_bytes: int
+    host: HostRam | None = None
+    update_interval: int = 1  # ZenFlow: the optimizer (and NVMe) step runs every k-th step
+    first_update: IoVolume | None = None  # ZenFlow: the first update step's I/O
+    update: IoVolume | None = None  # ZenFlow: every later update step's I/O
+
+    def interval_mean(self, first: bool) -> IoVolume | None:
+        """ZenFlow: the mean I/O per step over one update interval (the first or a later)."""
+        upd = self.first_update if first else self.update
+        if upd is None:
+            return None
+        k = self.update_interval
+        return IoVolume(upd.read // k, upd.write // k)
 
     @property
     def init_first(self) -> IoVolume:
@@ -98,17 +186,7 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
     min_bytes = min_aio_bytes(cfg)
     opt_nvme = zo.get("offload_optimizer", {}).get("device") == "nvme"
     par_nvme = zo.get("offload_param", {}).get("device") == "nvme"
-    # sub-groups: parameters in order, a group closes once it reaches sub_group_size
-    # (zero/stage3.py _create_fp16_sub_groups)
-    sub_group_size = int(zo.get("sub_group_size", 1_000_000_000))
-    groups, cur = [], 0
-    for n in tensors:
-        cur += n
-        if cur >= sub_group_size:
-            groups.append(cur)
-            cur = 0
-    if cur:
-        groups.append(cur)
+    groups = _subgroups(preset, cfg)
     n_s = sum(g for g in groups if 4 * g >= min_bytes) if opt_nvme else 0
     n_g = sum(n for n in tensors if 4 * n >= min_bytes) if opt_nvme else 0
     n_p = sum(n for n in tensors if 2 * n >= min_bytes) if par_nvme else 0
@@ -151,9 +229,14 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     if n_p:
         reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
         per_micro = 2 * n_p + 2 * max(0, n_p - reuse)
+        layer = max(1, n_p // max(1, preset.geometry.num_hidden_layers))
+        if preset.gradient_checkpointing and reuse < layer:
+            # a layer's recomputation and its backward are one layer apart: released in
+            # between, every parameter is fetched a third time
+            per_micro += 2 * n_p
         recording = (6 if preset.gradient_checkpointing else 4) * n_p
         nvme += 2 * n_p
-        init += IoVolume(2 * n_p + 2 * n_p, 2 * n_p + 2 * n_p + 2 * n_p)
+        init += IoVolume(2 * n_p, 2 * n_p + 2 * n_p)
         g = preset.geometry
         orphan = 2 * g.vocab_size * g.hidden_size
         if g.tie_word_embeddings and orphan >= min_aio_bytes(cfg):
@@ -166,27 +249,7 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
 
     acts = activation_bytes(preset)
     s = preset.strategy
-    off_opt = zo.get("offload_optimizer", {})
-    off_par = zo.get("offload_param", {})
-    # host RAM. Calibrated against the peak RSS of the 1B and 3B runs on an H100
-    # (benchmarks/results/gpu-train-h100.md): besides the state below, about 5N of staging
-    # copies (building and partitioning the model, fp32 conversions) stay resident.
-    host = PROCESS_BASE + (5 * n if preset.accelerator == "cuda" else 0)
-    if s.zenflow and zo.get("zenflow", {}).get("overlap_step"):
-        # overlap_step runs the CPU update in a second process with its own copies
-        host += 20 * n
-    if off_opt.get("device") == "cpu":
-        host += 16 * n  # fp32 master, two moments, fp32 gradients
-    elif off_opt.get("device") == "nvme":
-        # the fp32 gradient partition stays in RAM until the boundary, with a copy while
-        # it is swapped; swap buffers hold buffer_count x the largest sub-group
-        # (optimizer_utils.py)
-        host += 6 * n + int(off_opt.get("buffer_count", 4)) * sw.largest_subgroup * 4
-    if off_par.get("device") == "nvme":
-        host += int(off_par.get("buffer_count", 5)) * int(off_par.get("buffer_size", 1e8)) * 2
-        host += 2 * min(n, int(off_par.get("max_in_cpu", 1e9)))
-    elif off_par.get("device") == "cpu":
-        host += 2 * n
+    host = host_ram(preset, cfg, sw, acts)
     gpu: int | None = None
     if preset.accelerator == "cuda":
         if s.optimizer == "gpu":
@@ -194,17 +257,29 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
             # fp32 moments, and torch Adam's temporaries: 21N measured (3B on an H100)
             gpu = 21 * n
         else:
+            # bf16 partitions (zero/stage3.py lp_param_buffer) or, with parameter offload, the
+            # parameters gathered at once; the gradient bucket (2 reduce_bucket_size) and its
+            # transients at the boundary (fp32 copy for the swap, reduce-scatter: 8 more)
+            bucket = int(zo.get("reduce_bucket_size", 500_000_000))
             gpu = (
-                4 * n
+                2 * n
                 if s.params == "gpu"
                 else 4 * 2 * max(sw.largest_param, n // max(1, preset.geometry.num_hidden_layers))
-            )
+            ) + 10 * bucket
             if s.zenflow:
+                # the selected columns' bf16 moments and gradients
+                # (ops/adam/zenflow_torch_adam.py)
                 ratio = float(zo.get("zenflow", {}).get("topk_ratio", 0.1))
-                gpu += int(ratio * 16 * n)  # the selected columns' state and gradients
+                gpu += int(ratio * 6 * n)
         gpu += acts + CUDA_RESERVE
-    else:
-        host += 2 * n + acts  # the model and its activations live in RAM too
+    interval = 1
+    first_update = update = None
+    if s.zenflow and "zenflow" in zo:
+        interval = int(zo["zenflow"].get("update_interval", 1))
+        if interval > 1:
+            # the offloaded step runs at update boundaries only: a step between moves nothing
+            first_update, update = first, steady
+            first = steady = IoVolume(0, 0)
     return Estimate(
         preset=preset.name,
         params=n,
@@ -214,9 +289,72 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         first_step=first,
         steady_step=steady,
         gpu_bytes=gpu,
-        host_bytes=host,
+        host_bytes=host.peak,
         activation_bytes=acts,
+        host=host,
+        update_interval=interval,
+        first_update=first_update,
+        update=update,
     )
+
+
+def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> HostRam:
+    """Host RAM by DeepSpeed's allocations (module docstring); one rank, ZeRO stage 3."""
+    zo = cfg.get("zero_optimization", {})
+    n = sw.n
+    off_opt = zo.get("offload_optimizer", {}) or {}
+    off_par = zo.get("offload_param", {}) or {}
+    cuda = preset.accelerator == "cuda"
+    # the cpu accelerator's pin_memory returns the tensor as it is: no rounding, no copy
+    pin = pinned if cuda else (lambda b: b)
+    s_max = sw.largest_subgroup
+    grads = optimizer = swap = params = 0
+    init_t = step_t = 0
+    if off_opt.get("device") in ("cpu", "nvme"):
+        g = 2 * n
+        pin_grads = bool(off_opt.get("pin_memory", False))
+        grads = pin(g) if pin_grads else g
+        init_t = g if pin_grads and cuda else 0
+        step_t = 2 * s_max
+        if off_opt["device"] == "nvme":
+            swap = int(off_opt.get("buffer_count", 4)) * 4 * s_max
+            step_t += 8 * s_max
+        else:
+            groups = _subgroups(preset, cfg)
+            fp32_grads = sum(pin(4 * x) if pin_grads else 4 * x for x in groups)
+            optimizer = 4 * n + fp32_grads + 8 * n
+    if off_par.get("device") == "nvme":
+        count = int(off_par.get("buffer_count", 5))
+        size = int(off_par.get("buffer_size", 100_000_000))
+        cache = 2 * min(n, int(off_par.get("max_in_cpu", 1_000_000_000)))
+        params = 2 * count * size + (pin(cache) if cache > 2 else 0) + 2 * s_max
+    elif off_par.get("device") == "cpu":
+        params = pin(2 * n)
+    model = 0 if cuda else 2 * n + acts
+    return HostRam(
+        process=PROCESS_BASE,
+        gradients=grads,
+        optimizer_state=optimizer,
+        swap_buffers=swap,
+        param_buffers=params,
+        model=model,
+        init_transient=init_t,
+        step_transient=step_t,
+    )
+
+
+def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:
+    """Optimizer sub-group sizes in elements (zero/stage3.py _create_fp16_sub_groups)."""
+    size = int(cfg.get("zero_optimization", {}).get("sub_group_size", 1_000_000_000))
+    groups, cur = [], 0
+    for _, n in preset.geometry.tensors():
+        cur += n
+        if cur >= size:
+            groups.append(cur)
+            cur = 0
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 def per_n(x: int, n: int) -> str:

@@ -97,6 +97,8 @@ class Strategy:
     params: str  # gpu | nvme: where the bf16 parameters live between uses
     raid: bool = False
     zenflow: bool = False
+    gradient_checkpointing: bool = True
+    zero_init: bool = True  # the model is built inside deepspeed.zero.Init (stage 3)
 
     @property
     def uses_nvme(self) -> bool:
@@ -120,6 +122,10 @@ class Preset:
     seed: int = 0
     cpu_threads: int | None = None
     gradient_checkpointing: bool = True
+
+    @property
+    def zero_init(self) -> bool:
+        return self.strategy.zero_init and self.strategy.stage == 3
 
     @property
     def aio(self) -> dict[str, Any]:
@@ -178,6 +184,7 @@ def load_presets(path: Path | None = None) -> dict[str, Preset]:
                     if strat.uses_nvme
                     else None,
                     deepspeed=base,
+                    gradient_checkpointing=strat.gradient_checkpointing,
                 )
     for name, t in doc.get("preset", {}).items():
         strat = strategies[t["strategy"]]
@@ -193,6 +200,7 @@ def load_presets(path: Path | None = None) -> dict[str, Preset]:
             accelerator=str(t.get("accelerator", grid["accelerator"])),
             nvme_path=t.get("nvme_path") if strat.uses_nvme else None,
             deepspeed=base,
+            gradient_checkpointing=strat.gradient_checkpointing,
         )
         out[name] = apply_sets(p, dict(t.get("set", {})))
     return out
@@ -365,6 +373,7 @@ def ds_config(
     s = preset.strategy
     base = copy.deepcopy(preset.deepspeed)
     zen = base.pop("zenflow", None)
+    zero3 = base.pop("zero_optimization", {})
     aio_block = aio if aio is not None else base.get("aio")
     base.pop("aio", None)
     cfg: dict[str, Any] = {
@@ -373,7 +382,7 @@ def ds_config(
         **base,
     }
     path = nvme_path or preset.nvme_path
-    zo: dict[str, Any] = {"stage": s.stage}
+    zo: dict[str, Any] = {"stage": s.stage, **(zero3 if s.stage == 3 else {})}
     if s.optimizer == "gpu":
         # torch's Adam on the GPU: DeepSpeed's FusedAdam would need nvcc for a JIT build
         cfg["optimizer"] = copy.deepcopy(cfg["optimizer"])
@@ -388,14 +397,21 @@ def ds_config(
             "buffer_count": 4,
         }
     if s.params == "nvme":
+        # One buffer holds one parameter, so each must fit the largest (the embedding:
+        # partitioned_param_swapper.py asserts numel <= buffer_size). A parameter is released
+        # after use unless it comes back within stage3_max_reuse_distance elements; at 0 the
+        # buffers in use are one module's parameters and the prefetched ones, so a dozen do,
+        # where the default (1e9) keeps several layers' worth and needs dozens of
+        # embedding-sized buffers. max_in_cpu 0: every parameter streams from the drive.
         zo["offload_param"] = {
             "device": "nvme",
             "nvme_path": path,
             "pin_memory": True,
-            "buffer_count": 5,
-            "buffer_size": 100_000_000,
-            "max_in_cpu": 1_000_000_000,
+            "buffer_count": 12,
+            "buffer_size": max(n for _, n in preset.geometry.tensors()),
+            "max_in_cpu": 0,
         }
+        zo["stage3_max_reuse_distance"] = 0
     if s.zenflow and zen:
         zo["zenflow"] = dict(zen)
     if s.stage:
@@ -407,7 +423,42 @@ def ds_config(
     for dotted, value in preset.ds_set.items():
         _set_dotted(cfg, dotted.removeprefix("ds."), value)
     check_ds_config(cfg, preset.name)
+    check_zenflow(cfg, preset)
     return cfg
+
+
+#: how each setting differs from the study's runs, and why (shown by `iotune presets show`)
+ZENFLOW_DIFFERENCES = (
+    "gradient checkpointing off (the study had it on): ZenFlow transposes 2-D weights for its "
+    "column selection and the recomputation sees them transposed ('mat1 and mat2 shapes cannot "
+    "be multiplied'; DeepSpeed 0.18.3, the study's version, fails the same way)",
+    "model built on the GPU, not inside zero.Init: zero.Init's early partitioning ends in a "
+    "CUDA device-side assert in the first forward",
+    "zenflow.overlap_step false: with true, the CPU update process has no overlap buffers for "
+    "NVMe-swapped sub-groups ('no attribute overlap_grad')",
+)
+
+
+def check_zenflow(cfg: dict[str, Any], preset: Preset) -> None:
+    """Refuse the ZenFlow combinations that cannot run on DeepSpeed 0.19.8 (measured on an
+    H100), before anything starts."""
+    zo = cfg.get("zero_optimization", {})
+    zen = zo.get("zenflow")
+    if not isinstance(zen, dict):
+        return
+    where = f"{preset.name}: ZenFlow"
+    if zo.get("stage") == 3 and preset.gradient_checkpointing:
+        raise PresetError(
+            f"{where} with gradient checkpointing fails on the recomputation (its transposed "
+            "2-D weights: 'mat1 and mat2 shapes cannot be multiplied')",
+            hint="--set gradient_checkpointing=false",
+        )
+    if zen.get("overlap_step") and zo.get("offload_optimizer", {}).get("device") == "nvme":
+        raise PresetError(
+            f"{where} with overlap_step and the optimizer state on NVMe fails in the first "
+            "step (no overlap buffers for swapped sub-groups: 'no attribute overlap_grad')",
+            hint="--set ds.zero_optimization.zenflow.overlap_step=false",
+        )
 
 
 def nvme_devices(cfg: dict[str, Any]) -> list[str]:

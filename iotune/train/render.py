@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from iotune.trace.render import other_io_line
-from iotune.train.estimate import Estimate, per_n
+from iotune.train.estimate import Estimate, IoVolume, per_n
 from iotune.train.presets import Preset
-from iotune.units import GIB, format_size, gb
+from iotune.units import GIB, binary_size, format_size
 
 
 def _gib(n: int | None) -> str:
@@ -106,26 +106,46 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
             + (f", bf16 parameters N_p = {sw.n_p:,}" if sw.n_p else "")
         )
     t = Table(
-        box=None, pad_edge=False, header_style="bold", title="NVMe I/O model (GB = 10^9 bytes)"
+        box=None, pad_edge=False, header_style="bold", title="NVMe I/O model (GiB = 2^30 bytes)"
     )
-    for col in ("", "READ GB", "WRITE GB", "READ", "WRITE"):
+    for col in ("", "READ GiB", "WRITE GiB", "READ", "WRITE"):
         t.add_column(col, justify="left" if not col else "right")
-    for label, v in (
+    rows: list[tuple[str, IoVolume | None]] = [
         ("initialisation", e.init),
         ("first step", e.first_step),
         ("initialisation + first step", e.init_first),
         ("steady step", e.steady_step),
-    ):
+    ]
+    if e.first_update is not None and e.update is not None:
+        k = e.update_interval
+        rows += [
+            (f"first update step (step {k})", e.first_update),
+            (f"later update steps ({2 * k}, {3 * k}, ...)", e.update),
+            (f"mean of a later interval ({k} steps)", e.interval_mean(first=False)),
+        ]
+    for label, v in rows:
+        if v is None:
+            continue
         t.add_row(
-            label, f"{gb(v.read):.3f}", f"{gb(v.write):.3f}", per_n(v.read, n), per_n(v.write, n)
+            label,
+            f"{v.read / GIB:.3f}",
+            f"{v.write / GIB:.3f}",
+            per_n(v.read, n),
+            per_n(v.write, n),
         )
     if e.nvme_bytes:
         con.print(t)
     say(
         f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), "
-        f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB "
+        f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB at its peak "
         f"(activations {_gib(e.activation_bytes)} GiB)"
     )
+    if e.host is not None:
+        say("  host RAM  (per process; the peak is the steady sum plus the larger transient)")
+        for label, b in e.host.terms():
+            if b:
+                say(f"    {b / GIB:7.1f} GiB  {label}")
+        say(f"    {e.host.steady / GIB:7.1f} GiB  steady; {e.host_bytes / GIB:.1f} GiB peak")
 
 
 def _cell(v: Any, fmt: str = "{:,}") -> str:
@@ -137,18 +157,18 @@ def _cell(v: Any, fmt: str = "{:,}") -> str:
 
 
 def run_table(result: dict[str, Any]) -> Table:
-    f = format_size(result["focus_size"])
+    f = binary_size(result["focus_size"])
     t = Table(
         box=None,
         pad_edge=False,
         header_style="bold",
-        title=f"{result['preset']} (GB = 10^9 bytes; requests counted at the drives)",
+        title=f"{result['preset']} (GiB = 2^30 bytes, the study's 'GB'; requests counted at the drives)",
     )
     for col in (
         "CASE",
-        "NVMe GB",
-        "READ GB",
-        "WRITE GB",
+        "NVMe GiB",
+        "READ GiB",
+        "WRITE GiB",
         "STEP s",
         "OPTIMIZER s",
         f"R {f}",
@@ -160,9 +180,9 @@ def run_table(result: dict[str, Any]) -> Table:
     for r in result["table"] + result["estimate_table"]:
         t.add_row(
             r["case"],
-            _cell(r["nvme_gb"]),
-            _cell(r["read_gb"]),
-            _cell(r["write_gb"]),
+            _cell(r["nvme_gib"]),
+            _cell(r["read_gib"]),
+            _cell(r["write_gib"]),
             _cell(r["step_s"]),
             _cell(r["optimizer_s"]),
             _cell(r["read_focus"]),
@@ -186,16 +206,16 @@ def steps_table(result: dict[str, Any]) -> Table:
         "LOSS",
         "PEAK GPU GiB",
         "RSS GiB",
-        "READ GB",
-        "WRITE GB",
-        "SWAP GB",
+        "READ GiB",
+        "WRITE GiB",
+        "SWAP GiB",
     ):
         t.add_column(col, justify="left" if col == "STEP" else "right")
     for e in result["events"]:
         label = f"{e['event']}:{e['step']}"
         s = io.get(label)
-        rd = gb(s["read"]["bytes"]) if s else None
-        wr = gb(s["write"]["bytes"]) if s else None
+        rd = s["read"]["bytes"] / GIB if s else None
+        wr = s["write"]["bytes"] / GIB if s else None
         if e["event"] == "init":
             t.add_row(
                 "init",
@@ -209,7 +229,7 @@ def steps_table(result: dict[str, Any]) -> Table:
                 "-",
                 _cell(rd),
                 _cell(wr),
-                _cell(gb(e["swap"]["allocated"])),
+                _cell(e["swap"]["allocated"] / GIB),
             )
             continue
         t.add_row(
@@ -224,7 +244,7 @@ def steps_table(result: dict[str, Any]) -> Table:
             _gib(e.get("host_rss_peak_bytes")),
             _cell(rd),
             _cell(wr),
-            _cell(gb(e["swap"]["allocated"])),
+            _cell(e["swap"]["allocated"] / GIB),
         )
     return t
 
@@ -236,8 +256,19 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
     fp = result.get("footprint")
     if fp and fp["estimate"]:
         con.print(
-            f"space on NVMe: {gb(fp['allocated']):.3f} GB measured (swap files), "
-            f"{gb(fp['estimate']):.3f} GB estimated ({fp['allocated'] / fp['estimate']:.3f}x)"
+            f"space on NVMe: {fp['allocated'] / GIB:.3f} GiB measured (swap files), "
+            f"{fp['estimate'] / GIB:.3f} GiB estimated ({fp['allocated'] / fp['estimate']:.3f}x)"
+        )
+    ram = result.get("host_ram") or {}
+    if ram.get("measured_peak"):
+        con.print(
+            f"host RAM: peak RSS {ram['measured_peak'] / GIB:.1f} GiB measured, "
+            f"{ram['estimate_peak'] / GIB:.1f} GiB estimated ({ram['ratio']:.2f}x)"
+            + (
+                f"; the process alone {ram['measured_process'] / GIB:.1f} GiB"
+                if ram.get("measured_process")
+                else ""
+            )
         )
     for c in result.get("diskstats_check", []):
         con.print(f"{c['device']}: traced vs /sys/block/{c['device']}/stat: {c['summary']}")

@@ -400,9 +400,10 @@ def _row(
     w = (io or {}).get("write", {})
     return {
         "case": case,
-        "nvme_gb": None if nvme is None else round(gb(nvme), 4),
-        "read_gb": None if io is None else round(gb(r.get("bytes", 0)), 4),
-        "write_gb": None if io is None else round(gb(w.get("bytes", 0)), 4),
+        # GiB, as the study's tables mean by "GB" (its 16B figures fit 16N/12N/24N only so)
+        "nvme_gib": None if nvme is None else round(nvme / GIB, 4),
+        "read_gib": None if io is None else round(r.get("bytes", 0) / GIB, 4),
+        "write_gib": None if io is None else round(w.get("bytes", 0) / GIB, 4),
         "step_s": None if step is None else step.get("step_s"),
         "optimizer_s": None if step is None else step.get("optimizer_s"),
         "read_focus": r.get("focus_requests"),
@@ -429,6 +430,34 @@ def _combine_io(rows: list[dict[str, Any]], how: Callable[[list[int]], float]) -
 
 def _est_io(v: IoVolume) -> dict[str, Any]:
     return {"read": {"bytes": v.read}, "write": {"bytes": v.write}}
+
+
+def _host_ram(est: Estimate, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured peak RSS (VmHWM, what an OOM kill sees) beside the estimate's peak."""
+    peaks = [int(e["host_rss_peak_bytes"]) for e in events if e.get("host_rss_peak_bytes")]
+    nows = [int(e["host_rss_bytes"]) for e in events if e.get("host_rss_bytes")]
+    ready = next((e for e in events if e.get("event") == "ready"), None)
+    return {
+        "estimate_peak": est.host_bytes,
+        "estimate_steady": est.host.steady if est.host else None,
+        "measured_peak": max(peaks) if peaks else None,
+        "measured_last": nows[-1] if nows else None,
+        "measured_process": int(ready["host_rss_bytes"])
+        if ready and ready.get("host_rss_bytes")
+        else None,
+        "ratio": round(max(peaks) / est.host_bytes, 3) if peaks and est.host_bytes else None,
+    }
+
+
+def _update_window(steps: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The last complete update interval among the steps (ZenFlow updates at step k, 2k, ...),
+    or nothing when steps run one update each."""
+    if k <= 1:
+        return []
+    by = {int(s["step"]): s for s in steps}
+    last = max((n for n in by if n % k == 0), default=0)
+    window = [by.get(n) for n in range(last - k + 1, last + 1)] if last else []
+    return [s for s in window if s] if all(window) else []
 
 
 def build_result(
@@ -476,6 +505,36 @@ def build_result(
         _row("estimate: init + first step", _est_io(est.init_first), est.nvme_bytes, None),
         _row("estimate: steady step", _est_io(est.steady_step), est.nvme_bytes, None),
     ]
+    k = est.update_interval
+    window = _update_window(steps, k)
+    if window:
+        # ZenFlow: the median step hides the update step; the mean over one interval does not
+        first_interval = window[-1]["step"] == k
+        w_io = [io_by_label.get(f"step:{s['step']}") for s in window]
+        mean_step = {
+            "step_s": round(statistics.mean(s["step_s"] for s in window), 4),
+            "optimizer_s": round(statistics.mean(s["optimizer_s"] for s in window), 4),
+        }
+        rows.append(
+            _row(
+                f"mean of steps {window[0]['step']}-{window[-1]['step']} (one update interval)",
+                _combine_io([x for x in w_io if x], statistics.mean)
+                if traced and all(w_io)
+                else None,
+                nvme,
+                mean_step,
+            )
+        )
+        mean_est = est.interval_mean(first_interval)
+        if mean_est is not None:
+            est_rows.append(
+                _row(
+                    f"estimate: mean of {'the first' if first_interval else 'an'} update interval",
+                    _est_io(mean_est),
+                    est.nvme_bytes,
+                    None,
+                )
+            )
     p = prep.preset
     checks = []
     for d in (trace or {}).get("devices", []):
@@ -510,6 +569,7 @@ def build_result(
         "resources": to_jsonable(asdict(prep.res)),
         "events": events,
         "import_s": ready.get("import_s") if ready else None,
+        "host_ram": _host_ram(est, [*([ready] if ready else []), *events]),
         "io_steps": (trace or {}).get("steps", []),
         "diskstats_check": checks,
         "dropped": (trace or {}).get("dropped"),
@@ -524,9 +584,9 @@ def build_result(
 
 COLUMNS = (
     ("case", "Case"),
-    ("nvme_gb", "Space on NVMe, GB"),
-    ("read_gb", "Read, GB"),
-    ("write_gb", "Write, GB"),
+    ("nvme_gib", "Space on NVMe, GiB"),
+    ("read_gib", "Read, GiB"),
+    ("write_gib", "Write, GiB"),
     ("step_s", "Total step time, s"),
     ("optimizer_s", "Optimizer step time, s"),
     ("read_focus", "R, {f}"),
@@ -537,12 +597,12 @@ COLUMNS = (
 
 
 def write_result(out: Path, result: dict[str, Any]) -> None:
-    from iotune.units import format_size
+    from iotune.units import binary_size
 
     tmp = out / "run.json.tmp"
     tmp.write_text(json.dumps(to_jsonable(result), indent=2) + "\n")
     tmp.replace(out / "run.json")
-    f = format_size(result["focus_size"]) + "B"
+    f = binary_size(result["focus_size"])
     heads = [h.format(f=f) for _, h in COLUMNS]
     rows = [
         {**r, "case": f"{result['preset']}: {r['case']}"}
@@ -559,7 +619,6 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
             "| " + " | ".join("" if r[k] is None else str(r[k]) for k, _ in COLUMNS) + " |"
         )
     (out / "result.md").write_text(
-        "GB = 10^9 bytes; request counts are block requests issued to the drives.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "GiB = 2^30 bytes (the study's tables say GB and mean GiB); request counts are block "
+        "requests issued to the drives.\n\n" + "\n".join(lines) + "\n"
     )

@@ -131,29 +131,41 @@ def main() -> None:
     if spec.get("cpu_threads"):
         torch.set_num_threads(int(spec["cpu_threads"]))
     deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), verbose=False)
-    events.emit({"event": "ready", "import_s": round(time.perf_counter() - t_start, 4)})
+    rss, rss_peak = _rss()
+    events.emit(
+        {
+            "event": "ready",
+            "import_s": round(time.perf_counter() - t_start, 4),
+            "host_rss_bytes": rss,
+            "host_rss_peak_bytes": rss_peak,
+        }
+    )
     ds_config = spec["ds_config"]
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
     bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
     mcfg = LlamaConfig(**spec["model"])
     mcfg.use_cache = False
-    if stage == 3:
-        # zero.Init partitions (and with offload_param swaps out) each parameter as it is
-        # created, so a model larger than GPU or host memory can be built at all. The
-        # partitioned parameters are empty when transformers initialises the weights, so
-        # they are initialised again module by module with that module's parameters
-        # gathered (what transformers' own ZeRO-3 path does).
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    if stage == 3 and spec.get("zero_init", True):
+        # zero.Init partitions (and with offload_param swaps out) each parameter as soon as
+        # its module is built, so a model larger than GPU or host memory can be built at all.
+        # Each module's own constructor has initialised its weights by then (torch's default
+        # init: nn.Linear's kaiming-uniform, nn.Embedding's normal, ones for the norms), and
+        # they are written once; transformers' Llama re-initialisation (normal, std 0.02)
+        # would have to gather every partition back, reading and writing it all again.
         with deepspeed.zero.Init(config_dict_or_path=ds_config):
             model = LlamaForCausalLM(mcfg)
-        for module in model.modules():
-            own = list(module.parameters(recurse=False))
-            if own:
-                with deepspeed.zero.GatheredParameters(own, modifier_rank=0):
-                    model._init_weights(module)  # type: ignore[no-untyped-call]
     else:
-        model = LlamaForCausalLM(mcfg).to(acc.current_device_name())
-        if bf16:
-            model = model.to(torch.bfloat16)
+        # built on the device in its training dtype: no fp32 copy of the model in host RAM
+        # (ZenFlow needs the model built this way: zero.Init's early partitioning defeats
+        # its transposed 2-D weights)
+        prev = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(acc.current_device_name()):
+                model = LlamaForCausalLM(mcfg)
+        finally:
+            torch.set_default_dtype(prev)
     if spec.get("gradient_checkpointing", True):
         model.gradient_checkpointing_enable(  # type: ignore[no-untyped-call]
             gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -168,7 +180,17 @@ def main() -> None:
     acc.synchronize()
     now = time.perf_counter()
     base = {"params": n_params, "swap": swap_bytes(swap_dir)}
-    events.emit({"event": "init", "step": 0, "init_s": round(now - t_start, 4), **base})
+    rss, rss_peak = _rss()
+    events.emit(
+        {
+            "event": "init",
+            "step": 0,
+            "init_s": round(now - t_start, 4),
+            "host_rss_bytes": rss,
+            "host_rss_peak_bytes": rss_peak,
+            **base,
+        }
+    )
     ga = int(ds_config.get("gradient_accumulation_steps", 1))
     tokens_per_step = ga * int(spec["micro_batch"]) * int(spec["seq_len"])
     it = batches(spec, int(mcfg.vocab_size))

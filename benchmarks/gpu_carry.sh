@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fills the folders a GPU machine needs (it has torch and transformers, nothing else, and no
+# network), from this Debian host's package registries, in the repository root:
+#   .whl/   DeepSpeed 0.19.8 (pure Python, built here) and the cp312 wheels it needs
+#   .debs/  libaio1, libaio-dev (DeepSpeed builds its async_io op against them)
+#   .bcc/   bcc 0.26 (libbpfcc, python3-bpfcc, libbpf1) with the LLVM 14 libraries it links,
+#           and Debian 12's 6.1 kernel headers (bcc compiles tracepoint programs against them)
+# Then name them in the device call's carry: [".whl", ".debs", ".bcc"], and source
+# benchmarks/gpu_env.sh and benchmarks/gpu_bcc.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=(python3 -m pip)
+mkdir -p .whl .debs .bcc
+if ! ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1; then
+    "${py[@]}" wheel -q --no-deps --no-build-isolation -w .whl deepspeed==0.19.8
+fi
+for w in pydantic==2.12.5 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2 \
+         typing-extensions==4.15.0 hjson==3.1.0 pyudev==0.24.3 ninja==1.13.0; do
+    name="${w%%==*}"; glob="$(echo "$name" | tr - _)"
+    ls .whl/"$glob"-* >/dev/null 2>&1 && continue
+    "${py[@]}" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 \
+        --platform manylinux1_x86_64 --platform any -d .whl "$w"
+done
+(cd .debs && apt-get download libaio1 libaio-dev >/dev/null)
+(cd .bcc && apt-get download libbpfcc python3-bpfcc libbpf1 libllvm14 libclang-cpp14 libz3-4 \
+    libedit2 linux-headers-6.1.0-56-amd64 linux-headers-6.1.0-56-common >/dev/null)
+du -sh .whl .debs .bcc
