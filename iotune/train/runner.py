@@ -319,6 +319,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         "seq_len": p.seq_len,
         "cpu_threads": p.cpu_threads,
         "gradient_checkpointing": p.gradient_checkpointing,
+        "zero_init": p.zero_init,
         "model": p.geometry.llama_config(),
         "ds_config": prep.cfg,
         "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
