@@ -25,14 +25,15 @@ billions of parameters all three equal the parameter count N.
 * Parameters on NVMe as well (offload_param). Footprint + 2 N_p (one bf16 file per parameter).
   - construction: zero.Init partitions and writes each parameter once (2 N_p), after the
     module's own initialisation has filled it (nothing gathers it back to initialise again).
-  - deepspeed.initialize: _create_fp32_partitions reads the bf16 partitions (2 N_p);
-    initialize_optimizer_states writes them back (2 N_p).
+  - deepspeed.initialize reads the bf16 partitions twice (4 N_p: _create_fp32_partitions,
+    and once more; measured on an H100, 1B) and initialize_optimizer_states writes them
+    back (2 N_p).
   - every micro-step fetches the parameters for forward, for the recomputation of each
     checkpointed layer, and for backward. While DeepSpeed records the first step's trace it
     releases each parameter after use (three reads, 6 N_p); afterwards parameters reused
     within stage3_max_reuse_distance elements stay resident, so recompute and backward share
-    a fetch (2 N_p + 2 max(0, N_p - max_reuse_distance) per micro-step), unless that
-    distance is shorter than a layer (the presets use 0: three reads, 6 N_p).
+    a fetch (2 N_p + 2 max(0, N_p - max_reuse_distance) per micro-step; measured on an H100
+    with the presets' distance 0: 2.1 fetches a step after the first's 3.0).
   - after the optimizer step the updated bf16 parameters are written back (2 N_p).
   - with tied embeddings, zero.Init has already swapped out lm_head's own weight when
     transformers ties it to the embedding: one unused 2 x vocab x hidden file stays.
@@ -79,8 +80,10 @@ from iotune.train.presets import Preset, min_aio_bytes
 from iotune.units import GIB
 
 #: torch + DeepSpeed + transformers in one process with its CUDA context, before the model:
-#: the worker's RSS at its "ready" event on an H100 (benchmarks/results/gpu-train-h100.md)
-PROCESS_BASE = 3 * GIB
+#: 0.8 GiB at the worker's "ready" event (imports done, no CUDA context yet) and ~1.2 GiB of
+#: CUDA context, cuBLAS and allocator state, as opt_nvme_1b's peak implies (H100,
+#: benchmarks/results/gpu-study-h100.md)
+PROCESS_BASE = 2 * GIB
 #: CUDA context, cuBLAS workspace and allocator slack on the GPU
 CUDA_RESERVE = 2 * GIB
 
@@ -229,14 +232,9 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     if n_p:
         reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
         per_micro = 2 * n_p + 2 * max(0, n_p - reuse)
-        layer = max(1, n_p // max(1, preset.geometry.num_hidden_layers))
-        if preset.gradient_checkpointing and reuse < layer:
-            # a layer's recomputation and its backward are one layer apart: released in
-            # between, every parameter is fetched a third time
-            per_micro += 2 * n_p
         recording = (6 if preset.gradient_checkpointing else 4) * n_p
         nvme += 2 * n_p
-        init += IoVolume(2 * n_p, 2 * n_p + 2 * n_p)
+        init += IoVolume(4 * n_p, 2 * n_p + 2 * n_p)
         g = preset.geometry
         orphan = 2 * g.vocab_size * g.hidden_size
         if g.tie_word_embeddings and orphan >= min_aio_bytes(cfg):

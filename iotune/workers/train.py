@@ -21,6 +21,7 @@ own SynchronizedWallClockTimer does, so the optimizer-step time includes the NVM
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,6 +51,31 @@ def _rss() -> tuple[int, int]:
             elif line.startswith("VmHWM:"):
                 peak = int(line.split()[1]) * 1024
     return cur, peak
+
+
+@contextlib.contextmanager
+def _llama_init(torch: Any, std: float) -> Iterator[None]:
+    """nn.Linear and nn.Embedding initialised as LlamaPreTrainedModel._init_weights does
+    (normal(0, std), zero bias), in their constructors: before zero.Init partitions them."""
+    nn = torch.nn
+    saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+
+    def linear(self: Any) -> None:
+        nn.init.normal_(self.weight, mean=0.0, std=std)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def embedding(self: Any) -> None:
+        nn.init.normal_(self.weight, mean=0.0, std=std)
+        if self.padding_idx is not None:
+            with torch.no_grad():
+                self.weight[self.padding_idx].fill_(0)
+
+    nn.Linear.reset_parameters, nn.Embedding.reset_parameters = linear, embedding
+    try:
+        yield
+    finally:
+        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
 
 
 def swap_bytes(path: str | None) -> dict[str, int]:
@@ -147,13 +173,14 @@ def main() -> None:
     mcfg.use_cache = False
     dtype = torch.bfloat16 if bf16 else torch.float32
     if stage == 3 and spec.get("zero_init", True):
+        llama_init = _llama_init(torch, float(getattr(mcfg, "initializer_range", 0.02)))
         # zero.Init partitions (and with offload_param swaps out) each parameter as soon as
         # its module is built, so a model larger than GPU or host memory can be built at all.
-        # Each module's own constructor has initialised its weights by then (torch's default
-        # init: nn.Linear's kaiming-uniform, nn.Embedding's normal, ones for the norms), and
-        # they are written once; transformers' Llama re-initialisation (normal, std 0.02)
-        # would have to gather every partition back, reading and writing it all again.
-        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+        # Each module's constructor initialises its weights before that (reset_parameters,
+        # here Llama's normal(0, initializer_range) as transformers' _init_weights would),
+        # so every partition is written once: re-initialising afterwards would gather each
+        # one back, reading and writing it all again.
+        with llama_init, deepspeed.zero.Init(config_dict_or_path=ds_config):
             model = LlamaForCausalLM(mcfg)
     else:
         # built on the device in its training dtype: no fp32 copy of the model in host RAM

@@ -181,19 +181,20 @@ def test_params_offload_adds_2n_and_the_fetches() -> None:
     assert n_p == n - e.swapped.n + n_g  # the same tensors are over the minimum
     assert e.nvme_bytes == 12 * n + 4 * n_g + 2 * n_p  # untied: no orphaned lm_head file
     assert e.nvme_bytes == pytest.approx(18 * n, rel=1e-4)
-    # initialisation reads the bf16 partitions once (2N) to build the fp32 master; the first
+    # DeepSpeed's initialisation reads the bf16 partitions twice (4N, measured); the first
     # step fetches every parameter three times (forward, recomputation, backward: 6N) and
-    # reads the optimizer state (12N)
-    assert e.init_first.read == pytest.approx(20 * n, rel=1e-4)
+    # reads the optimizer state (12N): the study's 22N
+    assert e.init_first.read == pytest.approx(22 * n, rel=1e-4)
     # each partition is written once at construction, once more by DeepSpeed's initialisation,
     # and after the step (6N), besides the optimizer state's 24N: the study's 30N
     assert e.init_first.write == pytest.approx(30 * n, rel=1e-4)
     assert e.steady_step.write == pytest.approx(18 * n, rel=1e-4)
-    # stage3_max_reuse_distance 0 (the presets'): three fetches in every micro-step
+    # stage3_max_reuse_distance 0 (the presets'): after the first step, recomputation and
+    # backward share a fetch (2 fetches per micro-step; 2.1 measured at 1B on an H100)
     assert ds_config(p)["zero_optimization"]["stage3_max_reuse_distance"] == 0
-    assert e.steady_step.read == 12 * n + 4 * n_g + 6 * n_p
+    assert e.steady_step.read == 12 * n + 4 * n_g + 4 * n_p
     ga4 = get_preset("params_opt_nvme_16b_ga4")
-    assert estimate(ga4, ds_config(ga4)).steady_step.read == e.steady_step.read + 3 * 6 * n_p
+    assert estimate(ga4, ds_config(ga4)).steady_step.read == e.steady_step.read + 3 * 4 * n_p
     # with DeepSpeed's default distance (1e9) recomputation and backward share a fetch and
     # the first 1e9 elements of the trace stay between forward and recomputation
     dflt = apply_sets(p, {"ds.zero_optimization.stage3_max_reuse_distance": 1_000_000_000})
