@@ -39,7 +39,7 @@ case "$group" in
         ;;
     3b)
         run opt_nvme_3b opt_nvme_3b --nvme-path "$off" --steps 2
-        run opt_ram_3b opt_ram_3b --steps 3
+        run opt_ram_3b opt_ram_3b --steps 2
         run opt_nvme_zenflow_3b opt_nvme_zenflow_3b --nvme-path "$off" --steps 4
         run opt_ram_zenflow_3b opt_ram_zenflow_3b --steps 4
         ;;

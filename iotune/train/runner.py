@@ -275,13 +275,6 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         raid_level=raid_level,
     )
     short = preflight(est, res, str(nvme) if nvme else None)
-    zo = cfg["zero_optimization"]
-    if "zenflow" in zo and int(zo["stage"]) == 3:
-        req.notes.append(
-            "ZenFlow with ZeRO stage 3 (needed for NVMe) stopped with a CUDA device-side assert "
-            "in the first forward on DeepSpeed 0.19.8 here; ZenFlow's tested path is stage 1/2 "
-            "with CPU offload"
-        )
     if p.strategy.raid and raid_level != "raid0":
         short_msg = (
             f"{p.name} expects a RAID0 volume at {nvme}, which is on "
