@@ -66,7 +66,8 @@ at least the largest parameter, zero/stage3.py _create_fp16_sub_groups):
   _create_param_groups_fp16_flat_cpu_memory); a 2 S_max write-back buffer.
 * transients: the first optimizer step creates Adam's moments as pageable tensors per
   sub-group (8 S_max) before the swapper copies them into its buffers, and every step
-  stages a sub-group's fp32 master as bf16 on the way to the GPU (2 S_max).
+  stages a sub-group's fp32 master as bf16 on the way to the GPU (2 S_max); with the
+  optimizer state in RAM, initialisation converts and clones each sub-group (8 S_max).
 * the process itself (interpreter, torch, DeepSpeed, transformers, CUDA context): measured,
   the one constant here.
 """
@@ -79,11 +80,13 @@ from typing import Any
 from iotune.train.presets import Preset, min_aio_bytes
 from iotune.units import GIB
 
-#: torch + DeepSpeed + transformers in one process with its CUDA context, before the model:
-#: 0.8 GiB at the worker's "ready" event (imports done, no CUDA context yet) and ~1.2 GiB of
-#: CUDA context, cuBLAS and allocator state, as opt_nvme_1b's peak implies (H100,
-#: benchmarks/results/gpu-study-h100.md)
-PROCESS_BASE = 2 * GIB
+#: torch + DeepSpeed + transformers in one process, before the model: the worker's RSS at its
+#: "ready" event with a CPU-only torch (0.35 GiB on the CI host)
+PROCESS_BASE = 35 * GIB // 100
+#: with a CUDA torch: its libraries (0.8 GiB at "ready" on the H100) and the CUDA context,
+#: cuBLAS and allocator state that opt_nvme_1b's peak implies (benchmarks/results/
+#: gpu-study-h100.md)
+CUDA_HOST = 165 * GIB // 100
 #: CUDA context, cuBLAS workspace and allocator slack on the GPU
 CUDA_RESERVE = 2 * GIB
 
@@ -321,6 +324,8 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
             groups = _subgroups(preset, cfg)
             fp32_grads = sum(pin(4 * x) if pin_grads else 4 * x for x in groups)
             optimizer = 4 * n + fp32_grads + 8 * n
+            # _create_fp32_partitions converts a sub-group and clones it (zero/stage3.py)
+            init_t = max(init_t, 8 * s_max)
     if off_par.get("device") == "nvme":
         count = int(off_par.get("buffer_count", 5))
         size = int(off_par.get("buffer_size", 100_000_000))
@@ -328,9 +333,11 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
         params = 2 * count * size + (pin(cache) if cache > 2 else 0) + 2 * s_max
     elif off_par.get("device") == "cpu":
         params = pin(2 * n)
-    model = 0 if cuda else 2 * n + acts
+    # a CPU run keeps what a GPU would hold in RAM too: the bf16 parameters (unless they are
+    # on NVMe), the gradient bucket they reduce through, and the activations
+    model = 0 if cuda else (2 * n if off_par.get("device") != "nvme" else 0) + 2 * n + acts
     return HostRam(
-        process=PROCESS_BASE,
+        process=PROCESS_BASE + (CUDA_HOST if cuda else 0),
         gradients=grads,
         optimizer_state=optimizer,
         swap_buffers=swap,

@@ -447,6 +447,12 @@ def check_zenflow(cfg: dict[str, Any], preset: Preset) -> None:
     if not isinstance(zen, dict):
         return
     where = f"{preset.name}: ZenFlow"
+    if preset.accelerator != "cuda":
+        raise PresetError(
+            f"{where} needs a CUDA GPU: its stage-3 path allocates on 'cuda' whatever the "
+            "accelerator (zenflow/engine_stage3.py update_selected_channels)",
+            hint="run it on a CUDA host; the tiny_* CPU presets have no ZenFlow variant",
+        )
     if zo.get("stage") == 3 and preset.gradient_checkpointing:
         raise PresetError(
             f"{where} with gradient checkpointing fails on the recomputation (its transposed "

@@ -74,7 +74,7 @@ def test_traced_run_produces_the_study_table(tiny_opt_nvme_run: dict[str, Any]) 
     assert cases == ["init + first step", "steady step (median of 2)"]
     for r in doc["table"]:
         assert r["step_s"] > 0 and 0 < r["optimizer_s"] <= r["step_s"]
-        assert r["read_gb"] > 0 and r["write_gb"] > 0 and r["nvme_gb"] > 0
+        assert r["read_gib"] > 0 and r["write_gib"] > 0 and r["nvme_gib"] > 0
     steps = [e for e in doc["events"] if e["event"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3]
     for e in steps:
@@ -137,6 +137,7 @@ def test_footprint_and_volumes_match_the_estimate(tiny_opt_nvme_run: dict[str, A
     n = est["params"]
     assert 11.5 < first["read_bytes"] / n < 12.5 and 23 < first["write_bytes"] / n < 25
     assert 15.5 < steady["read_bytes"] / n < 16.5 and 15.5 < steady["write_bytes"] / n < 16.5
+    _peak_rss_matches_the_estimate(doc)
 
 
 def test_preflight_refuses_with_numbers(loop_device: Callable[..., str], tmp_path: Path) -> None:
@@ -230,6 +231,14 @@ def test_params_offload_runs_with_sized_buffers(
     assert _within(steady["write_bytes"], pred["write"], 0.05)
     for op_ in ("read", "write"):
         assert steady[f"{op_}_focus"] / (steady[f"{op_}_focus"] + steady[f"{op_}_other"]) >= 0.95
+    _peak_rss_matches_the_estimate(doc)
+
+
+def _peak_rss_matches_the_estimate(doc: dict[str, Any]) -> None:
+    """Peak RSS (VmHWM, what an OOM kill sees) within 10% of the host-RAM estimate."""
+    ram = doc["host_ram"]
+    assert ram["measured_peak"] and ram["estimate_peak"] == doc["estimate"]["host_bytes"]
+    assert 0.9 <= ram["measured_peak"] / ram["estimate_peak"] <= 1.1, ram
 
 
 def test_ram_offload_run_touches_no_drive(tmp_path: Path) -> None:
@@ -240,7 +249,8 @@ def test_ram_offload_run_touches_no_drive(tmp_path: Path) -> None:
     assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "aio" not in cfg
     first = _row(doc, "init + first")
-    assert first["step_s"] > 0 and first["read_gb"] is None
+    assert first["step_s"] > 0 and first["read_gib"] is None
+    _peak_rss_matches_the_estimate(doc)
 
 
 def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
@@ -251,7 +261,7 @@ def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
     from iotune.train.presets import ds_config, get_preset, load_presets
 
     strategies = sorted({p.strategy.name for p in load_presets().values()})
-    assert len(strategies) == 8
+    assert len(strategies) == 9
     names = [f"{s}_1b" for s in strategies] + ["tiny_params_opt_nvme"]
     cfgs = {n: ds_config(get_preset(n)) for n in names}
     (tmp_path / "cfgs.json").write_text(json.dumps(cfgs))

@@ -474,6 +474,9 @@ def test_zenflow_runs_at_stage_3_and_refuses_what_cannot_run() -> None:
     # ZenFlow with NVMe at stage 1/2 would run from RAM: refused like any NVMe below stage 3
     with pytest.raises(PresetError, match="needs ZeRO stage 3"):
         ds_config(apply_sets(p, {"ds.zero_optimization.stage": 2}), "/mnt/x")
+    # ZenFlow's stage-3 code allocates on "cuda" itself: DS_ACCELERATOR=cpu cannot run it
+    with pytest.raises(PresetError, match="needs a CUDA GPU"):
+        ds_config(apply_sets(p, {"accelerator": "cpu"}), "/mnt/x")
     # the refusals are one line with a hint on the command line too
     code, _, err = invoke("estimate", "opt_nvme_zenflow_1b", "--set", "gradient_checkpointing=true")
     assert code == 2 and "gradient_checkpointing=false" in err and "Traceback" not in err
