@@ -439,6 +439,11 @@ ZENFLOW_DIFFERENCES = (
 )
 
 
+def study_differences(preset: Preset) -> tuple[str, ...]:
+    """Every setting of this preset that differs from the study's runs, and why."""
+    return ZENFLOW_DIFFERENCES if preset.strategy.zenflow else ()
+
+
 def check_zenflow(cfg: dict[str, Any], preset: Preset) -> None:
     """Refuse the ZenFlow combinations that cannot run on DeepSpeed 0.19.8 (measured on an
     H100), before anything starts."""

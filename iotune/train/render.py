@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from iotune.trace.render import other_io_line
-from iotune.train.estimate import Estimate, IoVolume, per_n
-from iotune.train.presets import Preset
+from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
+from iotune.train.presets import Preset, study_differences
+from iotune.train.study import StudyRow, study_row
 from iotune.units import GIB, binary_size, format_size
 
 
@@ -140,12 +142,52 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
         f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB at its peak "
         f"(activations {_gib(e.activation_bytes)} GiB)"
     )
+    for line in study_lines(p, e):
+        say(line)
+    for why in study_differences(p):
+        say(f"  differs from the study: {why}")
     if e.host is not None:
         say("  host RAM  (per process; the peak is the steady sum plus the larger transient)")
         for label, b in e.host.terms():
             if b:
                 say(f"    {b / GIB:7.1f} GiB  {label}")
         say(f"    {e.host.steady / GIB:7.1f} GiB  steady; {e.host_bytes / GIB:.1f} GiB peak")
+        zo = cfg.get("zero_optimization", {})
+        sg = int(zo.get("sub_group_size", 1_000_000_000))
+        if zo.get("offload_optimizer", {}).get("device") in ("cpu", "nvme") and sg != 10**9:
+            alt = copy.deepcopy(cfg)
+            alt["zero_optimization"]["sub_group_size"] = 10**9
+            peak = estimate(p, alt).host_bytes
+            say(
+                f"  sub_group_size {sg:.0e}: DeepSpeed's default (1e9) would peak at "
+                f"{peak / GIB:.1f} GiB; the step time is the same with both (1B on an H100: "
+                "benchmarks/results/gpu-study-h100.md)"
+            )
+
+
+def _gib_n(gib: float | None, row: StudyRow) -> str:
+    return "-" if gib is None else f"{gib:.1f} GiB ({row.per_n(gib):.1f}N)"
+
+
+def study_lines(p: Preset, e: Estimate) -> list[str]:
+    """The study's published row for this preset beside the model, per parameter: the study's
+    N (14.22e9) is not this preset's."""
+    row = study_row(p)
+    if row is None:
+        return []
+    n = e.params
+    out = [
+        f"  study     '{row.case}' (its N = {row.params:.4g}): space {_gib_n(row.space_gib, row)}, "
+        f"init + first step read {_gib_n(row.read_gib, row)}, write {_gib_n(row.write_gib, row)}; "
+        f"step {row.step_s} s, optimizer {row.optimizer_s} s"
+    ]
+    if row.read_gib is not None:
+        out.append(
+            f"  model     space {per_n(e.nvme_bytes, n)}, init + first step read "
+            f"{per_n(e.init_first.read, n)}, write {per_n(e.init_first.write, n)} "
+            f"(N = {n:.4g} here)"
+        )
+    return out
 
 
 def _cell(v: Any, fmt: str = "{:,}") -> str:
@@ -275,6 +317,15 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
     line = other_io_line(result)
     if line:
         con.print(f"note: {line}")
+    st = result.get("study")
+    if st:
+        con.print(
+            f"the study's '{st['case']}' (its N = {st['params']:.4g}; this run's {result['params']:.4g}): "
+            f"space {st['space_gib']} GiB, read {st['read_gib']} GiB, write {st['write_gib']} GiB, "
+            f"step {st['step_s']} s, optimizer {st['optimizer_s']} s, "
+            f"R/W {binary_size(result['focus_size'])} {st['read_focus']}/{st['write_focus']}, "
+            f"other {st['read_other']}/{st['write_other']}"
+        )
     for n in result.get("notes", []):
         con.print(f"note: {n}")
     con.print(f"results: {result['out']}")

@@ -426,6 +426,13 @@ def _est_io(v: IoVolume) -> dict[str, Any]:
     return {"read": {"bytes": v.read}, "write": {"bytes": v.write}}
 
 
+def _study(p: Preset) -> dict[str, Any] | None:
+    from iotune.train.study import study_row
+
+    row = study_row(p)
+    return asdict(row) if row else None
+
+
 def _host_ram(est: Estimate, events: list[dict[str, Any]]) -> dict[str, Any]:
     """Measured peak RSS (VmHWM, what an OOM kill sees) beside the estimate's peak."""
     peaks = [int(e["host_rss_peak_bytes"]) for e in events if e.get("host_rss_peak_bytes")]
@@ -563,6 +570,7 @@ def build_result(
         "resources": to_jsonable(asdict(prep.res)),
         "events": events,
         "import_s": ready.get("import_s") if ready else None,
+        "study": _study(p),
         "host_ram": _host_ram(est, [*([ready] if ready else []), *events]),
         "io_steps": (trace or {}).get("steps", []),
         "diskstats_check": checks,

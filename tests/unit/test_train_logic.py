@@ -510,3 +510,26 @@ def test_estimate_prints_the_host_ram_breakdown() -> None:
                  "peak at the first step", "GiB peak"):  # fmt: skip
         assert term in text, term
     assert "READ GiB" in text and "GB = 10^9" not in text
+
+
+def test_the_studys_figures_are_data_printed_beside_the_estimate() -> None:
+    from iotune.train.study import load_study, study_row
+
+    doc = load_study()
+    row = study_row(get_preset("opt_nvme_16b"))
+    assert row is not None and row.case == "Opt-state to NVMe"
+    # in GiB the study's own figures are 16N / 12N / 24N of its N
+    assert row.per_n(row.space_gib) == pytest.approx(16, abs=0.01)
+    assert row.per_n(row.read_gib) == pytest.approx(12, abs=0.01)
+    assert row.per_n(row.write_gib) == pytest.approx(24, abs=0.01)
+    assert row.write_focus == 650993 and row.optimizer_s == 97.66
+    raid = study_row(get_preset("params_opt_raid0_16b"))
+    assert raid is not None and raid.step_s == 64.41 and raid.read_gib is None
+    assert study_row(get_preset("opt_nvme_1b")) is None
+    assert study_row(get_preset("opt_nvme_16b_ga4")) is None
+    assert doc["adam_threads"]["optimizer_ms"][0] == 1833.75
+    code, out, err = invoke("estimate", "opt_nvme_16b")
+    text = out + err
+    assert code == 0 and "study     'Opt-state to NVMe'" in text
+    assert "read 158.9 GiB (12.0N)" in text and "init + first step read 12.0N" in text
+    assert "DeepSpeed's default (1e9) would peak at" in text
