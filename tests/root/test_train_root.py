@@ -280,7 +280,8 @@ def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
     reports = json.loads(p.stdout.strip().splitlines()[-1])
     for n, rep in reports.items():
         assert rep["errors"] == [], (n, rep["errors"])
-        want = 0 if n.startswith("gpu_baseline") else 2 if n.startswith("opt_ram_zenflow") else 3
+        # every offload strategy runs ZeRO stage 3, the ZenFlow ones too
+        want = 0 if n.startswith("gpu_baseline") else 3
         assert rep["zero_stage"] == want, n
         if "aio" in cfgs[n]:
             assert rep["aio_used"] == cfgs[n]["aio"], n
