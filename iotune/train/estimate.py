@@ -126,7 +126,7 @@ class HostRam:
 
     def terms(self) -> list[tuple[str, int]]:
         return [
-            ("process (interpreter, torch, DeepSpeed, CUDA context)", self.process),
+            ("process (interpreter, torch, DeepSpeed; with CUDA its context)", self.process),
             ("gradient partitions (bf16, pinned)", self.gradients),
             ("optimizer state in RAM (fp32 master, gradients, Adam moments)", self.optimizer_state),
             ("optimizer swap buffers (locked)", self.swap_buffers),

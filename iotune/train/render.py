@@ -158,11 +158,12 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
             alt = copy.deepcopy(cfg)
             alt["zero_optimization"]["sub_group_size"] = 10**9
             peak = estimate(p, alt).host_bytes
-            say(
-                f"  sub_group_size {sg:.0e}: DeepSpeed's default (1e9) would peak at "
-                f"{peak / GIB:.1f} GiB; the step time is the same with both (1B on an H100: "
-                "benchmarks/results/gpu-study-h100.md)"
-            )
+            if peak != e.host_bytes:
+                say(
+                    f"  sub_group_size {sg:.0e}: DeepSpeed's default (1e9) would peak at "
+                    f"{peak / GIB:.1f} GiB; the step time is the same with both (1B on an "
+                    "H100: benchmarks/results/gpu-study-h100.md)"
+                )
 
 
 def _gib_n(gib: float | None, row: StudyRow) -> str:

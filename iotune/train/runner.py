@@ -29,7 +29,7 @@ from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
 from iotune.train.presets import Preset, ds_config
-from iotune.units import GIB, gb
+from iotune.units import GIB
 from iotune.workers import worker_env
 
 SWAP_PREFIX = "iotune-swap-"
@@ -377,7 +377,11 @@ def _progress(req: RunRequest, prep: Prepared) -> Callable[[Any], None]:
         rd = sum(sample.stats[d].read_bytes - start[d].read_bytes for d in prep.targets.disks)
         wr = sum(sample.stats[d].write_bytes - start[d].write_bytes for d in prep.targets.disks)
         what = "initialised" if kind == "init" else f"step {n}/{steps}"
-        io = f", drives read {gb(rd):.2f} GB, wrote {gb(wr):.2f} GB" if prep.targets.disks else ""
+        io = (
+            f", drives read {rd / GIB:.2f} GiB, wrote {wr / GIB:.2f} GiB"
+            if prep.targets.disks
+            else ""
+        )
         sys.stderr.write(f"iotune: {what} at {sample.t:.1f} s{io}\n")
         sys.stderr.flush()
 
