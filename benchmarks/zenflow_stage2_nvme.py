@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from iotune.train.presets import apply_sets, ds_config, get_preset
+from iotune.train.runner import worker_spec
 
 
 def main() -> None:
@@ -28,21 +29,7 @@ def main() -> None:
         "nvme_path": str(swap),
         "pin_memory": True,
     }
-    spec = {
-        "run_dir": str(run_dir),
-        "accelerator": p.accelerator,
-        "seed": p.seed,
-        "steps": steps,
-        "micro_batch": p.micro_batch,
-        "seq_len": p.seq_len,
-        "cpu_threads": p.cpu_threads,
-        "gradient_checkpointing": p.gradient_checkpointing,
-        "zero_init": p.zero_init,
-        "model": p.geometry.llama_config(),
-        "ds_config": cfg,
-        "swap_dir": str(swap),
-        "data": None,
-    }
+    spec = worker_spec(apply_sets(p, {"steps": steps}), cfg, run_dir, swap)
     (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
 
 

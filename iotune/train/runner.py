@@ -296,15 +296,12 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets)
 
 
-def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
-    """Run the worker under the tracer; the table is built and written whatever happens."""
-    from iotune.trace.runner import Tracer, TraceRequest
-
-    out = req.out
-    out.mkdir(parents=True, exist_ok=True)
-    p = prep.preset
-    spec: dict[str, Any] = {
-        "run_dir": str(out),
+def worker_spec(
+    p: Preset, cfg: dict[str, Any], run_dir: Path, swap_dir: Path | None
+) -> dict[str, Any]:
+    """What the training worker (iotune.workers.train) reads from its spec.json."""
+    return {
+        "run_dir": str(run_dir),
         "accelerator": p.accelerator,
         "seed": p.seed,
         "steps": p.steps,
@@ -314,10 +311,20 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         "gradient_checkpointing": p.gradient_checkpointing,
         "zero_init": p.zero_init,
         "model": p.geometry.llama_config(),
-        "ds_config": prep.cfg,
-        "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
+        "ds_config": cfg,
+        "swap_dir": str(swap_dir) if swap_dir else None,
         "data": None,
     }
+
+
+def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
+    """Run the worker under the tracer; the table is built and written whatever happens."""
+    from iotune.trace.runner import Tracer, TraceRequest
+
+    out = req.out
+    out.mkdir(parents=True, exist_ok=True)
+    p = prep.preset
+    spec = worker_spec(p, prep.cfg, out, prep.swap_dir)
     if req.data is not None:
         from iotune.train.data import prepare as prepare_data
 
