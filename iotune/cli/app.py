@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from iotune import __version__
-from iotune.cli import devices, doctor, raid, sweep, trace, train
+from iotune.cli import devices, doctor, raid, report, study, sweep, trace, train
 from iotune.cli.options import STATE
 from iotune.errors import IotuneError
 
@@ -72,6 +72,8 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
                        free (and why)
       iotune raid      plan-then-apply mdadm RAID volumes across free NVMe drives
       iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
+      iotune sweep-threads
+                       CPU Adam step time over OpenMP threads
       iotune presets   the training experiments (1B-16B x offload strategy x
                        accumulation, and tiny CPU ones) with their estimated needs
       iotune estimate  NVMe space and bytes read/written per step, predicted
@@ -80,6 +82,10 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
       iotune trace     count every block request per drive by exact size (eBPF),
                        checked against the kernel's counters; --run PRESET traces
                        a training run
+      iotune study     run a grid of presets (sizes x strategies x accumulation),
+                       resumable, one record per run
+      iotune report    the study's tables and figures (Markdown, HTML) from
+                       studies, runs and sweeps
 
     Every command takes --json for scripts. Errors print one line and a hint;
     --debug shows the commands iotune runs and full tracebacks.
@@ -101,6 +107,8 @@ for _command in (
     train.presets_group,
     train.estimate_cmd,
     train.run_cmd,
+    study.study_cmd,
+    report.report_cmd,
 ):
     cli.add_command(_command)
 

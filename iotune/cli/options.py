@@ -111,6 +111,17 @@ def run_options(f: Any) -> Any:
                 help="Take the aio block from a sweep-aio run directory or a DeepSpeed config.",
             ),
             click.option(
+                "--threads-config",
+                type=click.Path(),
+                help="A sweep-threads run: CPU Adam's measured time, for the step-time prediction.",
+            ),
+            click.option(
+                "--baseline",
+                type=click.Path(),
+                help="A run of the same size and accumulation (e.g. opt_ram) whose forward + "
+                "backward the step-time prediction uses.",
+            ),
+            click.option(
                 "--force",
                 is_flag=True,
                 help="Run even when the preflight estimate says it will not fit.",

@@ -209,6 +209,29 @@ def sweep_aio(
         )
 
 
+def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str, Any]:
+    from iotune.sweep.threads import best_row
+    from iotune.train.predict import save_threads
+
+    best = best_row(rows)
+    doc = {
+        "params": n,
+        "rows": rows,
+        "best_threads": best["threads"] if best else None,
+        "cpus": len(os.sched_getaffinity(0)),
+        "out": str(run_dir),
+    }
+    save_threads(run_dir, doc)
+    return doc
+
+
+def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_dir: Path) -> None:
+    """One thread count timed: say so and keep every row so far (an interrupt loses none)."""
+    done.append(row)
+    _threads_doc(done, n, run_dir)
+    _say(f"iotune: {row['threads']} thread(s): {row.get('step_ms_median', float('nan')):.1f} ms")
+
+
 @click.command("sweep-threads")
 @click.option(
     "--params",
@@ -220,34 +243,45 @@ def sweep_aio(
     "--threads", default="1,2,4,6,8", show_default=True, help="OpenMP thread counts to time."
 )
 @click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(),
+    help="Run directory for threads.json (default results/threads-DATE-TIME); "
+    "'iotune estimate --threads-config RUN' reads it.",
+)
 @json_option
-def sweep_threads(params: str, threads: str, repeats: int) -> None:
+def sweep_threads(params: str, threads: str, repeats: int, out: str | None) -> None:
     """DeepSpeedCPUAdam optimizer-step time as a function of OpenMP threads.
 
     The seed study's other sweep: the CPU optimizer is memory-bandwidth bound, so past some
     thread count more threads stop helping. Each thread count runs in its own process
     (OMP_NUM_THREADS is read when the op loads) with the real DeepSpeedCPUAdam on PARAMS
-    fp32 parameters: a warm-up step, then the median of REPEATS timed steps.
+    fp32 parameters: a warm-up step, then the median of REPEATS timed steps. The rows are
+    kept in RUN/threads.json after each thread count; 'iotune estimate PRESET
+    --threads-config RUN' predicts the optimizer's CPU time from them.
     """
     from iotune.probes.meminfo import mem_available
     from iotune.probes.sysfs import SysTree
     from iotune.sweep.render import threads_table
-    from iotune.sweep.threads import best_row, check_memory, failure, parse_params, run_thread_sweep
+    from iotune.sweep.threads import check_memory, failure, parse_params, run_thread_sweep
 
     n = parse_params(params)
     counts = comma_list(threads, positive_int("--threads"), "--threads")
     check_memory(n, params, mem_available(SysTree("/")))
+    run_dir = (
+        Path(out) if out else Path("results") / f"threads-{time.strftime('%Y%m%d-%H%M%S')}"
+    ).resolve()
+    done: list[dict[str, Any]] = []
     rows = run_thread_sweep(
         n,
         counts,
         repeats,
-        on_row=lambda r: _say(
-            f"iotune: {r['threads']} thread(s): {r.get('step_ms_median', float('nan')):.1f} ms"
-        ),
+        on_row=lambda r: _threads_row(r, done, n, run_dir),
     )
-    best = best_row(rows)
+    doc = _threads_doc(rows, n, run_dir)
+    best = next((r for r in rows if r["threads"] == doc["best_threads"]), None)
     if STATE.json:
-        emit_json({"params": n, "rows": rows, "best_threads": best["threads"] if best else None})
+        emit_json(doc)
     else:
         console().print(threads_table(rows))
         if best:

@@ -32,6 +32,8 @@ def run_preset(
     aio_config: str | None,
     force: bool,
     keep_swap: bool,
+    threads_config: str | None = None,
+    baseline: str | None = None,
     interval: float = 1.0,
     focus: int | None = None,
 ) -> None:
@@ -39,6 +41,7 @@ def run_preset(
     from iotune.sweep.result import load_aio
     from iotune.train import runner as train_runner
     from iotune.train.data import check_inputs
+    from iotune.train.predict import measured_inputs
     from iotune.train.presets import preset_with
     from iotune.train.render import print_run
 
@@ -64,6 +67,9 @@ def run_preset(
         progress=not STATE.json,
     )
     prep = train_runner.prepare(req)
+    req.bandwidth, req.adam, req.baseline = measured_inputs(
+        prep.preset, prep.cfg, aio_config, threads_config, baseline
+    )
     for note in req.notes:
         warn(note)
     if not STATE.json:
@@ -181,10 +187,29 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
 )
 @click.option(
-    "--aio-config", type=click.Path(), help="aio block from a sweep-aio run or a DeepSpeed config."
+    "--aio-config",
+    type=click.Path(),
+    help="aio block from a sweep-aio run or a DeepSpeed config; a sweep's measured bandwidth "
+    "also predicts the optimizer's time.",
+)
+@click.option(
+    "--threads-config",
+    type=click.Path(),
+    help="A sweep-threads run: CPU Adam's measured time per parameter.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(),
+    help="A run of the same size and accumulation (e.g. opt_ram) for forward + backward.",
 )
 @json_option
-def estimate_cmd(preset: str, sets: tuple[str, ...], aio_config: str | None) -> None:
+def estimate_cmd(
+    preset: str,
+    sets: tuple[str, ...],
+    aio_config: str | None,
+    threads_config: str | None,
+    baseline: str | None,
+) -> None:
     """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
 
     \b
@@ -194,22 +219,46 @@ def estimate_cmd(preset: str, sets: tuple[str, ...], aio_config: str | None) -> 
     parameter fetches of forward, recomputation and backward. Tensors under
     max(1 MiB, aio block) stay in RAM, which matters only for small models.
     'iotune trace --run PRESET' prints this prediction next to the measurement.
+
+    \b
+    Step time, from measurements (the study: offloaded steps are bandwidth-bound):
+    iotune estimate opt_nvme_1b --aio-config SWEEP_RUN --threads-config THREADS_RUN \\
+        --baseline OPT_RAM_RUN
+    The optimizer step is its reads at the sweep's read bandwidth, CPU Adam at the
+    thread sweep's rate, and its writes at the write bandwidth, one after the other
+    as DeepSpeed swaps; the step adds the baseline's forward + backward and the
+    gradients written during backward.
     """
     from iotune.sweep.result import load_aio
     from iotune.train.estimate import estimate
+    from iotune.train.predict import measured_inputs, predict
     from iotune.train.presets import ds_config, preset_with
-    from iotune.train.render import print_estimate
+    from iotune.train.render import print_estimate, print_prediction
 
     p = preset_with(preset, sets)
     aio, _ = load_aio(aio_config)
     cfg = ds_config(p, aio=aio)
     e = estimate(p, cfg)
+    bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
+    pred = (
+        predict(p, e, bw, adam, base[0] if base else None, base[1] if base else None)
+        if bw or adam
+        else None
+    )
     if STATE.json:
         emit_json(
-            {"preset": p.name, "params": e.params, **asdict(e), "init_first": asdict(e.init_first)}
+            {
+                "preset": p.name,
+                "params": e.params,
+                **asdict(e),
+                "init_first": asdict(e.init_first),
+                "prediction": pred.to_json() if pred else None,
+            }
         )
     else:
         print_estimate(console(), p, e, cfg)
+        if pred:
+            print_prediction(console(), pred.to_json())
 
 
 @click.command("run")

@@ -292,6 +292,34 @@ def steps_table(result: dict[str, Any]) -> Table:
     return t
 
 
+def _vs(pred: float | None, meas: float | None) -> str:
+    if pred is None:
+        return "-"
+    if meas:
+        return f"{pred:.2f} s predicted, {meas:.2f} s measured ({pred / meas - 1:+.0%})"
+    return f"{pred:.2f} s predicted"
+
+
+def print_prediction(con: Console, pred: dict[str, Any]) -> None:
+    """Predicted optimizer and step time, its terms, and the measurement where there is one."""
+    meas = pred.get("measured") or {}
+    if pred.get("optimizer_s") is None:
+        why = "; ".join(pred.get("notes") or []) or "nothing to predict from"
+        con.print(f"step-time prediction: none ({why})", soft_wrap=True)
+        return
+    con.print(
+        f"optimizer step: {_vs(pred['optimizer_s'], meas.get('optimizer_s'))}", soft_wrap=True
+    )
+    if pred.get("step_s") is not None:
+        con.print(f"whole step: {_vs(pred['step_s'], meas.get('step_s'))}", soft_wrap=True)
+    con.print(
+        "  from: " + "; ".join(f"{t['what']} {t['seconds']:.2f} s" for t in pred["terms"]),
+        soft_wrap=True,
+    )
+    for n in pred.get("notes") or []:
+        con.print(f"  note: {n}", soft_wrap=True)
+
+
 def print_run(con: Console, result: dict[str, Any]) -> None:
     con.print(steps_table(result))
     con.print()
@@ -326,6 +354,15 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
             f"step {st['step_s']} s, optimizer {st['optimizer_s']} s, "
             f"R/W {binary_size(result['focus_size'])} {st['read_focus']}/{st['write_focus']}, "
             f"other {st['read_other']}/{st['write_other']}"
+        )
+    pred = result.get("prediction")
+    if pred and (pred.get("bandwidth") or pred.get("adam")):
+        print_prediction(con, pred)
+    elif pred is not None and result.get("steps_done"):
+        con.print(
+            "step-time prediction: pass --aio-config SWEEP_RUN (iotune sweep-aio on this drive) "
+            "and --threads-config THREADS_RUN (iotune sweep-threads)",
+            soft_wrap=True,
         )
     for n in result.get("notes", []):
         con.print(f"note: {n}")

@@ -28,6 +28,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
+from iotune.train.predict import AdamRate, Bandwidth, predict
 from iotune.train.presets import Preset, ds_config
 from iotune.units import GIB
 from iotune.workers import worker_env
@@ -211,6 +212,11 @@ class RunRequest:
     focus: int | None = None  # counted apart; default: the aio block size
     progress: bool = False  # a line on stderr at initialisation and after every step
     notes: list[str] = field(default_factory=list)
+    # step-time prediction: measured AIO bandwidth, CPU Adam rate, a baseline's fwd+bwd
+    bandwidth: Bandwidth | None = None
+    adam: AdamRate | None = None
+    baseline: tuple[float, str] | None = None
+    gpu: tuple[str | None, int | None] | None = None  # GPU 0's name and memory, if known
 
 
 @dataclass
@@ -260,7 +266,7 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         raid_level = next((a.level for a in targets.arrays if a.level), None)
     gpu_name = gpu_bytes = None
     if p.accelerator == "cuda":
-        gpu_name, gpu_bytes = gpu_info()
+        gpu_name, gpu_bytes = req.gpu if req.gpu is not None else gpu_info()
         if gpu_bytes is None and not req.force:
             raise Refused(
                 f"{p.name} trains on a CUDA GPU and this host has none that torch can use",
@@ -472,6 +478,30 @@ def _update_window(steps: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
     return [s for s in window if s] if all(window) else []
 
 
+def _prediction(req: RunRequest, prep: Prepared, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Predicted optimizer and step time beside the measured steady step."""
+    base = req.baseline
+    pred = predict(
+        prep.preset,
+        prep.est,
+        req.bandwidth,
+        req.adam,
+        base[0] if base else None,
+        base[1] if base else None,
+    )
+    steady = next((r for r in rows if r["case"].startswith("steady")), None)
+    measured = {
+        "optimizer_s": steady["optimizer_s"] if steady else None,
+        "step_s": steady["step_s"] if steady else None,
+    }
+    return {
+        **pred.to_json(),
+        "measured": measured,
+        "bandwidth": asdict(req.bandwidth) if req.bandwidth else None,
+        "adam": asdict(req.adam) if req.adam else None,
+    }
+
+
 def build_result(
     req: RunRequest, prep: Prepared, trace: dict[str, Any] | None, started: float
 ) -> dict[str, Any]:
@@ -548,6 +578,7 @@ def build_result(
                 )
             )
     p = prep.preset
+    prediction = _prediction(req, prep, rows)
     checks = []
     for d in (trace or {}).get("devices", []):
         if d.get("check"):
@@ -582,6 +613,7 @@ def build_result(
         "events": events,
         "import_s": ready.get("import_s") if ready else None,
         "study": _study(p),
+        "prediction": prediction,
         "host_ram": _host_ram(est, [*([ready] if ready else []), *events]),
         "io_steps": (trace or {}).get("steps", []),
         "diskstats_check": checks,

@@ -1,0 +1,6 @@
+"""`iotune report`: the study's tables and figures from study, run and sweep directories.
+
+:mod:`load` finds what each directory holds; :mod:`tables` turns records into rows;
+:mod:`figures` draws them with matplotlib; :mod:`document` writes report.md and a
+self-contained report.html.
+"""

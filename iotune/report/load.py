@@ -1,0 +1,106 @@
+"""What a report is made of, found in any mix of directories: a study (study.json +
+runs.jsonl), a run (run.json), a run document (the JSON `iotune --json run` prints), a
+sweep-aio run (points.jsonl), a sweep-threads run (threads.json), or a directory holding
+any of these one level down."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import UsageError
+from iotune.records import read_records
+from iotune.study import record as rec
+
+
+@dataclass
+class AioSweep:
+    name: str
+    records: list[dict[str, Any]]  # points.jsonl, status ok
+    ceilings: list[dict[str, Any]]  # fio.jsonl
+    target: str | None
+
+
+@dataclass
+class ReportData:
+    runs: list[dict[str, Any]] = field(default_factory=list)  # study records
+    sweeps: list[AioSweep] = field(default_factory=list)
+    threads: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.runs or self.sweeps or self.threads)
+
+
+def _json(f: Path) -> Any:
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _study(d: Path, data: ReportData) -> None:
+    f = d / "runs.jsonl"
+    if f.exists():
+        data.runs.extend(read_records(f))
+    data.sources.append(f"study {d}")
+
+
+def _sweep(d: Path, data: ReportData) -> None:
+    meta = _json(d / "sweep.json") or {}
+    fio = d / "fio.jsonl"
+    data.sweeps.append(
+        AioSweep(
+            name=d.name,
+            records=[r for r in read_records(d / "points.jsonl") if r.get("status") == "ok"],
+            ceilings=list(read_records(fio)) if fio.exists() else [],
+            target=(meta.get("spec") or {}).get("target"),
+        )
+    )
+    data.sources.append(f"sweep-aio {d}")
+
+
+def _one(p: Path, data: ReportData) -> bool:
+    """Load *p* if it is something a report is made of; False if it is not."""
+    if p.is_file():
+        doc = _json(p) if p.suffix == ".json" else None
+        if isinstance(doc, dict) and "preset" in doc and "table" in doc:
+            data.runs.append(rec.summarize_run(doc, None, str(p)))
+            data.sources.append(f"run {p}")
+            return True
+        if isinstance(doc, dict) and "rows" in doc and "best_threads" in doc:
+            data.threads.append({**doc, "source": str(p)})
+            data.sources.append(f"sweep-threads {p}")
+            return True
+        return False
+    if (p / "study.json").exists():
+        _study(p, data)
+    elif (p / "run.json").exists():
+        data.runs.append(rec.load_run_dir(p))
+        data.sources.append(f"run {p}")
+    elif (p / "points.jsonl").exists():
+        _sweep(p, data)
+    elif (p / "threads.json").exists():
+        return _one(p / "threads.json", data)
+    else:
+        return False
+    return True
+
+
+def load(paths: list[Path]) -> ReportData:
+    data = ReportData()
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"{p}: no such file or directory", hint="name a study, run or sweep")
+        if _one(p, data):
+            continue
+        found = p.is_dir() and any([_one(c, data) for c in sorted(p.iterdir())])
+        if not found:
+            raise UsageError(
+                f"{p} holds no study, run or sweep",
+                hint="name what 'iotune study', 'iotune run', 'iotune sweep-aio' or "
+                "'iotune sweep-threads' wrote (their --out directories)",
+            )
+    return data

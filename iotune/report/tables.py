@@ -1,0 +1,231 @@
+"""The report's tables as rows of (column, text): the study's table per model size, the
+prediction against the measurement, the sweeps' best points and the thread sweep. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from iotune.report.load import AioSweep
+from iotune.train.presets import load_presets
+from iotune.units import GIB, binary_size
+
+Table = tuple[list[str], list[list[str]]]  # header, rows
+
+
+def strategy_order() -> list[str]:
+    order: list[str] = []
+    for p in load_presets().values():
+        if p.strategy.name not in order:
+            order.append(p.strategy.name)
+    return order
+
+
+def _size_key(size: str | None) -> tuple[int, float, str]:
+    s = size or ""
+    try:
+        return (0, float(s.rstrip("bB")), s)
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def sorted_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """By size, then strategy in the presets file's order, then accumulation; a preset
+    recorded twice (a study and its run directory) keeps its last record."""
+    order = {s: i for i, s in enumerate(strategy_order())}
+    last = {r["preset"]: r for r in runs}
+    return sorted(
+        last.values(),
+        key=lambda r: (_size_key(r.get("size")), order.get(r.get("strategy") or "", 99), r["ga"]),
+    )
+
+
+def sizes(runs: Sequence[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for r in sorted_runs(runs):
+        if r.get("size") not in out:
+            out.append(r.get("size") or "?")
+    return out
+
+
+def num(v: Any, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return f"{float(v):.{digits}f}"
+
+
+def _pair(m: Any, e: Any) -> str:
+    if m is None and not e:
+        return "-"
+    return f"{num(m)} ({num(e)})"
+
+
+def share(r: dict[str, Any]) -> float | None:
+    """The optimizer's share of the step, 0-1."""
+    m = r.get("measured") or {}
+    if not m.get("step_s") or m.get("optimizer_s") is None:
+        return None
+    return float(m["optimizer_s"]) / float(m["step_s"])
+
+
+def predicted(r: dict[str, Any], key: str) -> float | None:
+    p = r.get("prediction") or {}
+    v = p.get(key)
+    return None if v is None else float(v)
+
+
+RUN_HEADER = [
+    "Strategy",
+    "GA",
+    "Status",
+    "Step s",
+    "Optimizer s",
+    "Optimizer share",
+    "NVMe GiB (est.)",
+    "Read GiB/step (est.)",
+    "Write GiB/step (est.)",
+    "R focus",
+    "W focus",
+    "R other",
+    "W other",
+    "Peak RSS GiB (est.)",
+]
+
+
+def size_table(runs: Sequence[dict[str, Any]], size: str) -> Table:
+    """The study's table for one size: one row per strategy x accumulation, measured beside
+    the estimate, and the study's published row where there is one."""
+    rows = []
+    studied: dict[str, dict[str, Any]] = {}
+    for r in sorted_runs(runs):
+        if (r.get("size") or "?") != size:
+            continue
+        m, e = r.get("measured") or {}, r.get("estimate") or {}
+        sh = share(r)
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error') or ''}"
+        rows.append(
+            [
+                r.get("strategy") or r["preset"],
+                str(r["ga"]),
+                status,
+                num(m.get("step_s")),
+                num(m.get("optimizer_s")),
+                "-" if sh is None else f"{sh:.0%}",
+                _pair(m.get("nvme_gib"), e.get("nvme_gib")),
+                _pair(m.get("read_gib"), e.get("read_gib")),
+                _pair(m.get("write_gib"), e.get("write_gib")),
+                num(m.get("read_focus")),
+                num(m.get("write_focus")),
+                num(m.get("read_other")),
+                num(m.get("write_other")),
+                _pair(m.get("peak_rss_gib"), e.get("host_gib")),
+            ]
+        )
+        if r.get("study"):
+            studied[r["study"]["case"]] = r["study"]
+    for case, st in studied.items():
+        sh = (
+            st["optimizer_s"] / st["step_s"] if st.get("step_s") and st.get("optimizer_s") else None
+        )
+        rows.append(
+            [
+                f"the study: {case}",
+                "1",
+                "published",
+                num(st.get("step_s")),
+                num(st.get("optimizer_s")),
+                "-" if sh is None else f"{sh:.0%}",
+                num(st.get("space_gib")),
+                num(st.get("read_gib")),
+                num(st.get("write_gib")),
+                num(st.get("read_focus")),
+                num(st.get("write_focus")),
+                num(st.get("read_other")),
+                num(st.get("write_other")),
+                "-",
+            ]
+        )
+    return RUN_HEADER, rows
+
+
+PREDICTION_HEADER = [
+    "Run",
+    "Optimizer s, predicted",
+    "Optimizer s, measured",
+    "Error",
+    "Step s, predicted",
+    "Step s, measured",
+    "Error",
+    "From",
+]
+
+
+def _err(p: float | None, m: float | None) -> str:
+    return "-" if p is None or not m else f"{p / m - 1:+.1%}"
+
+
+def prediction_table(runs: Sequence[dict[str, Any]]) -> Table:
+    rows = []
+    for r in sorted_runs(runs):
+        pred = r.get("prediction") or {}
+        if pred.get("optimizer_s") is None:
+            continue
+        m = r.get("measured") or {}
+        po, ps = predicted(r, "optimizer_s"), predicted(r, "step_s")
+        rows.append(
+            [
+                r["preset"],
+                num(po),
+                num(m.get("optimizer_s")),
+                _err(po, m.get("optimizer_s")),
+                num(ps),
+                num(m.get("step_s")),
+                _err(ps, m.get("step_s")),
+                "; ".join(f"{t['what']} {t['seconds']:.2f} s" for t in pred.get("terms", [])),
+            ]
+        )
+    return PREDICTION_HEADER, rows
+
+
+def fio_best(sweep: AioSweep, op: str) -> float | None:
+    vals = [float(c["bw_bytes_s"]) for c in sweep.ceilings if c.get("op") == op]
+    return max(vals) if vals else None
+
+
+def sweep_table(sweep: AioSweep) -> Table:
+    """Best point per op, against fio's best over the same grid."""
+    header = ["Op", "Block", "QD", "Threads", "GiB/s", "fio best GiB/s", "% of fio best"]
+    rows = []
+    for op in ("read", "write"):
+        mine = [r for r in sweep.records if r.get("op") == op]
+        if not mine:
+            continue
+        b = max(mine, key=lambda r: r["bw_bytes_s"])
+        f = fio_best(sweep, op)
+        rows.append(
+            [
+                op,
+                binary_size(b["block_size"]),
+                str(b["queue_depth"]),
+                str(b["threads"]),
+                f"{b['bw_bytes_s'] / GIB:.2f}",
+                "-" if f is None else f"{f / GIB:.2f}",
+                "-" if f is None else f"{b['bw_bytes_s'] / f:.0%}",
+            ]
+        )
+    return header, rows
+
+
+def threads_table(doc: dict[str, Any]) -> Table:
+    header = ["Threads", "Optimizer step ms (median)", "ms per 1e9 parameters"]
+    rows = []
+    for r in doc["rows"]:
+        if r.get("status") != "ok":
+            rows.append([str(r["threads"]), f"failed: {r.get('error', '')}", "-"])
+            continue
+        ms = float(r["step_ms_median"])
+        rows.append([str(r["threads"]), f"{ms:.1f}", f"{ms * 1e9 / int(r['params']):.1f}"])
+    return header, rows

@@ -1,0 +1,170 @@
+"""One run as one summary record: the figures the study's tables and figures are made of,
+measured beside estimated. Pure: built from a run's run.json (and its trace.json, when the
+run was traced per request)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from iotune.units import GIB
+
+#: the per-step row a run is represented by: ZenFlow's mean over one update interval when
+#: the run has one (its median step hides the update), else the median steady step
+_PER_STEP = ("mean of steps", "steady step")
+
+
+def _gib(b: int | float | None) -> float | None:
+    return None if b is None else round(b / GIB, 4)
+
+
+def per_step_row(run: dict[str, Any]) -> dict[str, Any] | None:
+    for prefix in _PER_STEP:
+        row = next((r for r in run.get("table", []) if r["case"].startswith(prefix)), None)
+        if row:
+            return dict(row)
+    return None
+
+
+def _estimate_row(run: dict[str, Any], per: dict[str, Any] | None) -> dict[str, Any] | None:
+    rows = run.get("estimate_table", [])
+    if per and per["case"].startswith("mean of steps"):
+        hit = next((r for r in rows if r["case"].startswith("estimate: mean")), None)
+        if hit:
+            return dict(hit)
+    return next((dict(r) for r in rows if r["case"] == "estimate: steady step"), None)
+
+
+def forward_backward(run: dict[str, Any]) -> float | None:
+    """Median forward + backward (all micro-steps) of the steps after the first."""
+    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
+    later = steps[1:] or steps
+    vals = [
+        float(e.get("forward_s") or 0)
+        + float(e.get("backward_s") or 0)
+        + float(e.get("accumulate_s") or 0)
+        for e in later
+    ]
+    return round(statistics.median(vals), 4) if vals else None
+
+
+def drives(trace: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per drive: request counts by exact size per op, and the limits that shape them."""
+    out = []
+    for d in (trace or {}).get("devices", []):
+        out.append(
+            {
+                "name": d["name"],
+                "max_sectors_kb": d.get("max_sectors_kb"),
+                "chunk_bytes": d.get("chunk_bytes"),
+                "read_sizes": {int(k): int(v) for k, v in d["read"].get("sizes", {}).items()},
+                "write_sizes": {int(k): int(v) for k, v in d["write"].get("sizes", {}).items()},
+            }
+        )
+    return out
+
+
+def summarize_run(
+    run: dict[str, Any], trace: dict[str, Any] | None = None, run_dir: str | None = None
+) -> dict[str, Any]:
+    """The study's record of one run (status ok, or failed with the worker's exit)."""
+    first = next((dict(r) for r in run.get("table", []) if r["case"] == "init + first step"), None)
+    per = per_step_row(run)
+    est = _estimate_row(run, per)
+    est_first = next(
+        (dict(r) for r in run.get("estimate_table", []) if r["case"].startswith("estimate: init")),
+        None,
+    )
+    ram = run.get("host_ram") or {}
+    peak_gpu = max(
+        (e.get("peak_accel_bytes") or 0 for e in run.get("events", []) if e.get("event") == "step"),
+        default=0,
+    )
+    failed = bool(run.get("exit_code")) or not run.get("steps_done")
+    estimate = run.get("estimate") or {}
+    return {
+        "preset": run["preset"],
+        "size": run.get("size"),
+        "strategy": run.get("strategy"),
+        "ga": run.get("ga", 1),
+        "params": run.get("params"),
+        "status": "failed" if failed else "ok",
+        "error": (
+            f"the training worker exited {run.get('exit_code')} after "
+            f"{run.get('steps_done', 0)} step(s)"
+            if failed
+            else None
+        ),
+        "run_dir": run_dir or run.get("out"),
+        "steps_done": run.get("steps_done"),
+        "backend": run.get("backend"),
+        "focus_size": run.get("focus_size"),
+        "aio": run.get("aio"),
+        "per_step_case": per["case"] if per else None,
+        "measured": {
+            "step_s": per.get("step_s") if per else None,
+            "optimizer_s": per.get("optimizer_s") if per else None,
+            "forward_backward_s": forward_backward(run),
+            "init_s": run.get("init_s"),
+            "nvme_gib": (per or {}).get("nvme_gib"),
+            "read_gib": (per or {}).get("read_gib"),
+            "write_gib": (per or {}).get("write_gib"),
+            "first_read_gib": (first or {}).get("read_gib"),
+            "first_write_gib": (first or {}).get("write_gib"),
+            "read_focus": (per or {}).get("read_focus"),
+            "write_focus": (per or {}).get("write_focus"),
+            "read_other": (per or {}).get("read_other"),
+            "write_other": (per or {}).get("write_other"),
+            "peak_rss_gib": _gib(ram.get("measured_peak")),
+            "peak_gpu_gib": _gib(peak_gpu) if peak_gpu else None,
+        },
+        "estimate": {
+            "nvme_gib": _gib(estimate.get("nvme_bytes")),
+            "read_gib": (est or {}).get("read_gib"),
+            "write_gib": (est or {}).get("write_gib"),
+            "first_read_gib": (est_first or {}).get("read_gib"),
+            "first_write_gib": (est_first or {}).get("write_gib"),
+            "host_gib": _gib(estimate.get("host_bytes")),
+            "gpu_gib": _gib(estimate.get("gpu_bytes")),
+        },
+        "prediction": run.get("prediction"),
+        "study": run.get("study"),
+        "drives": drives(trace),
+        "wall_s": run.get("wall_s"),
+        "interrupted": run.get("interrupted"),
+    }
+
+
+def load_run_dir(d: Path) -> dict[str, Any]:
+    """A run directory's record: run.json, with trace.json's per-size counts when present."""
+    run = json.loads((d / "run.json").read_text())
+    trace_f = d / "trace.json"
+    trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
+    return summarize_run(run, trace, str(d))
+
+
+def skipped(preset: Any, reason: str, est: Any | None) -> dict[str, Any]:
+    """The record of a run preflight refused (or that could not start), with the numbers."""
+    return {
+        "preset": preset.name,
+        "size": preset.size,
+        "strategy": preset.strategy.name,
+        "ga": preset.ga,
+        "params": preset.geometry.param_count(),
+        "status": "skipped",
+        "error": reason,
+        "run_dir": None,
+        "measured": {},
+        "estimate": {
+            "nvme_gib": _gib(est.nvme_bytes),
+            "read_gib": _gib(est.steady_step.read),
+            "write_gib": _gib(est.steady_step.write),
+            "host_gib": _gib(est.host_bytes),
+            "gpu_gib": _gib(est.gpu_bytes),
+        }
+        if est is not None
+        else {},
+        "drives": [],
+    }

@@ -1,0 +1,304 @@
+"""Running a study: each run through the same runner as `iotune trace --run`, in its own
+directory, one summary record appended (and fsynced) when it ends, so that `--resume`
+keeps every finished run and redoes only the one in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import IotuneError, UsageError
+from iotune.records import append_record, host_facts, read_records
+from iotune.study import record as rec
+from iotune.study.plan import Item, eta, plan_row, weight, with_ga
+from iotune.train.estimate import Estimate, estimate
+from iotune.train.presets import Preset, ds_config, get_preset
+
+SPEC = "study.json"
+RUNS = "runs.jsonl"
+#: the strategy whose forward + backward the step-time prediction of the others uses
+BASELINE = "opt_ram"
+
+
+class StudyInterrupted(IotuneError):
+    """Ctrl-C or SIGTERM stopped the study; finished runs are kept."""
+
+
+@dataclass
+class StudySpec:
+    items: list[dict[str, Any]]  # {"preset": NAME, "base": BASE, "ga": N, "steps": N}
+    backend: str
+    nvme_path: str | None = None
+    raid_path: str | None = None
+    aio_config: str | None = None
+    threads_config: str | None = None
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    host: dict[str, Any] = field(default_factory=host_facts)
+
+    @staticmethod
+    def of(items: list[Item], backend: str, **kw: Any) -> StudySpec:
+        rows = []
+        for it in items:
+            p = it.preset
+            base = p.name.rsplit("_ga", 1)[0] if p.name.rsplit("_ga", 1)[-1].isdigit() else p.name
+            rows.append({"preset": p.name, "base": base, "ga": p.ga, "steps": p.steps})
+        return StudySpec(rows, backend, **kw)
+
+    def presets(self) -> list[Item]:
+        out = []
+        for r in self.items:
+            base = get_preset(r["base"])
+            p = replace(with_ga(base, int(r["ga"])), steps=int(r["steps"]))
+            if p.name != r["preset"]:
+                raise UsageError(
+                    f"{SPEC}: run {r['preset']} no longer matches preset {r['base']}",
+                    hint="the presets file changed since the study started: start a new study",
+                )
+            out.append(Item(p))
+        return out
+
+    def save(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / (SPEC + ".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        tmp.replace(out / SPEC)
+
+    @staticmethod
+    def load(out: Path) -> StudySpec:
+        f = out / SPEC
+        try:
+            return StudySpec(**json.loads(f.read_text()))
+        except FileNotFoundError as exc:
+            raise UsageError(
+                f"--resume {out}: not a study directory (no {SPEC})",
+                hint="name the directory an earlier 'iotune study --out DIR' wrote",
+            ) from exc
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"{f}: unreadable ({exc})", hint="start a new study") from exc
+
+
+def finished(out: Path) -> dict[str, dict[str, Any]]:
+    """The runs with a record (ok, failed or skipped), by preset name."""
+    f = out / RUNS
+    return {r["preset"]: r for r in read_records(f)} if f.exists() else {}
+
+
+def nvme_path_for(p: Preset, spec: StudySpec) -> Path | None:
+    if not p.strategy.uses_nvme:
+        return None
+    given = spec.raid_path if p.strategy.raid else spec.nvme_path
+    return Path(given) if given else None
+
+
+def _est(p: Preset, aio: dict[str, Any] | None) -> Estimate:
+    return estimate(p, ds_config(p, aio=aio))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_in_flight(out: Path, p: Preset, nvme: Path | None) -> list[str]:
+    """What a run killed in flight left: its directory (kept aside under runs/.partial/) and
+    its swap directory on the offload path (removed unless its process still lives)."""
+    from iotune.train.runner import SWAP_PREFIX
+
+    said = []
+    d = out / "runs" / p.name
+    if d.exists():
+        aside = out / "runs" / ".partial" / f"{p.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        d.rename(aside)
+        said.append(f"kept the interrupted {p.name} aside in {aside}")
+    root = nvme or (Path(p.nvme_path) if p.nvme_path else None)
+    if root and root.is_dir():
+        for swap in root.glob(f"{SWAP_PREFIX}{p.name}-*"):
+            pid = swap.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(swap, ignore_errors=True)
+                said.append(f"removed {swap}, left by a run that was killed")
+    return said
+
+
+@dataclass
+class Progress:
+    """What the study tells its user, between runs (the runs print their own lines)."""
+
+    header: Callable[[str], None]
+    line: Callable[[str], None]
+
+
+def _fmt_s(s: float) -> str:
+    m, sec = divmod(int(s), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _eta_text(s: float | None) -> str:
+    return "time left known after the first run" if s is None else f"about {_fmt_s(s)} left"
+
+
+def _baseline(p: Preset, done: dict[str, dict[str, Any]]) -> tuple[float, str] | None:
+    """Forward + backward of the finished opt_ram run of the same size and accumulation."""
+    for r in done.values():
+        fb = (r.get("measured") or {}).get("forward_backward_s")
+        if (
+            r.get("status") == "ok"
+            and r.get("strategy") == BASELINE
+            and r.get("size") == p.size
+            and r.get("ga") == p.ga
+            and fb
+            and r["preset"] != p.name
+        ):
+            return float(fb), f"{r['preset']}, measured"
+    return None
+
+
+def run_study(
+    out: Path,
+    spec: StudySpec,
+    progress: Progress | None,
+    gpu: tuple[str | None, int | None] | None,
+) -> list[dict[str, Any]]:
+    """Run every item without a record; returns every record, in the grid's order."""
+    from iotune.sweep.result import load_aio
+    from iotune.train import runner as tr
+    from iotune.train.predict import measured_inputs
+
+    items = spec.presets()
+    aio, aio_source = load_aio(spec.aio_config)
+    done = finished(out)
+    weights = {it.name: weight(it.preset, _est(it.preset, aio)) for it in items}
+    timed: list[tuple[float, float]] = []
+    t0 = time.monotonic()
+    for i, it in enumerate(items, 1):
+        p = it.preset
+        if p.name in done:
+            continue
+        nvme = nvme_path_for(p, spec)
+        for note in clear_in_flight(out, p, nvme):
+            if progress:
+                progress.line(f"iotune: {note}")
+        if progress:
+            counts = {
+                s: sum(r["status"] == s for r in done.values()) for s in ("ok", "failed", "skipped")
+            }
+            left = [weights[x.name] for x in items if x.name not in done]
+            progress.header(
+                f"run {i}/{len(items)}: {p.name} ({counts['ok']} done, {counts['failed']} "
+                f"failed, {counts['skipped']} skipped; {_fmt_s(time.monotonic() - t0)} elapsed, "
+                f"{_eta_text(eta(timed, left))})"
+            )
+        req = tr.RunRequest(
+            preset=p,
+            out=out / "runs" / p.name,
+            backend=spec.backend,
+            nvme_path=nvme,
+            aio=aio,
+            aio_source=aio_source,
+            quiet_stdout=True,
+            progress=progress is not None,
+            gpu=gpu,
+        )
+        try:
+            prep = tr.prepare(req)
+        except (tr.Refused, UsageError) as exc:
+            reason = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            r = rec.skipped(p, reason, _est(p, aio))
+            _append(out, done, r, progress, f"{p.name}: skipped: {exc.message}")
+            continue
+        req.bandwidth, req.adam, _ = measured_inputs(
+            p, prep.cfg, spec.aio_config, spec.threads_config, None
+        )
+        req.baseline = _baseline(p, done)
+        started = time.monotonic()
+        try:
+            result = tr.run(req, prep)
+        except IotuneError as exc:
+            r = {**rec.skipped(p, exc.message, prep.est), "status": "failed"}
+            r["run_dir"] = str(req.out)
+            _append(out, done, r, progress, f"{p.name}: failed: {exc.message}")
+            continue
+        if result["interrupted"]:
+            raise StudyInterrupted(
+                f"study interrupted ({result['interrupted']}) during {p.name}; "
+                f"{len(done)} run(s) recorded",
+                hint=f"iotune study --resume {out} redoes {p.name} and goes on",
+            )
+        trace_f = req.out / "trace.json"
+        trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
+        r = rec.summarize_run(result, trace, str(req.out))
+        timed.append((weights[p.name], time.monotonic() - started))
+        _append(out, done, r, progress, _one_line(r))
+    return [done[it.name] for it in items if it.name in done]
+
+
+def _append(
+    out: Path,
+    done: dict[str, dict[str, Any]],
+    r: dict[str, Any],
+    progress: Progress | None,
+    say: str,
+) -> None:
+    append_record(out / RUNS, r)
+    done[r["preset"]] = r
+    if progress:
+        progress.line(f"iotune: {say}")
+
+
+def _one_line(r: dict[str, Any]) -> str:
+    m, e = r["measured"], r["estimate"]
+    if r["status"] != "ok":
+        return f"{r['preset']}: {r['status']}: {r['error']}"
+    io = ""
+    if m.get("read_gib") is not None:
+        io = (
+            f", per step read {m['read_gib']:.2f} / write {m['write_gib']:.2f} GiB "
+            f"(estimate {e['read_gib']:.2f} / {e['write_gib']:.2f})"
+        )
+    return (
+        f"{r['preset']}: step {m['step_s'] or 0:.2f} s, optimizer {m['optimizer_s'] or 0:.2f} s{io}"
+    )
+
+
+def plan(
+    items: list[Item], spec: StudySpec, gpu: tuple[str | None, int | None] | None
+) -> list[dict[str, Any]]:
+    """Each run with its estimate and whether it fits this host now (and why not)."""
+    import tempfile
+
+    from iotune.sweep.result import load_aio
+    from iotune.train import runner as tr
+
+    aio, _ = load_aio(spec.aio_config)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="iotune-plan-") as tmp:
+        for it in items:
+            p = it.preset
+            req = tr.RunRequest(
+                preset=p,
+                out=Path(tmp) / p.name,
+                backend=spec.backend,
+                nvme_path=nvme_path_for(p, spec),
+                aio=aio,
+                gpu=gpu,
+            )
+            reason = None
+            try:
+                tr.prepare(req)
+            except (tr.Refused, UsageError) as exc:
+                reason = exc.message
+            rows.append(plan_row(it, _est(p, aio), reason))
+    return rows

@@ -1,0 +1,298 @@
+"""Step time predicted from measurements: the I/O model's bytes per step over the bandwidth
+`sweep-aio` measured on the target, plus the CPU-Adam time `sweep-threads` measured per
+parameter, plus forward and backward from a baseline run. Pure, apart from reading the
+sweeps' record files.
+
+DeepSpeed's ZeRO-3 optimizer step with the optimizer state on NVMe (runtime/zero/stage3.py,
+``_optimizer_step`` per sub-group, runtime/swap_tensor/partitioned_optimizer_swapper.py):
+for each sub-group it swaps in the fp32 master, both Adam moments and the fp32 gradients
+(12 bytes per parameter plus 4 per gradient element), runs CPU Adam on it, and swaps the
+master and moments out (12 bytes); without ``pipeline_read``/``pipeline_write`` (iotune's
+presets, DeepSpeed's default) these three phases do not overlap. The gradients were written
+during backward (4 bytes per swapped gradient element), so that write belongs to the step
+but not to the optimizer's time. Hence::
+
+    optimizer = read(12 n_s + 4 n_g) / R + Adam(N) + write(12 n_s) / W
+    step      = forward + backward (baseline) + write(4 n_g) / W + optimizer
+
+R and W are the sweep's bandwidths at the run's aio block (block size, queue depth,
+threads, single_submit, overlap_events): the median of every measurement of that
+configuration. Adam(N) is the thread sweep's median step time scaled to N parameters
+(CPU Adam is memory-bandwidth bound: time grows with N) at the run's thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import UsageError
+from iotune.records import read_records
+from iotune.train.estimate import Estimate
+from iotune.train.presets import Preset
+from iotune.units import GIB, binary_size
+
+THREADS_RESULT = "threads.json"
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Read and write bandwidth (bytes/s) measured by a sweep at one aio configuration."""
+
+    read: float
+    write: float
+    config: dict[str, Any]  # the configuration measured (may differ from the run's: note)
+    samples: dict[str, int]  # measurements per op behind each median
+    source: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class AdamRate:
+    """CPU-Adam seconds per parameter at a thread count, from a thread sweep."""
+
+    seconds_per_param: float
+    threads: int
+    params: int
+    source: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    optimizer_s: float | None
+    step_s: float | None
+    terms: list[tuple[str, float]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "optimizer_s": None if self.optimizer_s is None else round(self.optimizer_s, 3),
+            "step_s": None if self.step_s is None else round(self.step_s, 3),
+            "terms": [{"what": w, "seconds": round(s, 3)} for w, s in self.terms],
+            "notes": list(self.notes),
+        }
+
+
+# ------------------------------------------------------------------------- the sweeps' data
+
+
+def _sweep_records(path: Path) -> tuple[list[dict[str, Any]], Path]:
+    d = path if path.is_dir() else path.parent
+    f = d / "points.jsonl"
+    if not f.exists():
+        raise UsageError(
+            f"{path} is not a sweep-aio run directory (no points.jsonl)",
+            hint="run 'iotune sweep-aio --target DIR --out RUN' on the offload drive, then pass RUN",
+        )
+    return [r for r in read_records(f) if r.get("status") == "ok"], f
+
+
+def has_points(path: str | None) -> bool:
+    """Whether --aio-config names a sweep with measurements (not just a DeepSpeed config)."""
+    if not path:
+        return False
+    p = Path(path)
+    return ((p if p.is_dir() else p.parent) / "points.jsonl").exists()
+
+
+def _distance(r: dict[str, Any], aio: dict[str, Any]) -> tuple[float, ...]:
+    return (
+        abs(math.log2(r["block_size"] / aio["block_size"])),
+        abs(math.log2(r["queue_depth"] / aio.get("queue_depth", 8))),
+        abs(r["threads"] - int(aio.get("intra_op_parallelism", 1))),
+        float(r["single_submit"] != bool(aio.get("single_submit", False))),
+        float(r["overlap_events"] != bool(aio.get("overlap_events", True))),
+    )
+
+
+def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
+    """The sweep's read and write bandwidth at ``aio`` (the run's block), or at the nearest
+    configuration it measured for each op, with a note saying which."""
+    records, f = _sweep_records(path)
+    out: dict[str, float] = {}
+    samples: dict[str, int] = {}
+    notes = []
+    config: dict[str, Any] = {}
+    for op in ("read", "write"):
+        mine = [r for r in records if r.get("op") == op]
+        if not mine:
+            raise UsageError(
+                f"the sweep in {f.parent} measured no {op}s",
+                hint="sweep both: iotune sweep-aio --ops read,write",
+            )
+        best = min(_distance(r, aio) for r in mine)
+        at = [r for r in mine if _distance(r, aio) == best]
+        values = [float(v) for r in at for v in (r.get("bw_bytes_s_all") or [r["bw_bytes_s"]])]
+        out[op] = statistics.median(values)
+        samples[op] = len(values)
+        r0 = at[0]
+        config[op] = {k: r0[k] for k in ("block_size", "queue_depth", "threads")}
+        if any(best):
+            notes.append(
+                f"{op}s: the sweep has no point at the run's aio block; nearest "
+                f"{binary_size(r0['block_size'])} qd {r0['queue_depth']} "
+                f"{r0['threads']} thread(s)"
+            )
+    return Bandwidth(out["read"], out["write"], config, samples, str(f), "; ".join(notes) or None)
+
+
+def save_threads(out: Path, doc: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / THREADS_RESULT).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def adam_rate(path: Path, threads: int) -> AdamRate:
+    """CPU-Adam seconds per parameter at ``threads`` (or the nearest count the sweep timed)."""
+    f = path / THREADS_RESULT if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+        rows = [r for r in doc["rows"] if r.get("status") == "ok"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            f"--threads-config {path}: not a sweep-threads result ({exc})",
+            hint="run 'iotune sweep-threads --out RUN', then pass RUN",
+        ) from exc
+    if not rows:
+        raise UsageError(
+            f"--threads-config {path}: no thread count ran",
+            hint="see the errors in its threads.json",
+        )
+    row = min(rows, key=lambda r: (abs(int(r["threads"]) - threads), -int(r["threads"])))
+    note = (
+        None
+        if int(row["threads"]) == threads
+        else f"CPU Adam timed at {row['threads']} thread(s), the run uses {threads}"
+    )
+    return AdamRate(
+        float(row["step_ms_median"]) / 1000 / int(row["params"]),
+        int(row["threads"]),
+        int(row["params"]),
+        str(f),
+        note,
+    )
+
+
+# ------------------------------------------------------------------------------ the model
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 10**9 else f"{n / 1e6:.1f}M"
+
+
+def predict(
+    preset: Preset,
+    est: Estimate,
+    bw: Bandwidth | None,
+    adam: AdamRate | None,
+    forward_backward_s: float | None = None,
+    forward_backward_source: str | None = None,
+) -> Prediction:
+    """Optimizer and step time of one steady step (module docstring). Pure."""
+    s = preset.strategy
+    notes: list[str] = []
+    if s.zenflow:
+        return Prediction(
+            None,
+            None,
+            notes=["ZenFlow overlaps the CPU update with the next steps' GPU work: not modelled"],
+        )
+    if s.optimizer == "gpu":
+        return Prediction(None, None, notes=["no offload: nothing the drives or CPU Adam bound"])
+    if s.params == "nvme":
+        return Prediction(
+            None,
+            None,
+            notes=["parameter offload's fetches overlap forward and backward: not modelled"],
+        )
+    if adam is None:
+        return Prediction(None, None, notes=["CPU Adam not measured: pass --threads-config"])
+    sw = est.swapped
+    terms: list[tuple[str, float]] = []
+    if adam.note:
+        notes.append(adam.note)
+    adam_s = adam.seconds_per_param * est.params
+    adam_what = f"CPU Adam, {_count(est.params)} parameters at {adam.threads} thread(s)"
+    if s.optimizer == "nvme":
+        if bw is None:
+            return Prediction(None, None, notes=["no AIO bandwidth: pass --aio-config SWEEP_RUN"])
+        if bw.note:
+            notes.append(bw.note)
+        rd = 12 * sw.n_s + 4 * sw.n_g
+        wr = 12 * sw.n_s
+        terms.append((f"read {rd / GIB:.2f} GiB at {bw.read / GIB:.2f} GiB/s", rd / bw.read))
+        terms.append((adam_what, adam_s))
+        terms.append((f"write {wr / GIB:.2f} GiB at {bw.write / GIB:.2f} GiB/s", wr / bw.write))
+    else:
+        terms.append((adam_what, adam_s))
+    optimizer = sum(t for _, t in terms)
+    step = None
+    if forward_backward_s is not None:
+        grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
+        step = forward_backward_s + optimizer + (grads / bw.write if bw and grads else 0.0)
+        terms.append(
+            (f"forward + backward ({forward_backward_source or 'baseline'})", forward_backward_s)
+        )
+        if grads and bw:
+            terms.append(
+                (f"gradients written in backward, {grads / GIB:.2f} GiB", grads / bw.write)
+            )
+    else:
+        notes.append("step time needs forward + backward: pass --baseline RUN (e.g. opt_ram)")
+    return Prediction(optimizer, step, terms, notes)
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    f = path / "run.json" if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{path}: not an iotune run ({exc})",
+            hint="name a run directory written by 'iotune run' or 'iotune trace --run'",
+        ) from exc
+    if not isinstance(doc, dict) or "preset" not in doc:
+        raise UsageError(f"{f}: not an iotune run document", hint="name a run directory")
+    return doc
+
+
+def run_threads(p: Preset) -> int:
+    """The OpenMP threads CPU Adam runs with: the preset's, else every CPU this process may
+    use (OpenMP's default)."""
+    return int(p.cpu_threads or len(os.sched_getaffinity(0)))
+
+
+def measured_inputs(
+    preset: Preset,
+    cfg: dict[str, Any],
+    aio_config: str | None,
+    threads_config: str | None,
+    baseline: str | None,
+) -> tuple[Bandwidth | None, AdamRate | None, tuple[float, str] | None]:
+    """The measurements a prediction is made from, as named on the command line: the
+    sweep's bandwidth at the run's aio block, CPU Adam's rate at the run's thread count,
+    and a baseline run's forward + backward (each None when not given)."""
+    from iotune.study.record import forward_backward
+
+    bw = (
+        aio_bandwidth(Path(aio_config), cfg.get("aio", {}))
+        if aio_config and has_points(aio_config)
+        else None
+    )
+    adam = adam_rate(Path(threads_config), run_threads(preset)) if threads_config else None
+    base = None
+    if baseline:
+        doc = load_run(Path(baseline))
+        fb = forward_backward(doc)
+        if fb is None:
+            raise UsageError(
+                f"--baseline {baseline}: the run has no finished step",
+                hint="name a run that finished at least one step",
+            )
+        base = (fb, f"{doc['preset']}, measured")
+    return bw, adam, base
