@@ -279,9 +279,10 @@ def measured_inputs(
     and a baseline run's forward + backward (each None when not given)."""
     from iotune.study.record import forward_backward
 
+    aio = cfg.get("aio") or preset.aio
     bw = (
-        aio_bandwidth(Path(aio_config), cfg.get("aio", {}))
-        if aio_config and has_points(aio_config)
+        aio_bandwidth(Path(aio_config), aio)
+        if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio
         else None
     )
     adam = adam_rate(Path(threads_config), run_threads(preset)) if threads_config else None
