@@ -240,11 +240,7 @@ def estimate_cmd(
     cfg = ds_config(p, aio=aio)
     e = estimate(p, cfg)
     bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
-    pred = (
-        predict(p, e, bw, adam, base[0] if base else None, base[1] if base else None)
-        if bw or adam
-        else None
-    )
+    pred = predict(p, e, bw, adam, base) if bw or adam or base else None
     if STATE.json:
         emit_json(
             {

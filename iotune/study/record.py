@@ -50,6 +50,15 @@ def forward_backward(run: dict[str, Any]) -> float | None:
     return round(statistics.median(vals), 4) if vals else None
 
 
+def optimizer_median(run: dict[str, Any]) -> float | None:
+    """Median optimizer step of the steps after the first."""
+    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
+    vals = [
+        float(e["optimizer_s"]) for e in (steps[1:] or steps) if e.get("optimizer_s") is not None
+    ]
+    return round(statistics.median(vals), 4) if vals else None
+
+
 def drives(trace: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Per drive: request counts by exact size per op, and the limits that shape them."""
     out = []
@@ -107,6 +116,7 @@ def summarize_run(
             "step_s": per.get("step_s") if per else None,
             "optimizer_s": per.get("optimizer_s") if per else None,
             "forward_backward_s": forward_backward(run),
+            "optimizer_median_s": optimizer_median(run),
             "init_s": run.get("init_s"),
             "nvme_gib": (per or {}).get("nvme_gib"),
             "read_gib": (per or {}).get("read_gib"),

@@ -18,6 +18,7 @@ from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, eta, plan_row, weight, with_ga
 from iotune.train.estimate import Estimate, estimate
+from iotune.train.predict import Baseline
 from iotune.train.presets import Preset, ds_config, get_preset
 
 SPEC = "study.json"
@@ -150,19 +151,24 @@ def _eta_text(s: float | None) -> str:
     return "time left known after the first run" if s is None else f"about {_fmt_s(s)} left"
 
 
-def _baseline(p: Preset, done: dict[str, dict[str, Any]]) -> tuple[float, str] | None:
-    """Forward + backward of the finished opt_ram run of the same size and accumulation."""
+def _baseline(p: Preset, done: dict[str, dict[str, Any]]) -> Baseline | None:
+    """The finished opt_ram run of the same size and accumulation: its forward + backward
+    and its optimizer step, measured."""
     for r in done.values():
-        fb = (r.get("measured") or {}).get("forward_backward_s")
+        m = r.get("measured") or {}
         if (
             r.get("status") == "ok"
             and r.get("strategy") == BASELINE
             and r.get("size") == p.size
             and r.get("ga") == p.ga
-            and fb
+            and m.get("forward_backward_s")
             and r["preset"] != p.name
         ):
-            return float(fb), f"{r['preset']}, measured"
+            return Baseline(
+                float(m["forward_backward_s"]),
+                m.get("optimizer_median_s"),
+                f"{r['preset']}, measured",
+            )
     return None
 
 

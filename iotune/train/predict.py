@@ -64,6 +64,17 @@ class AdamRate:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """A measured run of the same size and accumulation with the optimizer state in RAM
+    (opt_ram): its forward + backward, and its optimizer step (CPU Adam plus the bf16
+    copy back to the GPU and the gradient norm: everything but the swapping)."""
+
+    forward_backward_s: float
+    optimizer_s: float | None
+    source: str
+
+
+@dataclass(frozen=True)
 class Prediction:
     optimizer_s: float | None
     step_s: float | None
@@ -190,8 +201,7 @@ def predict(
     est: Estimate,
     bw: Bandwidth | None,
     adam: AdamRate | None,
-    forward_backward_s: float | None = None,
-    forward_backward_source: str | None = None,
+    base: Baseline | None = None,
 ) -> Prediction:
     """Optimizer and step time of one steady step (module docstring). Pure."""
     s = preset.strategy
@@ -210,14 +220,24 @@ def predict(
             None,
             notes=["parameter offload's fetches overlap forward and backward: not modelled"],
         )
-    if adam is None:
-        return Prediction(None, None, notes=["CPU Adam not measured: pass --threads-config"])
     sw = est.swapped
     terms: list[tuple[str, float]] = []
-    if adam.note:
-        notes.append(adam.note)
-    adam_s = adam.seconds_per_param * est.params
-    adam_what = f"CPU Adam, {_count(est.params)} parameters at {adam.threads} thread(s)"
+    cpu = base is not None and base.optimizer_s is not None and s.optimizer == "nvme"
+    if cpu and base and base.optimizer_s is not None:
+        # the RAM run's optimizer step is this step without the swapping
+        adam_s = base.optimizer_s
+        adam_what = f"optimizer step without swapping ({base.source})"
+    elif adam is not None:
+        if adam.note:
+            notes.append(adam.note)
+        adam_s = adam.seconds_per_param * est.params
+        adam_what = f"CPU Adam, {_count(est.params)} parameters at {adam.threads} thread(s)"
+    else:
+        return Prediction(
+            None,
+            None,
+            notes=["CPU Adam not measured: pass --threads-config (or --baseline)"],
+        )
     if s.optimizer == "nvme":
         if bw is None:
             return Prediction(None, None, notes=["no AIO bandwidth: pass --aio-config SWEEP_RUN"])
@@ -232,12 +252,10 @@ def predict(
         terms.append((adam_what, adam_s))
     optimizer = sum(t for _, t in terms)
     step = None
-    if forward_backward_s is not None:
+    if base is not None:
         grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
-        step = forward_backward_s + optimizer + (grads / bw.write if bw and grads else 0.0)
-        terms.append(
-            (f"forward + backward ({forward_backward_source or 'baseline'})", forward_backward_s)
-        )
+        step = base.forward_backward_s + optimizer + (grads / bw.write if bw and grads else 0.0)
+        terms.append((f"forward + backward ({base.source})", base.forward_backward_s))
         if grads and bw:
             terms.append(
                 (f"gradients written in backward, {grads / GIB:.2f} GiB", grads / bw.write)
@@ -273,11 +291,11 @@ def measured_inputs(
     aio_config: str | None,
     threads_config: str | None,
     baseline: str | None,
-) -> tuple[Bandwidth | None, AdamRate | None, tuple[float, str] | None]:
+) -> tuple[Bandwidth | None, AdamRate | None, Baseline | None]:
     """The measurements a prediction is made from, as named on the command line: the
     sweep's bandwidth at the run's aio block, CPU Adam's rate at the run's thread count,
     and a baseline run's forward + backward (each None when not given)."""
-    from iotune.study.record import forward_backward
+    from iotune.study.record import forward_backward, optimizer_median
 
     aio = cfg.get("aio") or preset.aio
     bw = (
@@ -295,5 +313,5 @@ def measured_inputs(
                 f"--baseline {baseline}: the run has no finished step",
                 hint="name a run that finished at least one step",
             )
-        base = (fb, f"{doc['preset']}, measured")
+        base = Baseline(fb, optimizer_median(doc), f"{doc['preset']}, measured")
     return bw, adam, base

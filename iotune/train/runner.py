@@ -28,7 +28,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
-from iotune.train.predict import AdamRate, Bandwidth, predict
+from iotune.train.predict import AdamRate, Bandwidth, Baseline, predict
 from iotune.train.presets import Preset, ds_config
 from iotune.units import GIB
 from iotune.workers import worker_env
@@ -215,7 +215,7 @@ class RunRequest:
     # step-time prediction: measured AIO bandwidth, CPU Adam rate, a baseline's fwd+bwd
     bandwidth: Bandwidth | None = None
     adam: AdamRate | None = None
-    baseline: tuple[float, str] | None = None
+    baseline: Baseline | None = None
     gpu: tuple[str | None, int | None] | None = None  # GPU 0's name and memory, if known
 
 
@@ -480,15 +480,7 @@ def _update_window(steps: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
 
 def _prediction(req: RunRequest, prep: Prepared, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Predicted optimizer and step time beside the measured steady step."""
-    base = req.baseline
-    pred = predict(
-        prep.preset,
-        prep.est,
-        req.bandwidth,
-        req.adam,
-        base[0] if base else None,
-        base[1] if base else None,
-    )
+    pred = predict(prep.preset, prep.est, req.bandwidth, req.adam, req.baseline)
     steady = next((r for r in rows if r["case"].startswith("steady")), None)
     measured = {
         "optimizer_s": steady["optimizer_s"] if steady else None,
@@ -499,6 +491,7 @@ def _prediction(req: RunRequest, prep: Prepared, rows: list[dict[str, Any]]) -> 
         "measured": measured,
         "bandwidth": asdict(req.bandwidth) if req.bandwidth else None,
         "adam": asdict(req.adam) if req.adam else None,
+        "baseline": asdict(req.baseline) if req.baseline else None,
     }
 
 
