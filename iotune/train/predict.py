@@ -174,7 +174,7 @@ def adam_rate(path: Path, threads: int) -> AdamRate:
             f"--threads-config {path}: no thread count ran",
             hint="see the errors in its threads.json",
         )
-    row = min(rows, key=lambda r: (abs(int(r["threads"]) - threads), -int(r["threads"])))
+    row = min(rows, key=lambda r: (abs(int(r["threads"]) - threads), int(r["threads"])))
     note = (
         None
         if int(row["threads"]) == threads
