@@ -39,8 +39,9 @@ pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ bpfcc-tools p
       bpftool python3-venv kmod udev procps)
 if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules);
-    # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace
-    pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace)
+    # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace;
+    # the report test opens report.html in headless chromium
+    pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace chromium)
     case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
 fi
 

@@ -21,6 +21,21 @@ def private_stdout() -> TextIO:
     return report
 
 
+def die_with_parent() -> None:
+    """SIGTERM this worker when the iotune process that started it dies (a kill -9, a
+    crash): a training worker left running would go on writing swap files that a resumed
+    study removes. Linux prctl(PR_SET_PDEATHSIG); the parent may already be gone."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def worker_env() -> dict[str, str]:
     """Environment for workers: DeepSpeed's JIT-built ops cached per virtualenv.
 

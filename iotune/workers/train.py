@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from iotune.workers import stdout_to_stderr
+from iotune.workers import die_with_parent, stdout_to_stderr
 
 
 def _free_port() -> int:
@@ -279,6 +279,7 @@ if __name__ == "__main__":
     # Python operations, record it, and exit like an interrupted program, without a traceback
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        die_with_parent()
         main()
     except KeyboardInterrupt:
         sys.stderr.write("iotune training worker: interrupted\n")
