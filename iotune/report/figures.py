@@ -51,10 +51,11 @@ def step_time(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     fig, axes = plt.subplots(
         1, len(sizes), figsize=(max(6.0, 4.8 * len(sizes)), 4.6), squeeze=False
     )
-    gas = sorted({r["ga"] for r in ok})
-    width = 0.8 / len(gas)
+    all_gas = sorted({r["ga"] for r in ok})
     for ax, size in zip(axes[0], sizes, strict=True):
         mine = [r for r in ok if r.get("size") == size]
+        gas = sorted({r["ga"] for r in mine})  # the colour stays the accumulation's
+        width = 0.8 / len(gas)
         strategies = [s for s in tb.strategy_order() if any(r["strategy"] == s for r in mine)]
         strategies += sorted({r["strategy"] for r in mine} - set(strategies))
         for j, ga in enumerate(gas):
@@ -71,8 +72,8 @@ def step_time(runs: Sequence[dict[str, Any]]) -> Drawn | None:
                 if p is not None:
                     pred_x.append(x)
                     pred_y.append(p)
-            color = PALETTE[j % len(PALETTE)]
-            ax.bar(xs, ys, width, color=color, label=f"GA {ga}", gid="step")
+            color = PALETTE[all_gas.index(ga) % len(PALETTE)]
+            ax.bar(xs, ys, width, color=color, gid="step")
             ax.bar(
                 xs,
                 opt,
@@ -102,7 +103,10 @@ def step_time(runs: Sequence[dict[str, Any]]) -> Drawn | None:
         if any(v for v in ax.get_ylim()) and _spread(mine) > 30:
             ax.set_yscale("log")
         ax.grid(axis="y", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles: list[Any] = [
+        Rectangle((0, 0), 1, 1, facecolor=PALETTE[i % len(PALETTE)]) for i in range(len(all_gas))
+    ]
+    labels = [f"GA {g}" for g in all_gas]
     handles.append(Rectangle((0, 0), 1, 1, facecolor="grey", hatch="//", edgecolor="white"))
     labels.append("optimizer part")
     if any(tb.predicted(r, "step_s") is not None for r in ok):
@@ -260,11 +264,13 @@ def request_sizes(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | Non
         ax.set_xticklabels([binary_size(c) if c else "0" for c in classes], fontsize=7, rotation=0)
         ax.set_yscale("symlog", linthresh=10)
         ax.set_ylabel("requests")
-        limits = [f"max_sectors_kb {d['max_sectors_kb']}"] if d.get("max_sectors_kb") else []
+        limits = [f"AIO block {binary_size(focus)}"]
+        if d.get("max_sectors_kb"):
+            limits.append(f"max_sectors_kb {d['max_sectors_kb']}")
         if d.get("chunk_bytes"):
             limits.append(f"RAID chunk {binary_size(int(d['chunk_bytes']))}")
         ax.set_title(
-            f"{r['preset']} on {d['name']}" + (f" ({', '.join(limits)})" if limits else ""),
+            f"{r['preset']} on {d['name']} ({', '.join(limits)})",
             fontsize=9,
         )
         ax.legend(fontsize=7, ncols=2)

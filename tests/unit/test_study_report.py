@@ -293,7 +293,9 @@ def test_request_size_figure_counts_every_request_of_each_drive() -> None:
     first = next(r for r in tables.sorted_runs(records()) if r["status"] == "ok" and r["drives"])
     drive = first["drives"][0]
     ax = d.fig.axes[0]
-    assert ax.get_title().startswith(f"{first['preset']} on {drive['name']} (max_sectors_kb 512")
+    assert ax.get_title().startswith(
+        f"{first['preset']} on {drive['name']} (AIO block 1 MiB, max_sectors_kb 512"
+    )
     for op in ("read", "write"):
         drawn = sum(h for _, h in _bars(ax, f"{op}-other")) + sum(
             h for _, h in _bars(ax, f"{op}-focus")
