@@ -272,12 +272,24 @@ def test_adaptive_sweep_on_a_real_target(volume: Path, tmp_path: Path) -> None:
     assert len([r for r in recs if r["phase"] == "sweep"]) <= 2 * 2 * 2
 
 
-def test_sweep_threads_times_the_real_cpu_adam() -> None:
+def test_sweep_threads_times_the_real_cpu_adam(tmp_path: Path) -> None:
+    out = tmp_path / "threads"
     doc = json.loads(
         iotune(
-            "--json", "sweep-threads", "--params", "20M", "--threads", "1,2", "--repeats", "3"
+            "--json",
+            "sweep-threads",
+            "--params",
+            "20M",
+            "--threads",
+            "1,2",
+            "--repeats",
+            "3",
+            "--out",
+            str(out),
         ).stdout
     )
+    # the record 'iotune estimate --threads-config' and 'iotune report' read
+    assert json.loads((out / "threads.json").read_text()) == doc
     assert [r["threads"] for r in doc["rows"]] == [1, 2]
     for r in doc["rows"]:
         assert r["status"] == "ok" and r["params"] == 20_000_000
