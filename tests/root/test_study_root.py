@@ -42,21 +42,24 @@ def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
     loop_device(size_mib=2048, fs="ext4", mount=True)
     (mnt,) = tmp_path.glob("mnt*")
     study = tmp_path / "study"
-    child = subprocess.Popen(
-        [IOTUNE, "study", *GRID, "--nvme-path", str(mnt), "--out", str(study)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "study.log"  # a file, not a pipe: a first op build prints a lot
+    with log.open("w") as fh:
+        child = subprocess.Popen(
+            [IOTUNE, "study", *GRID, "--nvme-path", str(mnt), "--out", str(study)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     # kill -9 while the third run (tiny_opt_nvme) is in flight: it has started training
     in_flight = study / "runs" / "tiny_opt_nvme" / "steps.jsonl"
-    deadline = time.monotonic() + 600
-    while not (in_flight.exists() and '"event": "init"' in in_flight.read_text()):
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "the third run never started"
-        time.sleep(0.2)
-    child.send_signal(signal.SIGKILL)
-    child.communicate(timeout=60)
+    deadline = time.monotonic() + 1200  # a guard against a hang, not a wait for a result
+    try:
+        while not (in_flight.exists() and '"event": "init"' in in_flight.read_text()):
+            assert child.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the third run never started"
+            time.sleep(0.2)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
     before = _records(study)
     assert [r["preset"] for r in before] == ORDER[:2]
     assert all(r["status"] == "ok" for r in before)
@@ -78,7 +81,9 @@ def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
     nvme = [r for r in after if r["strategy"] == "opt_nvme"]
     for r in nvme:
         m, e = r["measured"], r["estimate"]
-        assert m["read_gib"] == e["read_gib"] and m["write_gib"] == e["write_gib"], r
+        # the I/O model's bytes; the ext4 journal adds a few KiB to a step's writes
+        assert abs(m["read_gib"] - e["read_gib"]) <= 0.01 * e["read_gib"], r
+        assert abs(m["write_gib"] - e["write_gib"]) <= 0.01 * e["write_gib"], r
         assert m["read_focus"] and m["read_focus"] > 0.9 * (m["read_focus"] + m["read_other"])
     ram = [r for r in after if r["strategy"] == "opt_ram"]
     assert all(r["measured"]["read_gib"] is None for r in ram)
