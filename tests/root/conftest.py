@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,15 @@ import pytest
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 LAZY0 = "lazy_itable_init=0,lazy_journal_init=0"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_reaches_the_children() -> None:
+    """A tier started in the background by a non-interactive shell ('cmd &') inherits SIGINT
+    ignored, and so would every iotune it starts: the Ctrl-C tests would wait forever.
+    A handler (unlike SIG_IGN) is reset to the default in an exec'd child."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
