@@ -39,8 +39,11 @@ def _pids_with(needle: str) -> list[int]:
 def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
     loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
-    loop_device(size_mib=2048, fs="ext4", mount=True)
+    dev = loop_device(size_mib=2048, fs="ext4", mount=True)
     (mnt,) = tmp_path.glob("mnt*")
+    # an NVMe drive's request limit: the loop device's 1280 KiB would merge two 512 KiB
+    # AIO requests now and then, and the 512 KiB share would depend on timing
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
     study = tmp_path / "study"
     log = tmp_path / "study.log"  # a file, not a pipe: a first op build prints a lot
     with log.open("w") as fh:
@@ -84,7 +87,9 @@ def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
         # the I/O model's bytes; the ext4 journal adds a few KiB to a step's writes
         assert abs(m["read_gib"] - e["read_gib"]) <= 0.01 * e["read_gib"], r
         assert abs(m["write_gib"] - e["write_gib"]) <= 0.01 * e["write_gib"], r
-        assert m["read_focus"] and m["read_focus"] > 0.9 * (m["read_focus"] + m["read_other"])
+        for op in ("read", "write"):
+            focus, other = m[f"{op}_focus"], m[f"{op}_other"]
+            assert focus and focus >= 0.95 * (focus + other), (r["preset"], op, focus, other)
     ram = [r for r in after if r["strategy"] == "opt_ram"]
     assert all(r["measured"]["read_gib"] is None for r in ram)
 
