@@ -211,7 +211,6 @@ def sweep_aio(
 
 def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str, Any]:
     from iotune.sweep.threads import best_row
-    from iotune.train.predict import save_threads
 
     best = best_row(rows)
     doc = {
@@ -221,14 +220,15 @@ def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str,
         "cpus": len(os.sched_getaffinity(0)),
         "out": str(run_dir),
     }
-    save_threads(run_dir, doc)
     return doc
 
 
 def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_dir: Path) -> None:
     """One thread count timed: say so and keep every row so far (an interrupt loses none)."""
+    from iotune.sweep.threads import save_threads
+
     done.append(row)
-    _threads_doc(done, n, run_dir)
+    save_threads(run_dir, _threads_doc(done, n, run_dir))
     _say(f"iotune: {row['threads']} thread(s): {row.get('step_ms_median', float('nan')):.1f} ms")
 
 

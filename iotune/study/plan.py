@@ -35,11 +35,17 @@ def grid_values(presets: dict[str, Preset]) -> tuple[list[str], list[str], list[
     return sizes, strategies, gas
 
 
+def base_name(name: str) -> str:
+    """The preset a grid name was made from: opt_nvme_1b_ga4 -> opt_nvme_1b."""
+    head, _, tail = name.rpartition("_ga")
+    return head if head and tail.isdigit() else name
+
+
 def with_ga(p: Preset, ga: int) -> Preset:
     """``p`` at accumulation ``ga``, named as the grid names it (NAME_gaN)."""
     if ga == p.ga:
         return p
-    base = p.name.rsplit("_ga", 1)[0] if p.name.rsplit("_ga", 1)[-1].isdigit() else p.name
+    base = base_name(p.name)
     return replace(apply_sets(p, {"ga": ga}), name=base if ga == 1 else f"{base}_ga{ga}")
 
 

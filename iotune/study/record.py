@@ -37,25 +37,27 @@ def _estimate_row(run: dict[str, Any], per: dict[str, Any] | None) -> dict[str, 
     return next((dict(r) for r in rows if r["case"] == "estimate: steady step"), None)
 
 
+def _later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step events after the first (the first carries the first update's extra I/O),
+    or the only one."""
+    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
+    return steps[1:] or steps
+
+
 def forward_backward(run: dict[str, Any]) -> float | None:
     """Median forward + backward (all micro-steps) of the steps after the first."""
-    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
-    later = steps[1:] or steps
     vals = [
         float(e.get("forward_s") or 0)
         + float(e.get("backward_s") or 0)
         + float(e.get("accumulate_s") or 0)
-        for e in later
+        for e in _later_steps(run)
     ]
     return round(statistics.median(vals), 4) if vals else None
 
 
 def optimizer_median(run: dict[str, Any]) -> float | None:
     """Median optimizer step of the steps after the first."""
-    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
-    vals = [
-        float(e["optimizer_s"]) for e in (steps[1:] or steps) if e.get("optimizer_s") is not None
-    ]
+    vals = [float(e["optimizer_s"]) for e in _later_steps(run) if e.get("optimizer_s") is not None]
     return round(statistics.median(vals), 4) if vals else None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from iotune.errors import IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
-from iotune.study.plan import Item, eta, plan_row, weight, with_ga
+from iotune.study.plan import Item, base_name, eta, plan_row, weight, with_ga
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.predict import Baseline
 from iotune.train.presets import Preset, ds_config, get_preset
@@ -47,8 +47,7 @@ class StudySpec:
         rows = []
         for it in items:
             p = it.preset
-            base = p.name.rsplit("_ga", 1)[0] if p.name.rsplit("_ga", 1)[-1].isdigit() else p.name
-            rows.append({"preset": p.name, "base": base, "ga": p.ga, "steps": p.steps})
+            rows.append({"preset": p.name, "base": base_name(p.name), "ga": p.ga, "steps": p.steps})
         return StudySpec(rows, backend, **kw)
 
     def presets(self) -> list[Item]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from iotune import proc
@@ -13,6 +15,8 @@ from iotune.units import GIB
 from iotune.workers import worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
+#: a sweep's record, read by 'iotune estimate --threads-config' and 'iotune report'
+THREADS_RESULT = "threads.json"
 #: fp32 parameter, gradient and two Adam moments
 BYTES_PER_PARAM = 16
 
@@ -59,6 +63,11 @@ def run_thread_sweep(
         if on_row:
             on_row(row)
     return rows
+
+
+def save_threads(out: Path, doc: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / THREADS_RESULT).write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def check_memory(n: int, params: str, available: int) -> None:

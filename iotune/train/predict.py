@@ -33,11 +33,10 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.records import read_records
+from iotune.sweep.threads import THREADS_RESULT
 from iotune.train.estimate import Estimate
 from iotune.train.presets import Preset
 from iotune.units import GIB, binary_size
-
-THREADS_RESULT = "threads.json"
 
 
 @dataclass(frozen=True)
@@ -151,11 +150,6 @@ def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
                 f"{r0['threads']} thread(s)"
             )
     return Bandwidth(out["read"], out["write"], config, samples, str(f), "; ".join(notes) or None)
-
-
-def save_threads(out: Path, doc: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / THREADS_RESULT).write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def adam_rate(path: Path, threads: int) -> AdamRate:
