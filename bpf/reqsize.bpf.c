@@ -23,6 +23,14 @@
 // at every fork) are summed under tgid 0, any other submitter under its own tgid, so I/O
 // that is not the workload's can be named beside the table instead of folded into it.
 //
+// A tracepoint program is not run when an event fires while another BPF tracing program runs
+// on the same CPU (the kernel's per-CPU bpf_prog_active): an I/O completion interrupt that
+// arrives while the issue program runs is not counted here, although the kernel counts it.
+// Kernels from 6.7 count such skips in the program's recursion_misses; older ones do not. So
+// every program here marks its CPU busy while it runs, and raw tracepoints on issue and
+// completion (which do not take bpf_prog_active) count the events that fire on a busy CPU:
+// `nested` is an upper bound of the events this tracer's own programs made the kernel skip.
+//
 // Compile-time constants (bcc cflags): MAX_SIZES, MAX_HIST, FILTER (1: only devices in
 // `devices` are counted), OWNERS (1: attribute bios to submitters).
 #include "iotune.h"
@@ -32,6 +40,36 @@ BPF_HASH(hist, struct hist_key, u64, MAX_HIST);
 BPF_HASH(devices, u32, u8, 1024);
 BPF_HASH(done, struct done_key, struct done_val, 4096);
 BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] hist, [2] done, [3] owners */
+BPF_PERCPU_ARRAY(busy, u32, 1);  /* 1 while one of the tracepoint programs below runs */
+BPF_ARRAY(nested, u64, 2);  /* events that fired on a busy CPU: [0] issues, [1] completions */
+
+static __always_inline void set_busy(u32 v)
+{
+    int zero = 0;
+    u32 *b = busy.lookup(&zero);
+    if (b)
+        *b = v;
+}
+
+static __always_inline void count_nested(int which)
+{
+    int zero = 0;
+    u32 *b = busy.lookup(&zero);
+    if (b && *b) {
+        u64 *n = nested.lookup(&which);
+        if (n)
+            __sync_fetch_and_add(n, 1);
+    }
+}
+
+static __always_inline bool traced(u32 dev)
+{
+#if FILTER
+    return devices.lookup(&dev) != NULL;
+#else
+    return true;
+#endif
+}
 
 static __always_inline u32 op_class(char c, char next)
 {
@@ -85,12 +123,11 @@ static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool cre
 
 TRACEPOINT_PROBE(block, block_rq_issue)
 {
+    set_busy(1);
     u32 dev = args->dev;
-#if FILTER
-    if (!devices.lookup(&dev))
-        return 0;
-#endif
-    bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
+    if (traced(dev))
+        bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
+    set_busy(0);
     return 0;
 }
 
@@ -98,26 +135,20 @@ TRACEPOINT_PROBE(block, block_rq_issue)
  * request's nr_sector << 9 is the blk_rq_bytes() its issue reported (0 for a flush) */
 TRACEPOINT_PROBE(block, block_rq_requeue)
 {
+    set_busy(1);
     u32 dev = args->dev;
-#if FILTER
-    if (!devices.lookup(&dev))
-        return 0;
-#endif
-    bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1, false);
+    if (traced(dev))
+        bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1, false);
+    set_busy(0);
     return 0;
 }
 
-TRACEPOINT_PROBE(block, block_rq_complete)
+static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector)
 {
-    u32 dev = args->dev;
-#if FILTER
-    if (!devices.lookup(&dev))
-        return 0;
-#endif
-    struct done_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
+    struct done_key k = {.dev = dev, .op = op};
     /* blk_insert_flush() clears REQ_PREFLUSH once it has planned the flush, so the empty
      * write completes as a plain "W" of no data: the only writes that carry none */
-    if (k.op == OP_WRITE && args->nr_sector == 0)
+    if (k.op == OP_WRITE && nr_sector == 0)
         k.op = OP_EMPTY_PREFLUSH;
     struct done_val zero = {}, *val = done.lookup(&k);
     if (!val) {
@@ -125,12 +156,35 @@ TRACEPOINT_PROBE(block, block_rq_complete)
         val = done.lookup(&k);
         if (!val) {
             count_drop(2);
-            return 0;
+            return;
         }
     }
     __sync_fetch_and_add(&val->ios, 1);
     /* nr_sector here is the completed bytes >> 9, as blk_account_io_completion() adds */
-    __sync_fetch_and_add(&val->sectors, args->nr_sector);
+    __sync_fetch_and_add(&val->sectors, nr_sector);
+}
+
+TRACEPOINT_PROBE(block, block_rq_complete)
+{
+    set_busy(1);
+    u32 dev = args->dev;
+    if (traced(dev))
+        count_done(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector);
+    set_busy(0);
+    return 0;
+}
+
+/* no fields read (struct request's layout is the running kernel's, not the headers'): only
+ * whether the event fired while a program above ran on this CPU, so was not delivered to it */
+RAW_TRACEPOINT_PROBE(block_rq_issue)
+{
+    count_nested(0);
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(block_rq_complete)
+{
+    count_nested(1);
     return 0;
 }
 
@@ -139,33 +193,38 @@ BPF_HASH(workload, u32, u8, 65536);
 BPF_HASH(owners, struct owner_key, struct owner_val, 4096);
 BPF_HASH(comms, u32, struct comm_val, 1024);
 
-/* bio_dev() is the whole disk's dev_t (the partition is remapped before this fires) */
-TRACEPOINT_PROBE(block, block_bio_queue)
+static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
 {
-    u32 dev = args->dev;
-#if FILTER
-    if (!devices.lookup(&dev))
-        return 0;
-#endif
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct owner_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
-    if (!workload.lookup(&tgid)) {
-        k.tgid = tgid;
-        struct comm_val c = {};
-        __builtin_memcpy(c.comm, args->comm, sizeof(c.comm));
-        comms.insert(&tgid, &c);
-    }
-    struct owner_val zero = {}, *val = owners.lookup(&k);
+    struct owner_val zero = {}, *val = owners.lookup(k);
     if (!val) {
-        owners.insert(&k, &zero);
-        val = owners.lookup(&k);
+        owners.insert(k, &zero);
+        val = owners.lookup(k);
         if (!val) {
             count_drop(3);
-            return 0;
+            return;
         }
     }
     __sync_fetch_and_add(&val->bios, 1);
-    __sync_fetch_and_add(&val->sectors, args->nr_sector);
+    __sync_fetch_and_add(&val->sectors, nr_sector);
+}
+
+/* bio_dev() is the whole disk's dev_t (the partition is remapped before this fires) */
+TRACEPOINT_PROBE(block, block_bio_queue)
+{
+    set_busy(1);
+    u32 dev = args->dev;
+    if (traced(dev)) {
+        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+        struct owner_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
+        if (!workload.lookup(&tgid)) {
+            k.tgid = tgid;
+            struct comm_val c = {};
+            __builtin_memcpy(c.comm, args->comm, sizeof(c.comm));
+            comms.insert(&tgid, &c);
+        }
+        count_bio(&k, args->nr_sector);
+    }
+    set_busy(0);
     return 0;
 }
 
@@ -173,10 +232,12 @@ TRACEPOINT_PROBE(block, block_bio_queue)
  * joins it: ZenFlow's optimizer process, or a compiler the workload starts, is the workload */
 TRACEPOINT_PROBE(sched, sched_process_fork)
 {
+    set_busy(1);
     u32 parent = args->parent_pid, child = args->child_pid;
     u8 one = 1;
     if (workload.lookup(&parent))
         workload.update(&child, &one);
+    set_busy(0);
     return 0;
 }
 #endif

@@ -100,9 +100,14 @@ class ReqSizeTracer:
     def misses(self) -> dict[str, int]:
         """Events the kernel did not deliver, per program: a tracepoint program that fires
         while another BPF program runs on the same CPU (an I/O completion interrupting an
-        issue) is skipped and counted in the program's recursion_misses (kernel 5.12+)."""
+        issue) is skipped. Kernels from 6.7 count that in the program's recursion_misses
+        (``block:block_rq_complete`` …); on every kernel, the events that fired while one of
+        this tracer's programs ran are counted by raw tracepoints (``nested:block_rq_issue``,
+        ``nested:block_rq_complete``). Both are cumulative since the tracer was loaded."""
         out = {}
         for name, fn in self._bpf.funcs.items():
+            if not name.startswith(b"tracepoint__"):
+                continue  # the raw tracepoints: they count, they are not counted
             label = name.decode().removeprefix("tracepoint__").replace("__", ":")
             try:
                 with open(f"/proc/self/fdinfo/{fn.fd}") as fh:
@@ -111,6 +116,9 @@ class ReqSizeTracer:
                             out[label] = int(line.split()[1])
             except OSError:
                 continue
+        t = self._bpf["nested"]
+        for i, event in enumerate(("block_rq_issue", "block_rq_complete")):
+            out[f"nested:{event}"] = int(t[ctypes.c_int(i)].value)
         return out
 
     def dropped(self) -> tuple[int, int, int, int]:

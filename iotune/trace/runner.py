@@ -327,11 +327,7 @@ class Tracer:
                     inflight_start=first.inflight.get(name, (0, 0)),
                     inflight_end=last.inflight.get(name, (0, 0)),
                     settled=first.settled and last.settled,
-                    missed=(
-                        missed.get("block:block_rq_issue", 0)
-                        + missed.get("block:block_rq_requeue", 0),
-                        missed.get("block:block_rq_complete", 0),
-                    ),
+                    missed=model.missed_events(missed),
                 )
                 entry["check"] = {
                     "exact": chk.exact,

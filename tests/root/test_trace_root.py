@@ -370,3 +370,34 @@ def test_io_from_outside_the_workload_is_named(
     # agree to within the one 64 KiB write that may be in flight across either end
     assert abs(row["write"] - dev_entry(doc, dev)["write"]["bytes"]) <= 2 * 64 * K
     assert other["other_bytes"]["write"] == row["write"]
+
+
+def test_events_on_a_cpu_busy_with_the_tracer_are_counted(
+    loop_device: Callable[..., str],
+) -> None:
+    """The kernel skips a tracepoint program that fires while another BPF program runs on the
+    same CPU; the raw tracepoints count such events. With every CPU marked busy and the
+    tracepoint programs (which clear the mark) detached, every issue and completion counts."""
+    import ctypes
+
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.targets import kernel_dev
+
+    dev = loop_device()
+    st = os.stat(dev)
+    tracer = ReqSizeTracer([kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))])
+    try:
+        bpf = tracer._bpf
+        start = tracer.misses()
+        assert start["nested:block_rq_issue"] >= 0 and start["nested:block_rq_complete"] >= 0
+        for event in ("block_rq_issue", "block_rq_requeue", "block_rq_complete"):
+            bpf.detach_tracepoint(f"block:{event}".encode())
+        busy = bpf["busy"]
+        busy[ctypes.c_int(0)] = busy.Leaf(*([1] * busy.total_cpu))
+        sh(*fio(dev, "--rw=read", "--bs=4k", "--size=68k"))
+        end = tracer.misses()
+    finally:
+        tracer.close()
+    # 17 reads issued and completed on the loop device, plus whatever else the host did
+    assert end["nested:block_rq_issue"] - start["nested:block_rq_issue"] >= 17
+    assert end["nested:block_rq_complete"] - start["nested:block_rq_complete"] >= 17

@@ -80,7 +80,10 @@ def test_requests_land_on_the_members_not_on_md(traced: dict[str, Any], vm: Sess
         w = devs[name]["write"]
         assert w["sizes"] == {str(64 * K): 16}, (name, w["sizes"])
         assert devs[name]["chunk_bytes"] == 64 * K
-        assert devs[name]["check"]["exact"], devs[name]["check"]
+        # exact, or apart by no more than the events the kernel skipped delivering (a virtio
+        # completion interrupt that lands while the tracer's issue program runs) and says so
+        chk = devs[name]["check"]
+        assert chk["exact"] or chk["summary"].startswith("consistent: "), chk
 
 
 def test_array_total_is_the_member_sum(traced: dict[str, Any]) -> None:
