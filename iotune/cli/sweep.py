@@ -39,6 +39,8 @@ def _new_spec(
     gds: bool,
     budget_minutes: float | None,
     point_timeout: float,
+    swap_pattern: str | None = None,
+    swap_rounds: int = 2,
     **_: Any,
 ) -> SweepSpec:
     """A fresh sweep's spec from the option strings (the other options are not part of it)."""
@@ -70,6 +72,8 @@ def _new_spec(
         gds=gds,
         budget_s=budget_minutes * 60 if budget_minutes else None,
         point_timeout_s=point_timeout,
+        swap_preset=swap_pattern,
+        swap_rounds=swap_rounds,
     )
 
 
@@ -95,6 +99,8 @@ def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
     if os.geteuid() != 0:
         raise NotRootError("iotune sweep-aio (drops the page cache between read points)")
     check_target(Path(spec.target), spec.io_size, spec.space.threads, spec.space.block_size)
+    if spec.swap_preset:
+        _check_swap(spec)
     check_gpu(spec)
     _say("iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)")
     load_aio_op()
@@ -144,6 +150,19 @@ def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
     show_default=True,
     help="Seconds before a point counts as hung.",
 )
+@click.option(
+    "--swap-pattern",
+    metavar="PRESET",
+    help="After the points, time PRESET's optimizer swapping (DeepSpeed's files and order) "
+    "at the recommended aio block; 'iotune estimate' predicts from it.",
+)
+@click.option(
+    "--swap-rounds",
+    type=click.IntRange(1, 20),
+    default=2,
+    show_default=True,
+    help="Steps of swapping timed by --swap-pattern.",
+)
 @click.option("--out", type=click.Path(), help="Run directory (default results/sweep-DATE-TIME).")
 @click.option("--resume", type=click.Path(), help="Continue the sweep in this run directory.")
 @click.option(
@@ -168,6 +187,8 @@ def sweep_aio(
     gds: bool,
     budget_minutes: float | None,
     point_timeout: float,
+    swap_pattern: str | None,
+    swap_rounds: int,
     out: str | None,
     resume: str | None,
     write_config: str | None,
@@ -187,12 +208,15 @@ def sweep_aio(
     iotune sweep-aio --resume results/sweep-20260101-120000 --write-config ds_config.json
     """
     from iotune.sweep.render import print_result, run_with_progress
-    from iotune.sweep.result import finish
+    from iotune.sweep.result import finish, write_result
 
     spec, run_dir = _spec_and_dir(resume, out)
     sweep = _open(spec, run_dir)
     records, interrupted = run_with_progress(sweep, quiet=STATE.json)
     result = finish(sweep, run_dir, records, interrupted=interrupted, write_config=write_config)
+    if spec.swap_preset and result["aio"] and not interrupted:
+        result["swap"] = _swap(spec, run_dir, result["aio"])
+        write_result(run_dir, result)
     if STATE.json:
         emit_json(result)
     else:
@@ -207,6 +231,50 @@ def sweep_aio(
             "no point succeeded",
             hint=f"see the errors in {run_dir}/points.jsonl; --debug shows the workers' output",
         )
+
+
+def _check_swap(spec: SweepSpec) -> None:
+    """--swap-pattern names a preset whose optimizer is on NVMe, and its files fit."""
+    import shutil
+
+    from iotune.sweep import swap
+    from iotune.train.presets import get_preset
+    from iotune.units import GIB
+
+    aio = get_preset(spec.swap_preset or "").aio or {"block_size": min(spec.space.block_size)}
+    _, need = swap.plan(spec.swap_preset or "", aio)
+    free = shutil.disk_usage(spec.target).free
+    if free < need * 1.05:
+        raise UsageError(
+            f"--swap-pattern {spec.swap_preset} writes {need / GIB:.1f} GiB of swap files, "
+            f"{spec.target} has {free / GIB:.1f} GiB free",
+            hint="free space on the volume, or name a smaller preset",
+        )
+
+
+def _swap(spec: SweepSpec, run_dir: Path, aio: dict[str, Any]) -> dict[str, Any]:
+    """Rehearse the preset's optimizer swapping at the recommended aio block (once: a
+    resumed sweep keeps a finished rehearsal)."""
+    from iotune.sweep import swap
+    from iotune.sweep.render import swap_line
+
+    preset = spec.swap_preset or ""
+    point, _ = swap.plan(preset, aio)
+    done = swap.find(run_dir, preset, swap.config_of(point))
+    if done is None:
+        _say(
+            f"iotune: rehearsing {preset}'s optimizer swapping ({spec.swap_rounds} step(s)) at "
+            "the recommended aio block"
+        )
+        done = swap.rehearse(
+            run_dir,
+            Path(spec.target),
+            point,
+            spec.swap_rounds,
+            spec.point_timeout_s * (spec.swap_rounds + 1),
+        )
+    _say("iotune: " + swap_line(done))
+    return done
 
 
 def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str, Any]:

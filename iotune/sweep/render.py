@@ -145,7 +145,25 @@ def print_result(
         con.print(
             f"merged into {write_config} (DeepSpeed reads: {json.dumps(result['config_written']['deepspeed_reads'])})"
         )
+    swap = result.get("swap")
+    if swap:
+        con.print(swap_line(swap))
     con.print(f"records: {run_dir}/points.jsonl ({result['ok']} ok, {result['failed']} failed)")
+
+
+def swap_line(r: dict[str, Any]) -> str:
+    """One line for a swap rehearsal's record."""
+    head = (
+        f"{r['preset']}'s optimizer swapping at block {format_size(r['block_size'])}, queue "
+        f"depth {r['queue_depth']}, {r['threads']} thread(s)"
+    )
+    if r.get("status") != "ok":
+        return f"{head}: {r.get('status')}: {r.get('error', '')}"
+    return (
+        f"{head}: read {r['read_bytes'] / GIB:.2f} GiB at {r['read_bw_bytes_s'] / GIB:.2f} GiB/s, "
+        f"write {r['write_bytes'] / GIB:.2f} GiB at {r['write_bw_bytes_s'] / GIB:.2f} GiB/s "
+        f"({r['files']} files, median of {len(r['rounds'])} round(s))"
+    )
 
 
 def threads_table(rows: Sequence[dict[str, Any]]) -> Table:

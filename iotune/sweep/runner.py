@@ -44,6 +44,8 @@ class SweepSpec:
     gds: bool
     budget_s: float | None
     point_timeout_s: float
+    swap_preset: str | None = None  # also rehearse this preset's optimizer swapping
+    swap_rounds: int = 2
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -380,6 +380,30 @@ def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:
     return groups
 
 
+def swap_layout(preset: Preset, cfg: dict[str, Any]) -> list[tuple[int, list[int]]]:
+    """What DeepSpeed swaps per optimizer sub-group, in its order: (elements of the fp32
+    master and of each Adam moment, 0 when the sub-group stays in RAM; elements of each
+    gradient it swaps, one file per parameter). The sums are ``n_s`` and ``n_g`` of
+    :func:`swapped_counts`."""
+    zo = cfg.get("zero_optimization", {})
+    if zo.get("offload_optimizer", {}).get("device") != "nvme":
+        return []
+    size = int(zo.get("sub_group_size", 1_000_000_000))
+    min_bytes = min_aio_bytes(cfg)
+    out: list[tuple[int, list[int]]] = []
+    cur, grads = 0, []
+    for _, n in preset.geometry.tensors():
+        cur += n
+        if 4 * n >= min_bytes:
+            grads.append(n)
+        if cur >= size:
+            out.append((cur if 4 * cur >= min_bytes else 0, grads))
+            cur, grads = 0, []
+    if cur:
+        out.append((cur if 4 * cur >= min_bytes else 0, grads))
+    return out
+
+
 def per_n(x: int, n: int) -> str:
     """A byte count as a multiple of N, the way the formulas read: 24.0N."""
     return f"{x / n:.1f}N" if n else "0"

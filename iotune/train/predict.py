@@ -49,6 +49,7 @@ class Bandwidth:
     samples: dict[str, int]  # measurements per op behind each median
     source: str
     note: str | None = None
+    pattern: str = "file"  # "swap": measured in DeepSpeed's swapping pattern
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,40 @@ def _distance(r: dict[str, Any], aio: dict[str, Any]) -> tuple[float, ...]:
         abs(r["threads"] - int(aio.get("intra_op_parallelism", 1))),
         float(r["single_submit"] != bool(aio.get("single_submit", False))),
         float(r["overlap_events"] != bool(aio.get("overlap_events", True))),
+    )
+
+
+def swap_bandwidth(
+    path: Path, aio: dict[str, Any], preset: str, swap_bytes: int
+) -> Bandwidth | None:
+    """The sweep's rehearsal of DeepSpeed's optimizer swapping (``sweep-aio --swap-pattern``)
+    at exactly the run's aio block: the rehearsal of this preset, else the one whose bytes
+    per step are nearest (with a note). None when the sweep has none at that block."""
+    from iotune.sweep import swap
+
+    d = path if path.is_dir() else path.parent
+    at = [r for r in swap.records(d) if r.get("status") == "ok" and not any(_distance(r, aio))]
+    if not at:
+        return None
+    r = min(at, key=lambda r: (r["preset"] != preset, abs(r["read_bytes"] - swap_bytes)))
+    note = (
+        None
+        if r["preset"] == preset
+        else f"bandwidth from the swap rehearsal of {r['preset']} "
+        f"({r['read_bytes'] / GIB:.2f} GiB read per step)"
+    )
+    rounds = len(r["rounds"])
+    return Bandwidth(
+        r["read_bw_bytes_s"],
+        r["write_bw_bytes_s"],
+        {
+            op: {k: r[k] for k in ("block_size", "queue_depth", "threads")}
+            for op in ("read", "write")
+        },
+        {"read": rounds, "write": rounds},
+        f"{d / swap.SWAP} ({r['preset']}'s optimizer swapping)",
+        note,
+        pattern="swap",
     )
 
 
@@ -239,9 +274,12 @@ def predict(
             notes.append(bw.note)
         rd = 12 * sw.n_s + 4 * sw.n_g
         wr = 12 * sw.n_s
-        terms.append((f"read {rd / GIB:.2f} GiB at {bw.read / GIB:.2f} GiB/s", rd / bw.read))
+        how = " (swap rehearsal)" if bw.pattern == "swap" else ""
+        terms.append((f"read {rd / GIB:.2f} GiB at {bw.read / GIB:.2f} GiB/s{how}", rd / bw.read))
         terms.append((adam_what, adam_s))
-        terms.append((f"write {wr / GIB:.2f} GiB at {bw.write / GIB:.2f} GiB/s", wr / bw.write))
+        terms.append(
+            (f"write {wr / GIB:.2f} GiB at {bw.write / GIB:.2f} GiB/s{how}", wr / bw.write)
+        )
     else:
         terms.append((adam_what, adam_s))
     optimizer = sum(t for _, t in terms)
@@ -292,11 +330,15 @@ def measured_inputs(
     from iotune.study.record import forward_backward, optimizer_median
 
     aio = cfg.get("aio") or preset.aio
-    bw = (
-        aio_bandwidth(Path(aio_config), aio)
-        if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio
-        else None
-    )
+    bw = None
+    if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio:
+        from iotune.study.plan import base_name
+        from iotune.train.estimate import swapped_counts
+
+        sw = swapped_counts(preset, cfg)
+        bw = swap_bandwidth(
+            Path(aio_config), aio, base_name(preset.name), 12 * sw.n_s + 4 * sw.n_g
+        ) or aio_bandwidth(Path(aio_config), aio)
     adam = adam_rate(Path(threads_config), run_threads(preset)) if threads_config else None
     base = None
     if baseline:

@@ -323,3 +323,54 @@ def test_shipped_deepspeed_template_passes_deepspeeds_own_readers() -> None:
     assert report["errors"] == []
     assert report["zero_stage"] == 3
     assert report["aio_used"] == cfg["aio"]
+
+
+def test_swap_rehearsal_moves_the_models_bytes_and_is_kept_on_resume(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """--swap-pattern times the preset's optimizer swapping with the real async_io op: the
+    bytes are the I/O model's per-step optimizer reads and writes (DeepSpeed's 1 KiB
+    alignment aside), the files are gone after, and a resumed sweep keeps the record."""
+    from iotune.train.estimate import swap_layout, swapped_counts
+    from iotune.train.presets import ds_config, get_preset
+
+    loop_device(size_mib=1024, fs="ext4", mount=True)
+    volume = Path(loop_device.mounts[0])  # type: ignore[attr-defined]
+    run = tmp_path / "run"
+    args = ["--block-size", "1M", "--queue-depth", "8", *SMALL[4:], "--no-fio"]
+    args += ["--swap-pattern", "tiny_opt_nvme"]
+    _, doc = sweep("--target", str(volume), *args, "--out", str(run))
+    swap = doc["swap"]
+    assert swap["status"] == "ok" and swap["preset"] == "tiny_opt_nvme"
+    assert swap["block_size"] == doc["aio"]["block_size"]
+    p = get_preset("tiny_opt_nvme")
+    cfg = ds_config(p, aio=doc["aio"])
+    sw = swapped_counts(p, cfg)
+    layout = swap_layout(p, cfg)
+    slack = 1024 * sum(3 + len(gs) for _, gs in layout)
+    assert 0 <= swap["read_bytes"] - (12 * sw.n_s + 4 * sw.n_g) <= slack
+    assert 0 <= swap["write_bytes"] - 12 * sw.n_s <= slack
+    assert swap["files"] == sum(3 + len(gs) for _, gs in layout)
+    assert len(swap["rounds"]) == 2
+    assert all(r["read_s"] > 0 and r["write_s"] > 0 for r in swap["rounds"])
+    assert swap["read_bw_bytes_s"] > 0 and swap["write_bw_bytes_s"] > 0
+    assert not [f for f in volume.iterdir() if f.name.startswith("iotune-swap-")]
+    lines = (run / "swap.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    # resumed: the points and the rehearsal are kept, none is measured again
+    _, again = sweep("--resume", str(run))
+    assert again["swap"] == json.loads(lines[0])
+    assert (run / "swap.jsonl").read_text().splitlines() == lines
+    # a preset that swaps nothing is refused before anything runs
+    p2 = iotune(
+        "sweep-aio",
+        "--target",
+        str(volume),
+        *args[:-1],
+        "opt_ram_1b",
+        "--out",
+        str(tmp_path / "never"),
+        check=False,
+    )
+    assert p2.returncode == 2 and "is not swapped to NVMe" in p2.stderr.splitlines()[0]
+    assert not (tmp_path / "never").exists()

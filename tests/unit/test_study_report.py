@@ -366,3 +366,76 @@ def test_resume_takes_no_grid_options() -> None:
     )
     assert r.exit_code == 2
     assert "--resume goes on with the study as it was asked: drop --sizes" in r.stderr
+
+
+# ------------------------------------------------------------------------- swap rehearsal
+
+
+@pytest.mark.parametrize("name", ["tiny_opt_nvme", "opt_nvme_1b", "opt_nvme_3b", "opt_nvme_16b"])
+def test_swap_layout_is_the_models_swapped_state_and_gradients(name: str) -> None:
+    from iotune.train.estimate import swap_layout, swapped_counts
+
+    p = get_preset(name)
+    cfg = ds_config(p)
+    layout = swap_layout(p, cfg)
+    sw = swapped_counts(p, cfg)
+    assert sum(s for s, _ in layout) == sw.n_s > 0
+    assert sum(sum(gs) for _, gs in layout) == sw.n_g > 0
+    assert max(s for s, _ in layout) <= sw.largest_subgroup
+
+
+def _swap_record(preset: str, aio: dict[str, Any], read: float, write: float) -> dict[str, Any]:
+    return {
+        "preset": preset,
+        "block_size": aio["block_size"],
+        "queue_depth": aio["queue_depth"],
+        "threads": aio["intra_op_parallelism"],
+        "single_submit": aio["single_submit"],
+        "overlap_events": aio["overlap_events"],
+        "status": "ok",
+        "read_bytes": 19_767_000_000,
+        "read_bw_bytes_s": read,
+        "write_bw_bytes_s": write,
+        "rounds": [{}, {}],
+    }
+
+
+def test_prediction_takes_the_swap_rehearsal_before_the_file_bandwidth(tmp_path: Path) -> None:
+    from iotune.train.predict import measured_inputs
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for f in ("points.jsonl", "result.json"):
+        (sweep / f).write_text((DATA / "sweep-aio" / f).read_text())
+    aio = json.loads((sweep / "result.json").read_text())["aio"]
+    rec = _swap_record("opt_nvme_1b", aio, 1.5 * GIB, 1.25 * GIB)
+    (sweep / "swap.jsonl").write_text(json.dumps(rec) + "\n")
+    p = get_preset("opt_nvme_1b")
+    cfg = ds_config(p, aio=aio)
+    bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
+    assert bw is not None and bw.pattern == "swap" and bw.note is None
+    assert (bw.read, bw.write) == (1.5 * GIB, 1.25 * GIB)
+    pred = predict(p, estimate(p, cfg), bw, AdamRate(1e-9, 16, 10**9, "t"))
+    sw = estimate(p, cfg).swapped
+    reads = 12 * sw.n_s + 4 * sw.n_g
+    assert pred.terms[0] == (
+        f"read {reads / GIB:.2f} GiB at 1.50 GiB/s (swap rehearsal)",
+        reads / (1.5 * GIB),
+    )
+    # the accumulation variant is the same preset's swapping
+    p4 = plan.with_ga(p, 4)
+    bw4, _, _ = measured_inputs(p4, ds_config(p4, aio=aio), str(sweep), None, None)
+    assert bw4 is not None and bw4.pattern == "swap" and bw4.note is None
+    # another preset takes it with a note naming whose swapping it was
+    p3 = get_preset("opt_nvme_3b")
+    bw3, _, _ = measured_inputs(p3, ds_config(p3, aio=aio), str(sweep), None, None)
+    assert bw3 is not None and bw3.pattern == "swap"
+    assert bw3.note is not None and "opt_nvme_1b" in bw3.note
+    # a rehearsal at another aio block is not the run's: the file bandwidth stands
+    other = {**aio, "queue_depth": aio["queue_depth"] * 2}
+    (sweep / "swap.jsonl").write_text(
+        json.dumps(_swap_record("opt_nvme_1b", other, 1.5 * GIB, 1.25 * GIB)) + "\n"
+    )
+    bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
+    assert bw is not None and bw.pattern == "file"
+    assert bw.read == aio_bandwidth(sweep, aio).read

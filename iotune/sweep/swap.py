@@ -1,0 +1,102 @@
+"""A sweep's swap rehearsal: DeepSpeed's optimizer swapping for one preset (its sub-groups,
+files and order) timed at one aio configuration with the real async_io op
+(:mod:`iotune.workers.aio_swap`), kept in ``RUN/swap.jsonl``. The step-time prediction
+takes its read and write bandwidth before the plain file bandwidth of the sweep's points:
+in DeepSpeed's pattern (many files, reads alternating with writes, a footprint of the
+whole optimizer state) a drive can run slower than on one file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import CommandFailed, CommandTimeout, UsageError, last_line
+from iotune.records import append_record, read_records
+from iotune.workers import worker_env
+from iotune.workers.aio_swap import DIR_PREFIX
+
+SWAP = "swap.jsonl"
+CONFIG_KEYS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
+
+
+def plan(preset_name: str, aio: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The worker's input for *preset_name* at the aio block *aio*, and the bytes its files
+    take on the target. Refuses a preset whose optimizer state is not on NVMe."""
+    from iotune.train.estimate import swap_layout
+    from iotune.train.presets import ds_config, get_preset
+
+    preset = get_preset(preset_name)
+    cfg = ds_config(preset, aio=aio)
+    layout = swap_layout(preset, cfg)
+    if not any(s for s, _ in layout):
+        raise UsageError(
+            f"--swap-pattern {preset_name}: its optimizer state is not swapped to NVMe",
+            hint="name a preset with the optimizer on NVMe, e.g. opt_nvme_1b",
+        )
+    config = {
+        "block_size": int(aio["block_size"]),
+        "queue_depth": int(aio.get("queue_depth", 8)),
+        "threads": int(aio.get("intra_op_parallelism", 1)),
+        "single_submit": bool(aio.get("single_submit", False)),
+        "overlap_events": bool(aio.get("overlap_events", True)),
+    }
+    space = sum(12 * s + 4 * sum(gs) for s, gs in layout)
+    return {"preset": preset_name, **config, "layout": layout}, space
+
+
+def config_of(aio: dict[str, Any]) -> dict[str, Any]:
+    return {k: aio[k] for k in CONFIG_KEYS}
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    f = run_dir / SWAP
+    return list(read_records(f)) if f.exists() else []
+
+
+def find(run_dir: Path, preset_name: str, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished rehearsal of *preset_name* at *config* in *run_dir*, if any."""
+    for r in records(run_dir):
+        if r.get("status") == "ok" and r["preset"] == preset_name and config_of(r) == config:
+            return r
+    return None
+
+
+def rehearse(
+    run_dir: Path, target: Path, point: dict[str, Any], rounds: int, timeout_s: float
+) -> dict[str, Any]:
+    """Run the rehearsal in a fresh process, append its record (ok or failed) to
+    ``RUN/swap.jsonl`` and return it. Its files are removed whatever happens."""
+    rec: dict[str, Any] = {k: v for k, v in point.items() if k != "layout"}
+    rec["target"] = str(target)
+    rec["rounds_asked"] = rounds
+    t0 = time.monotonic()
+    try:
+        done = proc.run(
+            [
+                sys.executable,
+                "-m",
+                "iotune.workers.aio_swap",
+                json.dumps({**point, "target": str(target), "rounds": rounds}),
+            ],
+            timeout=timeout_s,
+            env=worker_env(),
+        )
+        rec.update(proc.worker_json(done))
+        rec["status"] = "ok"
+    except CommandTimeout:
+        rec["status"], rec["error"] = "timeout", f"no result within {timeout_s:g} s"
+    except CommandFailed as exc:
+        rec["status"] = "failed"
+        rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
+    finally:
+        for d in target.glob(f"{DIR_PREFIX}*"):
+            shutil.rmtree(d, ignore_errors=True)
+    rec["wall_s"] = round(time.monotonic() - t0, 3)
+    rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    append_record(run_dir / SWAP, rec)
+    return rec
