@@ -4,10 +4,12 @@
 # with .whl/ and .debs/ carried (benchmarks/gpu_carry.sh fills them) and, when an earlier
 # call left them, the built DeepSpeed ops in gpu-ops/tx.tgz:
 #     . benchmarks/gpu_env.sh; bash benchmarks/gpu_predict.sh SIZE STEPS ROUNDS
+# (IO_SIZE and REPEATS shape the sweep's points, 2G and 3 by default; ADAM=0 skips 1b.)
 # In order, on the machine's one virtio disk limited to 512 KiB requests like an NVMe drive:
 #   1. sweep-aio at 1M / queue depth 8 (and DeepSpeed's default 512K) with --swap-pattern
 #      opt_nvme_SIZE: the preset's optimizer swapping rehearsed ROUNDS times at the
 #      recommended block
+#   1b. the same rehearsal with DeepSpeed's CPU Adam between each sub-group's reads and writes
 #   2. iotune study --sizes SIZE --strategies opt_ram,opt_nvme --steps STEPS, predicting
 #      from that sweep (the opt_ram run is the baseline: forward + backward, CPU step)
 # $OUT gets the sweep, the study, their output, and the ops it built (ops.tgz).
@@ -38,11 +40,27 @@ trap save EXIT
 iot() { python3 -m iotune "$@"; }
 
 iot sweep-aio --target "$off" --block-size 1M --queue-depth 8 --threads 1 \
-    --single-submit false --overlap-events true --io-size 2G --repeats 3 --strategy grid \
+    --single-submit false --overlap-events true --io-size "${IO_SIZE:-2G}" \
+    --repeats "${REPEATS:-3}" --strategy grid \
     --no-fio --swap-pattern "opt_nvme_$size" --swap-rounds "$rounds" --out "$res/sweep" \
     > "$out/sweep.txt" 2>&1
 echo "=== sweep-aio: exit $? at $((SECONDS - start)) s" >&2
 tail -6 "$out/sweep.txt" >&2
+# the same rehearsal with DeepSpeed's CPU Adam updating each sub-group between its reads and
+# its writes, as the step does
+[ "${ADAM:-1}" = 1 ] && python3 - "$size" "$rounds" "$off" > "$res/swap-adam.json" 2> "$out/swap-adam.txt" <<'PY'
+import json, subprocess, sys
+from iotune.sweep import swap
+size, rounds, target = sys.argv[1:]
+aio = json.load(open("/var/tmp/predict/sweep/result.json"))["aio"]
+point, _ = swap.plan(f"opt_nvme_{size}", aio)
+point.update(target=target, rounds=int(rounds), adam=True)
+done = subprocess.run([sys.executable, "-m", "iotune.workers.aio_swap", json.dumps(point)],
+                      stdout=subprocess.PIPE, check=True, text=True)
+print(done.stdout.strip().splitlines()[-1])
+PY
+echo "=== swap with adam: exit $? at $((SECONDS - start)) s" >&2
+cat "$res/swap-adam.json" >&2
 iot study --sizes "$size" --strategies opt_ram,opt_nvme --ga 1 --steps "$steps" \
     --nvme-path "$off" --aio-config "$res/sweep" --out "$res/study" > "$out/study.txt" 2>&1
 echo "=== study: exit $? at $((SECONDS - start)) s" >&2

@@ -12,7 +12,8 @@ PartitionedOptimizerSwapper (runtime/swap_tensor/partitioned_optimizer_swapper.p
 * each round, as one step does: every swapped gradient written, one file per parameter
   (backward); then per sub-group: its three state tensors read (``async_pread`` each, one
   ``wait``), its gradients read (one ``wait``), and the three state tensors written back
-  (one ``wait``). The optimizer's CPU work between the read and the write is not done.
+  (one ``wait``). With ``adam``, DeepSpeed's CPU Adam updates the sub-group in between, as
+  in the step; without, nothing does.
 
 Sizes are aligned as DeepSpeed aligns them (1 KiB x threads). Buffers are pinned with
 ``new_cpu_locked_tensor`` and filled with random values once. Prints one JSON object on
@@ -73,6 +74,28 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
         for b in buffers:
             b.normal_()
 
+        adam = None
+        if p.get("adam"):
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            adam = DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
+
+        def adam_step(numel: int) -> None:
+            """DeepSpeed's CPU Adam on the sub-group in the buffers, as the step does
+            between its reads and its writes."""
+            if adam is None or not numel:
+                return
+            param = torch.nn.Parameter(buffers[0].narrow(0, 0, numel))
+            param.grad = buffers[3].narrow(0, 0, numel)
+            adam.param_groups[0]["params"] = [param]
+            adam.state[param] = {
+                "step": 1,
+                "exp_avg": buffers[1].narrow(0, 0, numel),
+                "exp_avg_sq": buffers[2].narrow(0, 0, numel).abs_(),
+            }
+            adam.step()
+            del adam.state[param]
+
         def state_paths(g: int) -> list[str]:
             return [
                 os.path.join(folder, f"g{g}-{t}.swp") for t in ("param", "exp_avg", "exp_avg_sq")
@@ -106,7 +129,7 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
                 if grads and handle.wait() != len(grads):
                     raise RuntimeError("a gradient write did not complete")
             grad_write_s = time.perf_counter() - t0
-            read_s = write_s = 0.0
+            read_s = write_s = adam_s = 0.0
             for g, (numel, grads) in enumerate(layout):
                 t0 = time.perf_counter()
                 if numel:
@@ -122,11 +145,21 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
                 if grads and handle.wait() != len(grads):
                     raise RuntimeError("a gradient read did not complete")
                 t1 = time.perf_counter()
+                adam_step(numel)
+                t2 = time.perf_counter()
                 if numel:
                     write_state(g, numel)
                 read_s += t1 - t0
-                write_s += time.perf_counter() - t1
-            rounds.append({"grad_write_s": grad_write_s, "read_s": read_s, "write_s": write_s})
+                adam_s += t2 - t1
+                write_s += time.perf_counter() - t2
+            rounds.append(
+                {
+                    "grad_write_s": grad_write_s,
+                    "read_s": read_s,
+                    "adam_s": adam_s,
+                    "write_s": write_s,
+                }
+            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         for b in buffers:
@@ -140,6 +173,7 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
         "files": sum(3 * bool(s) + len(gs) for s, gs in layout),
         "subgroups": len(layout),
         "init_write_s": init_s,
+        "adam": bool(p.get("adam")),
         "rounds": rounds,
         "read_bw_bytes_s": read_bytes / statistics.median(r["read_s"] for r in rounds),
         "write_bw_bytes_s": state_bytes / statistics.median(r["write_s"] for r in rounds),
