@@ -18,6 +18,7 @@ size="${1:?size}" steps="${2:-3}" rounds="${3:-2}"
 out="${OUT:-/tmp/gpu-out}"
 off=/var/tmp/offload
 res=/var/tmp/predict
+rm -rf "$res" "${off:?}"/*  # a machine kept warm from an earlier call keeps its files
 mkdir -p "$out" "$off" "$res"
 export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1
 if [ -f gpu-ops/tx.tgz ]; then
@@ -48,7 +49,8 @@ echo "=== sweep-aio: exit $? at $((SECONDS - start)) s" >&2
 tail -6 "$out/sweep.txt" >&2
 # the same rehearsal with DeepSpeed's CPU Adam updating each sub-group between its reads and
 # its writes, as the step does
-[ "${ADAM:-1}" = 1 ] && python3 - "$size" "$rounds" "$off" > "$res/swap-adam.json" 2> "$out/swap-adam.txt" <<'PY'
+if [ "${ADAM:-1}" = 1 ]; then
+python3 - "$size" "$rounds" "$off" > "$res/swap-adam.json" 2> "$out/swap-adam.txt" <<'PY'
 import json, subprocess, sys
 from iotune.sweep import swap
 size, rounds, target = sys.argv[1:]
@@ -61,6 +63,7 @@ print(done.stdout.strip().splitlines()[-1])
 PY
 echo "=== swap with adam: exit $? at $((SECONDS - start)) s" >&2
 cat "$res/swap-adam.json" >&2
+fi
 iot study --sizes "$size" --strategies opt_ram,opt_nvme --ga 1 --steps "$steps" \
     --nvme-path "$off" --aio-config "$res/sweep" --out "$res/study" > "$out/study.txt" 2>&1
 echo "=== study: exit $? at $((SECONDS - start)) s" >&2

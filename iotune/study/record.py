@@ -55,6 +55,12 @@ def forward_backward(run: dict[str, Any]) -> float | None:
     return round(statistics.median(vals), 4) if vals else None
 
 
+def backward_median(run: dict[str, Any]) -> float | None:
+    """Median backward (all micro-steps) of the steps after the first."""
+    vals = [float(e["backward_s"]) for e in _later_steps(run) if e.get("backward_s") is not None]
+    return round(statistics.median(vals), 4) if vals else None
+
+
 def optimizer_median(run: dict[str, Any]) -> float | None:
     """Median optimizer step of the steps after the first."""
     vals = [float(e["optimizer_s"]) for e in _later_steps(run) if e.get("optimizer_s") is not None]
@@ -118,6 +124,7 @@ def summarize_run(
             "step_s": per.get("step_s") if per else None,
             "optimizer_s": per.get("optimizer_s") if per else None,
             "forward_backward_s": forward_backward(run),
+            "backward_s": backward_median(run),
             "optimizer_median_s": optimizer_median(run),
             "init_s": run.get("init_s"),
             "nvme_gib": (per or {}).get("nvme_gib"),

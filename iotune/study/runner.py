@@ -167,6 +167,7 @@ def _baseline(p: Preset, done: dict[str, dict[str, Any]]) -> Baseline | None:
                 float(m["forward_backward_s"]),
                 m.get("optimizer_median_s"),
                 f"{r['preset']}, measured",
+                m.get("backward_s"),
             )
     return None
 

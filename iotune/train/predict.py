@@ -72,6 +72,7 @@ class Baseline:
     forward_backward_s: float
     optimizer_s: float | None
     source: str
+    backward_s: float | None = None  # all micro-steps' backward, within forward_backward_s
 
 
 @dataclass(frozen=True)
@@ -285,12 +286,23 @@ def predict(
     optimizer = sum(t for _, t in terms)
     step = None
     if base is not None:
-        grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
-        step = base.forward_backward_s + optimizer + (grads / bw.write if bw and grads else 0.0)
+        step = base.forward_backward_s + optimizer
         terms.append((f"forward + backward ({base.source})", base.forward_backward_s))
+        grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
         if grads and bw:
+            # DeepSpeed writes each gradient partition asynchronously as the last micro-step's
+            # backward produces it: the writing hides behind that backward, and what is left
+            # of it lengthens the step
+            hidden = (base.backward_s or 0.0) / preset.ga
+            extra = max(0.0, grads / bw.write - hidden)
+            step += extra
             terms.append(
-                (f"gradients written in backward, {grads / GIB:.2f} GiB", grads / bw.write)
+                (
+                    f"gradients written in backward, {grads / GIB:.2f} GiB in "
+                    f"{grads / bw.write:.2f} s, beyond the {hidden:.2f} s of backward it "
+                    "overlaps",
+                    extra,
+                )
             )
     else:
         notes.append("step time needs forward + backward: pass --baseline RUN (e.g. opt_ram)")
@@ -327,7 +339,7 @@ def measured_inputs(
     """The measurements a prediction is made from, as named on the command line: the
     sweep's bandwidth at the run's aio block, CPU Adam's rate at the run's thread count,
     and a baseline run's forward + backward (each None when not given)."""
-    from iotune.study.record import forward_backward, optimizer_median
+    from iotune.study.record import backward_median, forward_backward, optimizer_median
 
     aio = cfg.get("aio") or preset.aio
     bw = None
@@ -349,5 +361,7 @@ def measured_inputs(
                 f"--baseline {baseline}: the run has no finished step",
                 hint="name a run that finished at least one step",
             )
-        base = Baseline(fb, optimizer_median(doc), f"{doc['preset']}, measured")
+        base = Baseline(
+            fb, optimizer_median(doc), f"{doc['preset']}, measured", backward_median(doc)
+        )
     return bw, adam, base

@@ -154,6 +154,17 @@ def test_prediction_is_reads_cpu_writes_one_after_the_other() -> None:
     # the RAM run's optimizer step stands for everything but the swapping
     assert pr.optimizer_s == pytest.approx(rd / (2 * GIB) + 0.9 + wr / (4 * GIB))
     assert pr.step_s == pytest.approx(1.5 + pr.optimizer_s + 4 * sw.n_g / (4 * GIB))
+    # the gradients' writing hides behind the last micro-step's backward; what is left of it
+    # lengthens the step, and nothing when the backward is the longer
+    grads = 4 * sw.n_g / (4 * GIB)
+    over = predict(p, e, bw, adam, Baseline(1.5, 0.9, "opt_ram_1b", backward_s=0.5))
+    assert over.step_s == pytest.approx(1.5 + pr.optimizer_s + grads - 0.5)
+    hid = predict(p, e, bw, adam, Baseline(9.0, 0.9, "opt_ram_1b", backward_s=8.0))
+    assert hid.step_s == pytest.approx(9.0 + pr.optimizer_s)
+    p4 = plan.with_ga(p, 4)
+    e4 = estimate(p4, ds_config(p4))
+    ga4 = predict(p4, e4, bw, adam, Baseline(3.0, 0.9, "opt_ram_1b_ga4", backward_s=2.0))
+    assert ga4.step_s == pytest.approx(3.0 + pr.optimizer_s + grads - 0.5)
 
 
 @pytest.mark.parametrize(
