@@ -66,10 +66,19 @@ def result_table(records: list[dict[str, Any]]) -> Table:
             num(m.get("step_s")),
             num(predicted(r, "step_s")),
             num(m.get("optimizer_s")),
-            f"{num(m.get('read_gib'))} ({num(e.get('read_gib'))})",
-            f"{num(m.get('write_gib'))} ({num(e.get('write_gib'))})",
+            _beside(m.get("read_gib"), e.get("read_gib")),
+            _beside(m.get("write_gib"), e.get("write_gib")),
         )
     return t
+
+
+def _beside(measured: float | None, estimated: float | None) -> str:
+    """Measured (estimated); a run that moves nothing on NVMe and is not meant to: -."""
+    from iotune.report.tables import num
+
+    if measured is None and not estimated:
+        return "-"
+    return f"{num(measured)} ({num(estimated)})"
 
 
 def _gpu(items: list[Any]) -> tuple[str | None, int | None] | None:

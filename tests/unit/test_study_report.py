@@ -450,3 +450,15 @@ def test_prediction_takes_the_swap_rehearsal_before_the_file_bandwidth(tmp_path:
     bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
     assert bw is not None and bw.pattern == "file"
     assert bw.read == aio_bandwidth(sweep, aio).read
+
+
+def test_study_table_shows_no_estimate_beside_a_run_that_swaps_nothing() -> None:
+    from iotune.cli.study import result_table
+
+    recs = by_name()
+    table = result_table([recs["opt_ram_1b"], recs["opt_nvme_1b"]])
+    cells = {c.header: list(c.cells) for c in table.columns}
+    assert cells["READ GiB/step (est.)"][0] == "-"
+    assert cells["WRITE GiB/step (est.)"][0] == "-"
+    m, e = recs["opt_nvme_1b"]["measured"], recs["opt_nvme_1b"]["estimate"]
+    assert cells["READ GiB/step (est.)"][1] == f"{m['read_gib']:.2f} ({e['read_gib']:.2f})"
