@@ -1,4 +1,6 @@
-"""The target's ceiling, measured by fio with the same block size and queue depth."""
+"""The target's ceiling, measured by fio with the same block size and the same requests in
+flight: as many jobs as the AIO point has threads, each at the point's queue depth over its
+own slice of the file, as DeepSpeed's threads split a buffer."""
 
 from __future__ import annotations
 
@@ -13,19 +15,27 @@ FIO_PREFIX = "iotune-fio-"
 
 
 def fio_argv(
-    target: Path, op: str, block_size: int, queue_depth: int, io_size: int, seconds: int
+    target: Path,
+    op: str,
+    block_size: int,
+    queue_depth: int,
+    io_size: int,
+    seconds: int,
+    jobs: int = 1,
 ) -> list[str]:
     return [
         "fio",
         f"--name=ceiling-{op}",
         f"--filename={target / f'{FIO_PREFIX}{os.getpid()}.dat'}",
-        f"--size={io_size}",
+        f"--size={io_size // jobs}",
+        f"--offset_increment={io_size // jobs}",
         "--direct=1",
         "--ioengine=libaio",
         f"--rw={op}",
         f"--bs={block_size}",
         f"--iodepth={queue_depth}",
-        "--numjobs=1",
+        f"--numjobs={jobs}",
+        "--group_reporting",
         "--time_based",
         f"--runtime={seconds}",
         "--ramp_time=1",
@@ -48,9 +58,16 @@ def parse_fio_json(text: str, op: str) -> dict[str, Any]:
 
 
 def measure_ceiling(
-    target: Path, op: str, block_size: int, queue_depth: int, io_size: int, seconds: int = 3
+    target: Path,
+    op: str,
+    block_size: int,
+    queue_depth: int,
+    io_size: int,
+    seconds: int = 3,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     done = proc.run(
-        fio_argv(target, op, block_size, queue_depth, io_size, seconds), timeout=seconds * 10 + 120
+        fio_argv(target, op, block_size, queue_depth, io_size, seconds, jobs),
+        timeout=seconds * 10 + 120,
     )
     return parse_fio_json(done.stdout, op)

@@ -126,10 +126,18 @@ def print_result(
         con.print()
     for op, r in result["best"].items():
         pct = f", {r['pct_of_fio']:.0f}% of fio" if r.get("pct_of_fio") else ""
+        n = r.get("measurements")
+        pct += f", median of {n} measurements" if n else ""
         con.print(
             f"best {op}: {r['bw_bytes_s'] / GIB:.2f} GiB/s ({r['bw_bytes_s'] / 1e9:.2f} GB/s{pct}) with "
             f"block {format_size(r['block_size'])}, queue depth {r['queue_depth']}, {r['threads']} thread(s), "
             f"single_submit {str(r['single_submit']).lower()}, overlap_events {str(r['overlap_events']).lower()}"
+        )
+    for op, f in (result.get("fio_best") or {}).items():
+        con.print(
+            f"fio's best {op} over the same grid: {f['bw_bytes_s'] / GIB:.2f} GiB/s "
+            f"(block {format_size(f['block_size'])}, queue depth {f['queue_depth']}, "
+            f"{f['jobs']} job(s)); the best AIO {op} is {f['aio_pct']:.0f}% of it"
         )
     bal = result["balanced"]
     if bal:

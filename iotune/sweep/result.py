@@ -67,7 +67,28 @@ def summarize(
         else None,
         "aio": c.aio,
         "ceilings": ceilings,
+        "fio_best": fio_best(c.best, ceilings),
     }
+
+
+def fio_best(
+    best: dict[str, dict[str, Any]], ceilings: Sequence[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per op, fio's best over the same grid, and the best AIO configuration against it."""
+    out: dict[str, dict[str, Any]] = {}
+    for op, r in best.items():
+        mine = [c for c in ceilings if c.get("op") == op and c.get("bw_bytes_s")]
+        if not mine:
+            continue
+        top = max(mine, key=lambda c: float(c["bw_bytes_s"]))
+        out[op] = {
+            "bw_bytes_s": float(top["bw_bytes_s"]),
+            "block_size": top["block_size"],
+            "queue_depth": top["queue_depth"],
+            "jobs": top.get("jobs", 1),
+            "aio_pct": 100.0 * float(r["bw_bytes_s"]) / float(top["bw_bytes_s"]),
+        }
+    return out
 
 
 def finish(

@@ -257,7 +257,7 @@ class Sweep:
         rec["wall_s"] = round(time.monotonic() - t0, 3)
         rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if rec["status"] == "ok" and s.fio:
-            ceil = self.ceiling(p.op, p.block_size, p.queue_depth)
+            ceil = self.ceiling(p.op, p.block_size, p.queue_depth, p.threads)
             if ceil:
                 rec["fio_bw_bytes_s"] = ceil["bw_bytes_s"]
                 rec["pct_of_fio"] = 100.0 * rec["bw_bytes_s"] / ceil["bw_bytes_s"]
@@ -265,17 +265,28 @@ class Sweep:
         self.records[p.key()] = rec
         return rec
 
-    def ceiling(self, op: str, bs: int, qd: int) -> dict[str, Any] | None:
-        key = f"{op}/bs={bs}/qd={qd}"
+    def ceiling(self, op: str, bs: int, qd: int, threads: int = 1) -> dict[str, Any] | None:
+        """fio at the point's block size with as many requests in flight (threads x queue
+        depth: one job per thread), measured once per key."""
+        key = f"{op}/bs={bs}/qd={qd}/t={threads}"
         if key not in self.ceilings:
             try:
-                res = measure_ceiling(Path(self.spec.target), op, bs, qd, self.spec.io_size)
+                res = measure_ceiling(
+                    Path(self.spec.target), op, bs, qd, self.spec.io_size, jobs=threads
+                )
             except IotuneError as exc:
                 log.warning("fio ceiling %s failed: %s", key, exc.message)
                 return None
             finally:
                 clean_leftovers(Path(self.spec.target))
-            rec = {"key": key, "op": op, "block_size": bs, "queue_depth": qd, **res}
+            rec = {
+                "key": key,
+                "op": op,
+                "block_size": bs,
+                "queue_depth": qd,
+                "jobs": threads,
+                **res,
+            }
             append_record(self.out / CEILINGS, rec)
             self.ceilings[key] = rec
         return self.ceilings[key]

@@ -7,6 +7,7 @@ via ``send``, a mapping from point key to bandwidth (None for a failed point).
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -141,15 +142,43 @@ def adaptive(space: Space, repeats: int, finalists: int = 3, passes: int = 2) ->
             yield top
 
 
+def measurements(r: Mapping[str, Any]) -> list[float]:
+    """Every timed repeat of a successful record (its median alone if it kept none)."""
+    return [float(v) for v in (r.get("bw_bytes_s_all") or [r["bw_bytes_s"]])]
+
+
+def by_config(
+    records: Sequence[dict[str, Any]],
+) -> dict[str, dict[tuple[int, int, int, bool, bool], list[dict[str, Any]]]]:
+    """Successful records per op and configuration, in the order they were measured."""
+    out: dict[str, dict[tuple[int, int, int, bool, bool], list[dict[str, Any]]]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            out.setdefault(r["op"], {}).setdefault(config_of(r), []).append(r)
+    return out
+
+
+def pooled(recs: Sequence[dict[str, Any]]) -> float:
+    """A configuration's bandwidth: the median of every measurement of it, whatever phase
+    (sweep, finalists' re-measurement, cross) took it."""
+    return float(statistics.median(v for r in recs for v in measurements(r)))
+
+
 def best_per_op(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The best successful record per op; a finalist re-measurement outranks the sweep."""
+    """Per op, the configuration with the best median over all its measurements, as its
+    latest record with ``bw_bytes_s`` (and ``pct_of_fio``) replaced by that median and the
+    number of measurements and phases behind it. A configuration is never reported with
+    less than the median of what was seen of it, nor chosen on a single lucky repeat."""
     out: dict[str, dict[str, Any]] = {}
-    for op in {r["op"] for r in records}:
-        ok = [r for r in records if r["op"] == op and r.get("status") == "ok"]
-        finals = [r for r in ok if r.get("phase") == "final"]
-        pool = finals or [r for r in ok if r.get("phase") == "sweep"] or ok
-        if pool:
-            out[op] = max(pool, key=lambda r: r["bw_bytes_s"])
+    for op, cfgs in by_config(records).items():
+        recs = max(cfgs.values(), key=pooled)
+        best = dict(recs[-1])
+        best["bw_bytes_s"] = pooled(recs)
+        best["measurements"] = sum(len(measurements(r)) for r in recs)
+        best["phases"] = sorted({str(r.get("phase", "sweep")) for r in recs})
+        if best.get("fio_bw_bytes_s"):
+            best["pct_of_fio"] = 100.0 * best["bw_bytes_s"] / best["fio_bw_bytes_s"]
+        out[op] = best
     return out
 
 
@@ -167,26 +196,18 @@ def balanced(
     records: Sequence[dict[str, Any]],
 ) -> tuple[tuple[int, int, int, bool, bool], float] | None:
     """The configuration with the best geometric mean of read and write bandwidth, each
-    relative to that op's best, among configurations measured for both."""
-    best = best_per_op(records)
-    if not {"read", "write"} <= set(best):
+    relative to that op's best, among configurations measured for both. Every bandwidth is
+    a configuration's median over all its measurements, the bests included, so the score is
+    at most 1."""
+    cfgs = by_config(records)
+    if not {"read", "write"} <= set(cfgs):
         return None
-    by_cfg: dict[tuple[int, int, int, bool, bool], dict[str, float]] = {}
-    for r in records:
-        if r.get("status") == "ok":
-            slot = by_cfg.setdefault(config_of(r), {})
-            slot[r["op"]] = max(slot.get(r["op"], 0.0), r["bw_bytes_s"])
+    bw = {op: {c: pooled(rs) for c, rs in cfgs[op].items()} for op in ("read", "write")}
+    top = {op: max(bw[op].values()) for op in ("read", "write")}
     scored = [
-        (
-            (
-                (bw["read"] / best["read"]["bw_bytes_s"])
-                * (bw["write"] / best["write"]["bw_bytes_s"])
-            )
-            ** 0.5,
-            cfg,
-        )
-        for cfg, bw in by_cfg.items()
-        if "read" in bw and "write" in bw
+        (((bw["read"][c] / top["read"]) * (bw["write"][c] / top["write"])) ** 0.5, c)
+        for c in bw["read"]
+        if c in bw["write"]
     ]
     if not scored:
         return None

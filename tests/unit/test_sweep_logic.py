@@ -115,7 +115,7 @@ A = (M, 32, 4, False, True)
 B = (512 * K, 16, 2, False, True)
 
 
-def test_best_prefers_finalist_remeasurement_and_skips_failures() -> None:
+def test_best_is_the_median_of_every_measurement_of_a_configuration() -> None:
     records = [
         rec("read", A, 5.0),
         rec("read", B, 4.0),
@@ -123,7 +123,35 @@ def test_best_prefers_finalist_remeasurement_and_skips_failures() -> None:
         rec("read", B, 4.6, phase="final"),
         rec("read", (8 * M, 128, 8, True, True), 0, status="failed"),
     ]
-    assert sp.config_of(sp.best_per_op(records)["read"]) == B
+    # A: 5.0 and 4.5 (4.75); B: 4.0 and 4.6 (4.3). A lower re-measurement does not hide
+    # what was seen of A, and B's one better repeat does not make it the best
+    best = sp.best_per_op(records)["read"]
+    assert sp.config_of(best) == A
+    assert best["bw_bytes_s"] == pytest.approx(4.75)
+    assert best["measurements"] == 2 and best["phases"] == ["final", "sweep"]
+    # every timed repeat counts, not each record's median
+    many = [
+        {**rec("read", A, 5.0), "bw_bytes_s_all": [5.0, 1.0, 1.0]},
+        {**rec("read", B, 4.0), "bw_bytes_s_all": [4.0, 4.0, 3.9]},
+    ]
+    assert sp.config_of(sp.best_per_op(many)["read"]) == B
+
+
+def test_balanced_score_never_exceeds_one() -> None:
+    # the read best measured 10 in the sweep and 6 when re-measured; a configuration
+    # measured once at 9 must not score 9/6 against it
+    records = [
+        rec("read", A, 10.0),
+        rec("read", A, 6.0, phase="final"),
+        rec("write", A, 5.0),
+        rec("read", B, 9.0, phase="cross"),
+        rec("write", B, 5.0),
+    ]
+    cfg, score = sp.balanced(records)  # type: ignore[misc]
+    assert cfg == B and score == pytest.approx(1.0)
+    for extra in ([rec("read", B, 20.0)], [rec("write", A, 50.0, phase="final")]):
+        _, s = sp.balanced(records + extra)  # type: ignore[misc]
+        assert 0 < s <= 1.0
 
 
 def test_balanced_is_the_geometric_mean_choice() -> None:
@@ -258,8 +286,10 @@ def test_summary_counts_points_and_names_the_picks(tmp_path: Path) -> None:
         "balanced",
         "aio",
         "ceilings",
+        "fio_best",
     ]
     assert (doc["out"], doc["points"], doc["ok"], doc["failed"]) == (str(tmp_path), 5, 4, 1)
+    assert doc["fio_best"] == {}  # the one ceiling has no bandwidth
     assert doc["balanced"] == {"config": sp.aio_block(B), "score": pytest.approx(0.8**0.5)}
     assert doc["aio"] == sp.aio_block(B) and doc["budget_exhausted"] is True
 
@@ -340,3 +370,25 @@ def test_thread_sweep_json_exits_1_when_every_count_failed(monkeypatch: pytest.M
         "iotune: error: no thread count succeeded",
         "hint: --debug shows the workers' errors",
     ]
+
+
+def test_fio_ceiling_keeps_as_many_requests_in_flight_as_the_aio_point() -> None:
+    from iotune.sweep.fio import fio_argv
+
+    argv = fio_argv(Path("/t"), "read", 512 * K, 16, 1024 * M, 3, jobs=4)
+    assert "--numjobs=4" in argv and "--iodepth=16" in argv and "--group_reporting" in argv
+    # each job its own quarter of the file, as DeepSpeed's threads split the buffer
+    assert f"--size={256 * M}" in argv and f"--offset_increment={256 * M}" in argv
+
+
+def test_best_aio_is_compared_with_fios_best_over_the_grid() -> None:
+    best = sp.best_per_op([rec("read", A, 9.0), rec("write", A, 4.0)])
+    ceilings = [
+        {"op": "read", "block_size": M, "queue_depth": 32, "jobs": 4, "bw_bytes_s": 10.0},
+        {"op": "read", "block_size": 512 * K, "queue_depth": 16, "jobs": 2, "bw_bytes_s": 12.0},
+        {"op": "write", "block_size": M, "queue_depth": 32, "jobs": 4, "bw_bytes_s": 4.0},
+    ]
+    got = sweep_result.fio_best(best, ceilings)
+    assert got["read"]["bw_bytes_s"] == 12.0 and got["read"]["jobs"] == 2
+    assert got["read"]["aio_pct"] == pytest.approx(75.0)
+    assert got["write"]["aio_pct"] == pytest.approx(100.0)
