@@ -1,23 +1,32 @@
 """Two measurements of `iotune sweep-aio`, side by side in one run on one target:
 
-1. the best DeepSpeed async-I/O bandwidth as a percentage of fio's ceiling (libaio,
-   direct=1, same block size and queue depth), read and write;
-2. the adaptive strategy against the full grid: points measured and the gap between
-   their best results.
+1. the best DeepSpeed async-I/O bandwidth against fio's best over the same grid, with fio
+   keeping as many requests in flight as each AIO point (one job per AIO thread at the
+   point's queue depth), read and write;
+2. the adaptive strategy against the full grid, over several adaptive runs (each one a
+   fresh draw of the measurement noise): points measured and the ratio of their bests.
 
-    sudo .venv/bin/python benchmarks/sweep_aio.py [--target DIR] [--io-size 64M]
+    sudo .venv/bin/python benchmarks/sweep_aio.py [--ram-mib 3072] [--target DIR]
+                                                 [--io-size 512M] [--seeds 3]
 
-The target defaults to a new directory under /var/tmp (the host's root drive).
+With --ram-mib (the default) the target is an ext4 volume on a loop device with direct I/O
+over a file in /dev/shm: RAM behind the whole block layer, so what differs between AIO and
+fio is software, and the run-to-run swing of a virtual disk is gone. --target DIR measures a
+directory on a real drive instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +43,10 @@ SPACE = [
     "--overlap-events",
     "false,true",
 ]
+GIB = 2**30
 
 
-def sweep(
-    target: Path, out: Path, strategy: str, ops: str, io_size: str, fio: bool
-) -> dict[str, Any]:
+def sweep(target: Path, out: Path, strategy: str, io_size: str, fio: bool) -> dict[str, Any]:
     argv = [
         IOTUNE,
         "--json",
@@ -46,8 +54,6 @@ def sweep(
         "--target",
         str(target),
         *SPACE,
-        "--ops",
-        ops,
         "--io-size",
         io_size,
         "--repeats",
@@ -62,45 +68,85 @@ def sweep(
     return dict(json.loads(p.stdout))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--target")
-    ap.add_argument("--io-size", default="64M")
-    args = ap.parse_args()
-    made = args.target is None
-    target = Path(args.target or tempfile.mkdtemp(dir="/var/tmp", prefix="iotune-bench-"))
-    work = Path(tempfile.mkdtemp(prefix="iotune-bench-runs-"))
+def run(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@contextmanager
+def ram_volume(mib: int) -> Iterator[Path]:
+    """ext4 on a direct-I/O loop device over a /dev/shm file, mounted; removed after."""
+    work = Path(tempfile.mkdtemp(prefix="iotune-bench-ram-"))
+    fd, name = tempfile.mkstemp(dir="/dev/shm", prefix="iotune-bench-", suffix=".img")
+    os.close(fd)
+    img = Path(name)
+    run("truncate", "-s", f"{mib}M", str(img))
+    dev = run("losetup", "--direct-io=on", "--show", "-f", str(img))
     try:
-        adaptive = sweep(
-            target, work / "adaptive", "adaptive", "read,write", args.io_size, fio=True
-        )
-        grid = sweep(target, work / "grid", "grid", "read,write", args.io_size, fio=False)
+        run("mkfs.ext4", "-q", "-F", dev)
+        run("mount", dev, str(work))
+        try:
+            yield work
+        finally:
+            run("umount", str(work))
+    finally:
+        run("losetup", "-d", dev)
+        img.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def directory(path: str | None) -> Iterator[Path]:
+    made = path is None
+    target = Path(path or tempfile.mkdtemp(dir="/var/tmp", prefix="iotune-bench-"))
+    try:
+        yield target
     finally:
         if made:
             shutil.rmtree(target, ignore_errors=True)
-    print(f"target: {target} (io-size {args.io_size}, space: {' '.join(SPACE)})")
-    print("\n1. best AIO bandwidth vs fio's ceiling at the same block size and queue depth")
-    best_fio = {
-        op: max((c["bw_bytes_s"] for c in adaptive["ceilings"] if c["op"] == op), default=0.0)
-        for op in ("read", "write")
-    }
-    for op, r in adaptive["best"].items():
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", help="a directory on a real drive instead of the RAM volume")
+    ap.add_argument("--ram-mib", type=int, default=3072)
+    ap.add_argument("--io-size", default="512M")
+    ap.add_argument("--seeds", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="iotune-bench-runs-"))
+    place = directory(args.target) if args.target else ram_volume(args.ram_mib)
+    with place as target:
+        grid = sweep(target, work / "grid", "grid", args.io_size, fio=True)
+        adaptive = [
+            sweep(target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False)
+            for i in range(args.seeds)
+        ]
+    where = args.target or f"ext4 on a direct-I/O loop device over {args.ram_mib} MiB of /dev/shm"
+    print(f"target: {where} (io-size {args.io_size}, space: {' '.join(SPACE)})")
+    print("\n1. best AIO against fio's best over the grid (fio: one job per AIO thread)")
+    for op, f in grid["fio_best"].items():
+        r = grid["best"][op]
         print(
-            f"   {op:<5}: AIO {r['bw_bytes_s'] / 2**30:6.2f} GiB/s = {r.get('pct_of_fio', 0):5.1f}% of fio at "
-            f"bs {r['block_size'] // 1024}K qd {r['queue_depth']} ({r['fio_bw_bytes_s'] / 2**30:.2f} GiB/s); "
-            f"{100 * r['bw_bytes_s'] / best_fio[op]:5.1f}% of the best fio point ({best_fio[op] / 2**30:.2f} GiB/s)"
+            f"   {op:<5}: AIO {r['bw_bytes_s'] / GIB:6.2f} GiB/s (bs {r['block_size'] // 1024}K "
+            f"qd {r['queue_depth']} x {r['threads']} thread(s), median of {r['measurements']}) = "
+            f"{f['aio_pct']:5.1f}% of fio's {f['bw_bytes_s'] / GIB:.2f} GiB/s (bs "
+            f"{f['block_size'] // 1024}K qd {f['queue_depth']} x {f['jobs']} job(s)); at its own "
+            f"settings fio did {r['fio_bw_bytes_s'] / GIB:.2f} GiB/s ({r['pct_of_fio']:.1f}%)"
         )
-    print("\n2. adaptive vs full grid")
+    print(f"\n2. adaptive ({args.seeds} runs) against the full grid")
+    pts = [a["points"] / grid["points"] for a in adaptive]
     print(
-        f"   points measured: adaptive {adaptive['points']}, grid {grid['points']} "
-        f"({adaptive['points'] / grid['points']:.0%})"
+        f"   points measured: adaptive {[a['points'] for a in adaptive]}, grid {grid['points']} "
+        f"({min(pts):.0%} to {max(pts):.0%})"
     )
     for op in ("read", "write"):
-        a, g = adaptive["best"][op]["bw_bytes_s"], grid["best"][op]["bw_bytes_s"]
+        g = grid["best"][op]["bw_bytes_s"]
+        ratios = [a["best"][op]["bw_bytes_s"] / g for a in adaptive]
         print(
-            f"   best {op:<5}: adaptive {a / 2**30:.2f} GiB/s, grid {g / 2**30:.2f} GiB/s, "
-            f"adaptive/grid = {a / g:.3f}"
+            f"   best {op:<5}: grid {g / GIB:.2f} GiB/s; adaptive/grid "
+            + ", ".join(f"{x:.3f}" for x in ratios)
+            + f" (median {statistics.median(ratios):.3f}, worst {min(ratios):.3f})"
         )
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
