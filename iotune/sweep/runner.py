@@ -180,6 +180,22 @@ def fstype(path: Path) -> str:
     return kind
 
 
+def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict[str, Any]) -> None:
+    """Run ``python -m module '<payload JSON>'``: its JSON result into *rec* with status
+    "ok", or status "timeout"/"failed" with the error (the sweep records it and goes on)."""
+    try:
+        done = proc.run(
+            [sys.executable, "-m", module, json.dumps(payload)], timeout=timeout_s, env=worker_env()
+        )
+        rec.update(proc.worker_json(done))
+        rec["status"] = "ok"
+    except CommandTimeout:
+        rec["status"], rec["error"] = "timeout", f"no result within {timeout_s:g} s"
+    except CommandFailed as exc:
+        rec["status"] = "failed"
+        rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
+
+
 def clean_leftovers(target: Path) -> list[str]:
     removed = []
     for f in target.glob(f"{DATA_PREFIX}*.dat"):
@@ -235,23 +251,12 @@ class Sweep:
         }
         t0 = time.monotonic()
         try:
-            done = proc.run(
-                [sys.executable, "-m", "iotune.workers.aio_point", json.dumps(args)],
-                timeout=s.point_timeout_s,
-                env=worker_env(),
-            )
-            rec.update(proc.worker_json(done))
-            rec["status"] = "ok"
-            if p.op == "read" and rec.get("page_cache_dropped") is False:
+            run_worker("iotune.workers.aio_point", args, s.point_timeout_s, rec)
+            if rec["status"] == "ok" and p.op == "read" and rec.get("page_cache_dropped") is False:
                 rec["status"], rec["error"] = (
                     "failed",
                     "page cache still held the file after drop_caches",
                 )
-        except CommandTimeout:
-            rec["status"], rec["error"] = "timeout", f"no result within {s.point_timeout_s:g} s"
-        except CommandFailed as exc:
-            rec["status"] = "failed"
-            rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
         finally:
             clean_leftovers(Path(s.target))
         rec["wall_s"] = round(time.monotonic() - t0, 3)

@@ -7,17 +7,14 @@ whole optimizer state) a drive can run slower than on one file."""
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from iotune import proc
-from iotune.errors import CommandFailed, CommandTimeout, UsageError, last_line
+from iotune.errors import UsageError
 from iotune.records import append_record, read_records
-from iotune.workers import worker_env
+from iotune.sweep.runner import run_worker
 from iotune.workers.aio_swap import DIR_PREFIX
 
 SWAP = "swap.jsonl"
@@ -76,23 +73,12 @@ def rehearse(
     rec["rounds_asked"] = rounds
     t0 = time.monotonic()
     try:
-        done = proc.run(
-            [
-                sys.executable,
-                "-m",
-                "iotune.workers.aio_swap",
-                json.dumps({**point, "target": str(target), "rounds": rounds}),
-            ],
-            timeout=timeout_s,
-            env=worker_env(),
+        run_worker(
+            "iotune.workers.aio_swap",
+            {**point, "target": str(target), "rounds": rounds},
+            timeout_s,
+            rec,
         )
-        rec.update(proc.worker_json(done))
-        rec["status"] = "ok"
-    except CommandTimeout:
-        rec["status"], rec["error"] = "timeout", f"no result within {timeout_s:g} s"
-    except CommandFailed as exc:
-        rec["status"] = "failed"
-        rec["error"] = last_line(exc.stderr_tail) or f"exit {exc.returncode}"
     finally:
         for d in target.glob(f"{DIR_PREFIX}*"):
             shutil.rmtree(d, ignore_errors=True)

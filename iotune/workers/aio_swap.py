@@ -104,6 +104,16 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
         def grad_paths(g: int, n: int) -> list[str]:
             return [os.path.join(folder, f"g{g}-grad{i}.swp") for i in range(n)]
 
+        def grads_io(submit: Any, g: int, grads: list[int], what: str) -> None:
+            """Every gradient of sub-group ``g`` through ``submit`` (async_pread or
+            async_pwrite) into or out of the gradient buffer, then one wait."""
+            off = 0
+            for n, path in zip(grads, grad_paths(g, len(grads)), strict=True):
+                submit(buffers[3].narrow(0, off, aligned(n, threads)), path)
+                off += aligned(n, threads)
+            if grads and handle.wait() != len(grads):
+                raise RuntimeError(f"a gradient {what} did not complete")
+
         def write_state(g: int, numel: int) -> None:
             n = aligned(numel, threads)
             for b, path in zip(buffers[:3], state_paths(g), strict=True):
@@ -122,12 +132,7 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
         for _ in range(int(p["rounds"])):
             t0 = time.perf_counter()
             for g, (_, grads) in enumerate(layout):
-                off = 0
-                for n, path in zip(grads, grad_paths(g, len(grads)), strict=True):
-                    handle.async_pwrite(buffers[3].narrow(0, off, aligned(n, threads)), path)
-                    off += aligned(n, threads)
-                if grads and handle.wait() != len(grads):
-                    raise RuntimeError("a gradient write did not complete")
+                grads_io(handle.async_pwrite, g, grads, "write")
             grad_write_s = time.perf_counter() - t0
             read_s = write_s = adam_s = 0.0
             for g, (numel, grads) in enumerate(layout):
@@ -138,12 +143,7 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
                         handle.async_pread(b.narrow(0, 0, n), path)
                     if handle.wait() != 3:
                         raise RuntimeError("a state read did not complete")
-                off = 0
-                for n, path in zip(grads, grad_paths(g, len(grads)), strict=True):
-                    handle.async_pread(buffers[3].narrow(0, off, aligned(n, threads)), path)
-                    off += aligned(n, threads)
-                if grads and handle.wait() != len(grads):
-                    raise RuntimeError("a gradient read did not complete")
+                grads_io(handle.async_pread, g, grads, "read")
                 t1 = time.perf_counter()
                 adam_step(numel)
                 t2 = time.perf_counter()
