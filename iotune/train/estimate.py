@@ -190,11 +190,11 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
     tensors = [n for _, n in preset.geometry.tensors()]
     zo = cfg.get("zero_optimization", {})
     min_bytes = min_aio_bytes(cfg)
-    opt_nvme = zo.get("offload_optimizer", {}).get("device") == "nvme"
     par_nvme = zo.get("offload_param", {}).get("device") == "nvme"
     groups = _subgroups(preset, cfg)
-    n_s = sum(g for g in groups if 4 * g >= min_bytes) if opt_nvme else 0
-    n_g = sum(n for n in tensors if 4 * n >= min_bytes) if opt_nvme else 0
+    layout = swap_layout(preset, cfg)  # empty unless the optimizer state is on NVMe
+    n_s = sum(s for s, _ in layout)
+    n_g = sum(sum(gs) for _, gs in layout)
     n_p = sum(n for n in tensors if 2 * n >= min_bytes) if par_nvme else 0
     return Swapped(
         n=sum(tensors),
@@ -366,18 +366,28 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
     )
 
 
-def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:
-    """Optimizer sub-group sizes in elements (zero/stage3.py _create_fp16_sub_groups)."""
+def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
+    """Each optimizer sub-group's parameter tensors, in elements: a sub-group closes once it
+    reaches sub_group_size and never splits a parameter (zero/stage3.py
+    _create_fp16_sub_groups)."""
     size = int(cfg.get("zero_optimization", {}).get("sub_group_size", 1_000_000_000))
-    groups, cur = [], 0
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    elements = 0
     for _, n in preset.geometry.tensors():
-        cur += n
-        if cur >= size:
+        cur.append(n)
+        elements += n
+        if elements >= size:
             groups.append(cur)
-            cur = 0
+            cur, elements = [], 0
     if cur:
         groups.append(cur)
     return groups
+
+
+def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:
+    """Optimizer sub-group sizes in elements."""
+    return [sum(g) for g in _subgroup_tensors(preset, cfg)]
 
 
 def swap_layout(preset: Preset, cfg: dict[str, Any]) -> list[tuple[int, list[int]]]:
@@ -388,20 +398,11 @@ def swap_layout(preset: Preset, cfg: dict[str, Any]) -> list[tuple[int, list[int
     zo = cfg.get("zero_optimization", {})
     if zo.get("offload_optimizer", {}).get("device") != "nvme":
         return []
-    size = int(zo.get("sub_group_size", 1_000_000_000))
     min_bytes = min_aio_bytes(cfg)
-    out: list[tuple[int, list[int]]] = []
-    cur, grads = 0, []
-    for _, n in preset.geometry.tensors():
-        cur += n
-        if 4 * n >= min_bytes:
-            grads.append(n)
-        if cur >= size:
-            out.append((cur if 4 * cur >= min_bytes else 0, grads))
-            cur, grads = 0, []
-    if cur:
-        out.append((cur if 4 * cur >= min_bytes else 0, grads))
-    return out
+    return [
+        (sum(g) if 4 * sum(g) >= min_bytes else 0, [n for n in g if 4 * n >= min_bytes])
+        for g in _subgroup_tensors(preset, cfg)
+    ]
 
 
 def per_n(x: int, n: int) -> str:

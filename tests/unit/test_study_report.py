@@ -385,6 +385,7 @@ def test_resume_takes_no_grid_options() -> None:
 @pytest.mark.parametrize("name", ["tiny_opt_nvme", "opt_nvme_1b", "opt_nvme_3b", "opt_nvme_16b"])
 def test_swap_layout_is_the_models_swapped_state_and_gradients(name: str) -> None:
     from iotune.train.estimate import swap_layout, swapped_counts
+    from iotune.train.presets import min_aio_bytes
 
     p = get_preset(name)
     cfg = ds_config(p)
@@ -393,6 +394,12 @@ def test_swap_layout_is_the_models_swapped_state_and_gradients(name: str) -> Non
     assert sum(s for s, _ in layout) == sw.n_s > 0
     assert sum(sum(gs) for _, gs in layout) == sw.n_g > 0
     assert max(s for s, _ in layout) <= sw.largest_subgroup
+    # independently of the grouping: every gradient of at least DeepSpeed's minimum swap
+    # size, in model order, each in one file; no parameter split between sub-groups
+    tensors = [n for _, n in p.geometry.tensors()]
+    small = min_aio_bytes(cfg)
+    assert [n for _, gs in layout for n in gs] == [n for n in tensors if 4 * n >= small]
+    assert sum(s for s, _ in layout) <= sum(tensors)
 
 
 def _swap_record(preset: str, aio: dict[str, Any], read: float, write: float) -> dict[str, Any]:
