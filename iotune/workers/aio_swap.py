@@ -114,17 +114,20 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
             if grads and handle.wait() != len(grads):
                 raise RuntimeError(f"a gradient {what} did not complete")
 
-        def write_state(g: int, numel: int) -> None:
+        def state_io(submit: Any, g: int, numel: int, what: str) -> None:
+            """The master and both moments of sub-group ``g`` through ``submit`` into or out
+            of their buffers, then one wait (nothing for a sub-group that stays in RAM)."""
+            if not numel:
+                return
             n = aligned(numel, threads)
             for b, path in zip(buffers[:3], state_paths(g), strict=True):
-                handle.async_pwrite(b.narrow(0, 0, n), path)
+                submit(b.narrow(0, 0, n), path)
             if handle.wait() != 3:
-                raise RuntimeError("a state write did not complete")
+                raise RuntimeError(f"a state {what} did not complete")
 
         t0 = time.perf_counter()
         for g, (numel, _) in enumerate(layout):
-            if numel:
-                write_state(g, numel)
+            state_io(handle.async_pwrite, g, numel, "write")
         init_s = time.perf_counter() - t0
         state_bytes = sum(3 * FP32 * aligned(s, threads) for s, _ in layout)
         grad_bytes = sum(FP32 * aligned(n, threads) for _, gs in layout for n in gs)
@@ -137,18 +140,12 @@ def rehearse(p: dict[str, Any]) -> dict[str, Any]:
             read_s = write_s = adam_s = 0.0
             for g, (numel, grads) in enumerate(layout):
                 t0 = time.perf_counter()
-                if numel:
-                    n = aligned(numel, threads)
-                    for b, path in zip(buffers[:3], state_paths(g), strict=True):
-                        handle.async_pread(b.narrow(0, 0, n), path)
-                    if handle.wait() != 3:
-                        raise RuntimeError("a state read did not complete")
+                state_io(handle.async_pread, g, numel, "read")
                 grads_io(handle.async_pread, g, grads, "read")
                 t1 = time.perf_counter()
                 adam_step(numel)
                 t2 = time.perf_counter()
-                if numel:
-                    write_state(g, numel)
+                state_io(handle.async_pwrite, g, numel, "write")
                 read_s += t1 - t0
                 adam_s += t2 - t1
                 write_s += time.perf_counter() - t2
