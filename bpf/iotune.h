@@ -13,6 +13,13 @@
  * "W" of 0 sectors). blk-mq issues only its flush request, but completes and accounts the
  * empty write as a write io */
 #define OP_EMPTY_PREFLUSH 5
+/* completions only: the second completion of a write with data that the flush machinery
+ * sequenced (PREFLUSH and/or FUA emulated by flushes). Its data completed first, unaccounted
+ * (RQF_FLUSH_SEQ); when the sequence is done, blk_flush_complete_seq() ends the request again
+ * with no bytes left, and that end is the one the kernel accounts as a write io. Told from an
+ * empty pre-flush by its sector: blk_rq_pos() has advanced past the data, while an empty
+ * flush bio carries sector 0. */
+#define OP_FLUSH_SEQ_DONE 6
 
 /* one counter per (device, operation, exact request size in bytes) */
 struct size_key {

@@ -143,13 +143,14 @@ TRACEPOINT_PROBE(block, block_rq_requeue)
     return 0;
 }
 
-static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector)
+static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector, u64 sector, char zeroes)
 {
     struct done_key k = {.dev = dev, .op = op};
     /* blk_insert_flush() clears REQ_PREFLUSH once it has planned the flush, so the empty
-     * write completes as a plain "W" of no data: the only writes that carry none */
-    if (k.op == OP_WRITE && nr_sector == 0)
-        k.op = OP_EMPTY_PREFLUSH;
+     * write completes as a plain "W" of no data: the only writes that carry none, besides
+     * the final end of a sequenced data write (iotune.h), which sits past its data */
+    if (k.op == OP_WRITE && nr_sector == 0 && !zeroes)
+        k.op = sector ? OP_FLUSH_SEQ_DONE : OP_EMPTY_PREFLUSH;
     struct done_val zero = {}, *val = done.lookup(&k);
     if (!val) {
         done.insert(&k, &zero);
@@ -169,7 +170,8 @@ TRACEPOINT_PROBE(block, block_rq_complete)
     set_busy(1);
     u32 dev = args->dev;
     if (traced(dev))
-        count_done(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector);
+        count_done(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector, args->sector,
+                   args->rwbs[0] == 'W' && args->rwbs[1] == 'Z');
     set_busy(0);
     return 0;
 }

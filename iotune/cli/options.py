@@ -79,7 +79,38 @@ def run_options(f: Any) -> Any:
     for opt in reversed(
         [
             click.option(
-                "--nvme-path", type=click.Path(), help="Offload directory (default: the preset's)."
+                "--nvme-path",
+                help="Offload directory (default: the preset's); with --ranks, DIR1,DIR2,... "
+                "gives rank r the directory r mod their number (one drive per rank).",
+            ),
+            click.option(
+                "--ranks",
+                type=click.IntRange(1, 1024),
+                help="Data-parallel ranks on this node through DeepSpeed's launcher: one per "
+                "GPU, or processes with gloo on a CPU host (default 1).",
+            ),
+            click.option(
+                "--hostfile",
+                type=click.Path(),
+                help="Several nodes: DeepSpeed's hostfile (HOST slots=N per line), passed to "
+                "its multi-node runner.",
+            ),
+            click.option(
+                "--node-rank",
+                type=click.IntRange(0, 100000),
+                help="With --hostfile: this node's line (from 0); run the same command on every "
+                "node, no ssh (DeepSpeed's --no_ssh). Each node traces its own drives.",
+            ),
+            click.option(
+                "--master-addr",
+                help="With --node-rank: the address of the hostfile's first node (default: its "
+                "name).",
+            ),
+            click.option(
+                "--launcher",
+                type=click.Choice(["pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm"]),
+                help="With --hostfile and no --node-rank: how DeepSpeed starts the other nodes "
+                "(default pdsh, over ssh).",
             ),
             click.option(
                 "--steps",

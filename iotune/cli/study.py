@@ -81,7 +81,7 @@ def _beside(measured: float | None, estimated: float | None) -> str:
     return f"{num(measured)} ({num(estimated)})"
 
 
-def _gpu(items: list[Any]) -> tuple[str | None, int | None] | None:
+def _gpu(items: list[Any]) -> tuple[str | None, int | None, int] | None:
     from iotune.train.runner import gpu_info
 
     return gpu_info() if any(it.preset.accelerator == "cuda" for it in items) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,25 +36,38 @@ def run_preset(
     baseline: str | None = None,
     interval: float = 1.0,
     focus: int | None = None,
+    ranks: int | None = None,
+    hostfile: str | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    launcher: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
     from iotune.sweep.result import load_aio
     from iotune.train import runner as train_runner
     from iotune.train.data import check_inputs
+    from iotune.train.launch import plan_launch
     from iotune.train.predict import measured_inputs
     from iotune.train.presets import preset_with
     from iotune.train.render import print_run
 
+    launch = plan_launch(ranks, hostfile, node_rank, master_addr, launcher)
     preset = preset_with(name, sets, steps)
+    if launch is not None:
+        preset = replace(preset, ranks=launch.ranks, nodes=launch.nodes)
+    paths = [Path(x) for x in nvme_path.split(",") if x] if nvme_path else []
     aio, aio_source = load_aio(aio_config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
+    if launch is not None and launch.node_rank is not None:
+        # every node runs this command: each keeps its records under its own name
+        out_dir = out_dir / str(launch.node)
     check_inputs(data, tokenizer)
     req = train_runner.RunRequest(
         preset=preset,
         out=out_dir,
         backend=backend,
-        nvme_path=Path(nvme_path) if nvme_path else None,
+        nvme_paths=paths,
         aio=aio,
         aio_source=aio_source,
         data=Path(data) if data else None,
@@ -65,6 +78,7 @@ def run_preset(
         interval=interval,
         focus=focus,
         progress=not STATE.json,
+        launch=launch,
     )
     prep = train_runner.prepare(req)
     req.bandwidth, req.adam, req.baseline = measured_inputs(

@@ -176,7 +176,7 @@ def run_study(
     out: Path,
     spec: StudySpec,
     progress: Progress | None,
-    gpu: tuple[str | None, int | None] | None,
+    gpu: tuple[str | None, int | None, int] | None,
 ) -> list[dict[str, Any]]:
     """Run every item without a record; returns every record, in the grid's order."""
     from iotune.sweep.result import load_aio
@@ -211,7 +211,7 @@ def run_study(
             preset=p,
             out=out / "runs" / p.name,
             backend=spec.backend,
-            nvme_path=nvme,
+            nvme_paths=[nvme] if nvme else [],
             aio=aio,
             aio_source=aio_source,
             quiet_stdout=True,
@@ -280,7 +280,7 @@ def _one_line(r: dict[str, Any]) -> str:
 
 
 def plan(
-    items: list[Item], spec: StudySpec, gpu: tuple[str | None, int | None] | None
+    items: list[Item], spec: StudySpec, gpu: tuple[str | None, int | None, int] | None
 ) -> list[dict[str, Any]]:
     """Each run with its estimate and whether it fits this host now (and why not)."""
     import tempfile
@@ -297,7 +297,7 @@ def plan(
                 preset=p,
                 out=Path(tmp) / p.name,
                 backend=spec.backend,
-                nvme_path=nvme_path_for(p, spec),
+                nvme_paths=[x] if (x := nvme_path_for(p, spec)) else [],
                 aio=aio,
                 gpu=gpu,
             )

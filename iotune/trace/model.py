@@ -11,6 +11,7 @@ from iotune.trace.diskstats import SECTOR, DiskStat
 
 OPS = ("read", "write", "discard", "flush", "other")  # index = OP_* in bpf/iotune.h
 OP_EMPTY_PREFLUSH = 5  # completions only (bpf/iotune.h)
+OP_FLUSH_SEQ_DONE = 6  # completions only: a sequenced data write's accounted end
 
 #: (kernel dev, op index, exact bytes) → requests
 Counts = Mapping[tuple[int, int, int], int]
@@ -89,6 +90,7 @@ class DirCheck:
     inflight_start: int = 0
     inflight_end: int = 0
     empty_preflush: int = 0
+    flush_seq_done: int = 0  # data writes the flush machinery completed a second time
 
     @property
     def counted(self) -> bool:
@@ -163,6 +165,11 @@ class Check:
                 f"the kernel also counts {self.write.empty_preflush} empty pre-flush write(s), "
                 "issued as flush requests"
             )
+        if self.write.flush_seq_done:
+            notes.append(
+                f"{self.write.flush_seq_done} write(s) with data went through the flush "
+                "sequence and completed twice (the second time empty); each is one io"
+            )
         if self.missed_completions or self.missed_issues:
             notes.append(
                 f"the kernel did not deliver up to {self.missed_issues} issue and "
@@ -221,6 +228,9 @@ def check(
             OPS.index("write"): (write.requests, write.bytes // SECTOR),
         }
     pre = done.get(OP_EMPTY_PREFLUSH, (0, 0))[0]
+    # a sequenced data write completes twice, its data first; the kernel accounts one io for
+    # it, as does the write completion counted here: its second, empty end is only noted
+    seq = done.get(OP_FLUSH_SEQ_DONE, (0, 0))[0]
     r_done = done.get(OPS.index("read"), (0, 0))
     w_done = done.get(OPS.index("write"), (0, 0))
     return Check(
@@ -238,6 +248,7 @@ def check(
             inflight_start=inflight_start[1],
             inflight_end=inflight_end[1],
             empty_preflush=pre,
+            flush_seq_done=seq,
         ),
         settled=settled,
         missed_issues=missed[0],

@@ -333,6 +333,7 @@ class Tracer:
                     "exact": chk.exact,
                     "summary": chk.describe(),
                     "empty_preflush_writes": chk.empty_preflush_writes,
+                    "flush_sequenced_writes": chk.write.flush_seq_done,
                     "inflight_start": {
                         "read": chk.read.inflight_start,
                         "write": chk.write.inflight_start,
@@ -401,6 +402,10 @@ class Tracer:
         ready = [s for s in self.samples if s.label == READY]
         first = ready[-1] if ready else self.samples[0]
         marks = [s for s in self.samples if ":" in s.label and s.t >= first.t]
+        # every rank of a multi-rank run marks each step; the node's step ends with the
+        # last rank's mark (the ranks wait for each other in the step's collectives)
+        last = {s.label: i for i, s in enumerate(marks)}
+        marks = [s for i, s in enumerate(marks) if last[s.label] == i]
         if not marks:
             return []
         out = []
@@ -422,6 +427,9 @@ class Tracer:
                     for n in self.req.targets.disks
                 )
                 traced = self.req.backend == "bcc"
+                for n in self.req.targets.disks:
+                    per = row.setdefault("drives", {}).setdefault(n, {})
+                    per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
                 row[op] = {
                     "bytes": stats.bytes if traced else kernel_bytes,
                     "requests": stats.requests if traced else None,

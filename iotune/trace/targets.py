@@ -134,7 +134,7 @@ def merged(a: Targets, b: Targets) -> Targets:
     """The drives of both, each once, in the order they were named."""
     return Targets(
         disks=tuple(dict.fromkeys([*a.disks, *b.disks])),
-        arrays=a.arrays + b.arrays,
+        arrays=tuple(dict.fromkeys(a.arrays + b.arrays)),
         stacked=tuple(dict.fromkeys([*a.stacked, *b.stacked])),
     )
 

@@ -87,6 +87,9 @@ PROCESS_BASE = 35 * GIB // 100
 #: cuBLAS and allocator state that opt_nvme_1b's peak implies (benchmarks/results/
 #: gpu-study-h100.md)
 CUDA_HOST = 165 * GIB // 100
+#: DeepSpeed's shared-memory allreduce workspace of one CPU rank (ops/csrc/cpu/comm/shm.cpp:
+#: 2 NAIVE_ALLREDUCE_THRESHOLD + 2 MAX_BUF_SIZE)
+SHM_WORKSPACE = 2 * 2**20 + 2 * 32 * 2**20
 #: CUDA context, cuBLAS workspace and allocator slack on the GPU
 CUDA_RESERVE = 2 * GIB
 
@@ -108,6 +111,7 @@ class HostRam:
     model: int  # a CPU run's bf16 model and activations
     init_transient: int  # pinning copy of the gradient partitions
     step_transient: int  # the first step's pageable moments and the bf16 staging
+    collectives: int = 0  # several ranks: gathered parameters, shared-memory allreduce
 
     @property
     def steady(self) -> int:
@@ -118,6 +122,7 @@ class HostRam:
             + self.swap_buffers
             + self.param_buffers
             + self.model
+            + self.collectives
         )
 
     @property
@@ -132,6 +137,7 @@ class HostRam:
             ("optimizer swap buffers (locked)", self.swap_buffers),
             ("parameter swap buffers and CPU cache (locked)", self.param_buffers),
             ("model and activations (CPU run)", self.model),
+            ("several ranks: gathered parameters, allreduce workspaces", self.collectives),
             ("peak at initialisation: pinning copy of the gradients", self.init_transient),
             ("peak at the first step: new Adam moments, bf16 staging", self.step_transient),
         ]
@@ -155,6 +161,9 @@ class IoVolume:
     def __add__(self, o: IoVolume) -> IoVolume:
         return IoVolume(self.read + o.read, self.write + o.write)
 
+    def __mul__(self, k: int) -> IoVolume:
+        return IoVolume(self.read * k, self.write * k)
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -172,6 +181,11 @@ class Estimate:
     update_interval: int = 1  # ZenFlow: the optimizer (and NVMe) step runs every k-th step
     first_update: IoVolume | None = None  # ZenFlow: the first update step's I/O
     update: IoVolume | None = None  # ZenFlow: every later update step's I/O
+    ranks: int = 1  # ranks on this node: the volumes, space and host RAM above are theirs
+    world: int = 1  # data-parallel ranks in all: swapped and host are one rank's
+
+    def per_rank(self, v: IoVolume) -> IoVolume:
+        return IoVolume(v.read // self.ranks, v.write // self.ranks)
 
     def interval_mean(self, first: bool) -> IoVolume | None:
         """ZenFlow: the mean I/O per step over one update interval (the first or a later)."""
@@ -186,8 +200,17 @@ class Estimate:
         return self.init + self.first_step
 
 
+def rank_tensors(preset: Preset) -> list[int]:
+    """Each parameter's partition on one rank, in elements: ZeRO-3 splits every parameter
+    over the data-parallel ranks, padding it to a multiple of their number
+    (zero/partition_parameters.py: partition_size = ceil(numel / world_size))."""
+    w = max(1, preset.world)
+    return [-(-n // w) for _, n in preset.geometry.tensors()]
+
+
 def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
-    tensors = [n for _, n in preset.geometry.tensors()]
+    """What one rank swaps (its partitions: all of it with one rank)."""
+    tensors = rank_tensors(preset)
     zo = cfg.get("zero_optimization", {})
     min_bytes = min_aio_bytes(cfg)
     par_nvme = zo.get("offload_param", {}).get("device") == "nvme"
@@ -202,7 +225,7 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
         n_g=n_g,
         n_p=n_p,
         largest_subgroup=max(groups) if groups else 0,
-        largest_param=max(tensors),
+        largest_param=max(n for _, n in preset.geometry.tensors()),  # gathered whole
     )
 
 
@@ -221,6 +244,10 @@ def activation_bytes(preset: Preset) -> int:
 
 
 def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
+    """The preset's needs and I/O on one node: every rank of the node swaps its own
+    partitions (:func:`rank_tensors`) to the same volume, so the NVMe space and the bytes per
+    step are one rank's times the node's ranks, host RAM is one rank's times the ranks (each
+    has its own pinned buffers), and GPU memory is per device."""
     sw = swapped_counts(preset, cfg)
     zo = cfg.get("zero_optimization", {})
     n, n_s, n_g, n_p = sw.n, sw.n_s, sw.n_g, sw.n_p
@@ -239,7 +266,7 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         nvme += 2 * n_p
         init += IoVolume(4 * n_p, 2 * n_p + 2 * n_p)
         g = preset.geometry
-        orphan = 2 * g.vocab_size * g.hidden_size
+        orphan = 2 * -(-g.vocab_size * g.hidden_size // max(1, preset.world))
         if g.tie_word_embeddings and orphan >= min_aio_bytes(cfg):
             # zero.Init partitions and swaps out lm_head's own weight before transformers
             # ties it to the embedding: its file stays on the drive, unused
@@ -285,21 +312,24 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
             # several updates within one step's micro-steps, each a whole offloaded step
             first = first + IoVolume(steady.read * (per_step - 1), steady.write * (per_step - 1))
             steady = IoVolume(steady.read * per_step, steady.write * per_step)
+    k = max(1, preset.ranks)
     return Estimate(
         preset=preset.name,
-        params=n,
+        params=preset.geometry.param_count(),
         swapped=sw,
-        nvme_bytes=nvme,
-        init=init,
-        first_step=first,
-        steady_step=steady,
+        nvme_bytes=nvme * k,
+        init=init * k,
+        first_step=first * k,
+        steady_step=steady * k,
         gpu_bytes=gpu,
-        host_bytes=host.peak,
+        host_bytes=host.peak * k,
         activation_bytes=acts,
         host=host,
         update_interval=interval,
-        first_update=first_update,
-        update=update,
+        first_update=None if first_update is None else first_update * k,
+        update=None if update is None else update * k,
+        ranks=k,
+        world=max(1, preset.world),
     )
 
 
@@ -354,6 +384,13 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
     # a CPU run keeps what a GPU would hold in RAM too: the bf16 parameters (unless they are
     # on NVMe), the gradient bucket they reduce through, and the activations
     model = 0 if cuda else (2 * n if off_par.get("device") != "nvme" else 0) + 2 * n + acts
+    collectives = 0
+    world = max(1, preset.world)
+    if world > 1 and not cuda:
+        # a CPU rank gathers whole parameters from the others' partitions (bf16, beside its
+        # own), and DeepSpeed's shared-memory allreduce maps every local rank's workspace
+        # of 2 x 1 MiB + 2 x 32 MiB (ops/csrc/cpu/comm/shm.cpp) into each rank
+        collectives = 2 * (preset.geometry.param_count() - n) + preset.ranks * SHM_WORKSPACE
     return HostRam(
         process=PROCESS_BASE + (CUDA_HOST if cuda else 0),
         gradients=grads,
@@ -363,6 +400,7 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
         model=model,
         init_transient=init_t,
         step_transient=step_t,
+        collectives=collectives,
     )
 
 
@@ -374,7 +412,7 @@ def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
     groups: list[list[int]] = []
     cur: list[int] = []
     elements = 0
-    for _, n in preset.geometry.tensors():
+    for n in rank_tensors(preset):
         cur.append(n)
         elements += n
         if elements >= size:

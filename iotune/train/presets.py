@@ -122,6 +122,13 @@ class Preset:
     seed: int = 0
     cpu_threads: int | None = None
     gradient_checkpointing: bool = True
+    ranks: int = 1  # training processes on each node (one per GPU), DeepSpeed's launcher
+    nodes: int = 1  # nodes (a DeepSpeed hostfile's hosts)
+
+    @property
+    def world(self) -> int:
+        """Data-parallel ranks: ZeRO-3 partitions every tensor over them."""
+        return self.ranks * self.nodes
 
     @property
     def zero_init(self) -> bool:
@@ -230,6 +237,8 @@ _FIELDS = {
     "accelerator": str,
     "nvme_path": str,
     "gradient_checkpointing": bool,
+    "ranks": int,
+    "nodes": int,
 }
 
 

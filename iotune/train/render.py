@@ -320,9 +320,73 @@ def print_prediction(con: Console, pred: dict[str, Any]) -> None:
         con.print(f"  note: {n}", soft_wrap=True)
 
 
+def ranks_table(result: dict[str, Any]) -> Table | None:
+    """Each rank's steady step, memory and swap files: a multi-rank run only."""
+    rows = result.get("per_rank") or []
+    if len(rows) < 2:
+        return None
+    ram = result.get("host_ram") or {}
+    est = ram.get("estimate_peak_per_rank")
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title=f"per rank ({result.get('world', len(rows))} in all; the step waits for the slowest)",
+    )
+    for col in (
+        "RANK",
+        "NODE",
+        "STEP s",
+        "OPTIMIZER s",
+        "PEAK RSS GiB",
+        "PEAK GPU GiB",
+        "SWAP GiB",
+        "SWAP DIR",
+    ):
+        t.add_column(col, justify="left" if col in ("NODE", "SWAP DIR") else "right")
+    for r in rows:
+        gpu = r.get("peak_accel_bytes")
+        t.add_row(
+            str(r["rank"]),
+            str(r.get("node") or "-"),
+            _cell(r["step_s"]),
+            _cell(r["optimizer_s"]),
+            f"{r['host_rss_peak_bytes'] / GIB:.2f}",
+            f"{gpu / GIB:.2f}" if gpu else "-",
+            f"{r['swap_allocated'] / GIB:.3f}",
+            str(r.get("swap_dir") or "-"),
+        )
+    if est:
+        t.caption = f"estimated peak RSS per rank: {est / GIB:.2f} GiB"
+    return t
+
+
+def drives_table(result: dict[str, Any]) -> Table | None:
+    """Bytes per steady step and rate over the step, per drive: several drives only."""
+    rows = result.get("per_drive") or []
+    if len(rows) < 2:
+        return None
+    t = Table(box=None, pad_edge=False, header_style="bold", title="per drive, steady step")
+    for col in ("DRIVE", "READ GiB", "WRITE GiB", "READ GiB/s", "WRITE GiB/s"):
+        t.add_column(col, justify="left" if col == "DRIVE" else "right")
+    for r in rows:
+        t.add_row(
+            r["drive"],
+            f"{r['read_bytes'] / GIB:.3f}",
+            f"{r['write_bytes'] / GIB:.3f}",
+            _cell(r["read_gib_s"]),
+            _cell(r["write_gib_s"]),
+        )
+    return t
+
+
 def print_run(con: Console, result: dict[str, Any]) -> None:
     con.print(steps_table(result))
     con.print()
+    for extra in (ranks_table(result), drives_table(result)):
+        if extra is not None:
+            con.print(extra)
+            con.print()
     con.print(run_table(result))
     fp = result.get("footprint")
     if fp and fp["estimate"]:

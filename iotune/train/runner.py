@@ -11,6 +11,7 @@ Run directory:
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
+from iotune.train.launch import Launch
 from iotune.train.predict import AdamRate, Bandwidth, Baseline, predict
 from iotune.train.presets import Preset, ds_config
 from iotune.units import GIB
@@ -50,6 +52,9 @@ class Resources:
     nvme_free: int | None
     nvme_fs: str | None = None
     raid_level: str | None = None  # md level behind the NVMe path, if any
+    gpu_count: int | None = None
+    # each filesystem behind the offload paths: (paths, free bytes, ranks placed on it)
+    volumes: tuple[tuple[str, int | None, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,18 @@ class Shortfall:
 
 
 def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shortfall]:
-    """Every resource the estimate says will not fit. Pure."""
+    """Every resource the estimate says will not fit. Pure.
+
+    Each filesystem behind the offload paths must hold the files of the ranks placed on it;
+    the host's RAM all ranks' processes; each GPU one rank."""
     out = []
     if est.nvme_bytes:
-        need = int(est.nvme_bytes * 1.02) + 64 * 2**20  # files are padded; keep some slack
-        if res.nvme_free is None or need > res.nvme_free:
-            out.append(Shortfall("free", need, res.nvme_free, f"at {nvme_path}"))
+        volumes = res.volumes or ((nvme_path or "?", res.nvme_free, est.ranks),)
+        for where, free, ranks in volumes:
+            mine = est.nvme_bytes * ranks // max(1, est.ranks)
+            need = int(mine * 1.02) + 64 * 2**20  # files are padded; keep some slack
+            if free is None or need > free:
+                out.append(Shortfall("free", need, free, f"at {where}"))
     if est.gpu_bytes is not None and (res.gpu_bytes is None or est.gpu_bytes > res.gpu_bytes):
         out.append(
             Shortfall(
@@ -78,21 +89,54 @@ def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shor
             )
         )
     if est.host_bytes > res.ram_available:
-        out.append(Shortfall("of host RAM", est.host_bytes, res.ram_available, "available"))
+        what = "of host RAM" + (f" ({est.ranks} ranks)" if est.ranks > 1 else "")
+        out.append(Shortfall(what, est.host_bytes, res.ram_available, "available"))
     return out
 
 
 # --------------------------------------------------------------------------- host facts
 
 
-def gpu_info() -> tuple[str | None, int | None]:
-    """Name and memory of GPU 0, from doctor's torch probe worker (no torch import here)."""
+def gpu_info() -> tuple[str | None, int | None, int]:
+    """Name and memory of GPU 0 and how many GPUs there are, from doctor's torch probe
+    worker (no torch import here)."""
     from iotune.doctor import probe_torch
 
     gpus = probe_torch(build=False, timeout=300).get("gpus") or []
     if not gpus:
-        return None, None
-    return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"])
+        return None, None, 0
+    return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"]), len(gpus)
+
+
+def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
+    """Who else is swapping under *path*: another iotune run's live swap directory there
+    (its I/O would be counted as this run's, and DeepSpeed runs sharing one swap folder
+    overwrite each other's files: "buffer nbytes != file bytes"), or a process holding a
+    file open under it. One line each; empty when the path is free."""
+    out = []
+    if path.is_dir():
+        for d in sorted(path.glob(f"{SWAP_PREFIX}*")):
+            _, _, pid = d.name.rpartition("-")
+            if d != own and pid.isdigit() and Path(f"/proc/{pid}").exists():
+                out.append(f"iotune run {pid} swaps in {d}")
+    root = str(path).rstrip("/") + "/"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith(root):
+                out.append(f"{comm} (pid {entry.name}) has {target} open")
+                break
+    return out
 
 
 def ops_for(cfg: dict[str, Any], accelerator: str) -> list[str]:
@@ -200,7 +244,7 @@ class RunRequest:
     preset: Preset
     out: Path
     backend: str  # "bcc" | "diskstats"
-    nvme_path: Path | None = None
+    nvme_paths: list[Path] = field(default_factory=list)  # none: the preset's
     aio: dict[str, Any] | None = None
     aio_source: str = "preset"
     data: Path | None = None
@@ -216,7 +260,8 @@ class RunRequest:
     bandwidth: Bandwidth | None = None
     adam: AdamRate | None = None
     baseline: Baseline | None = None
-    gpu: tuple[str | None, int | None] | None = None  # GPU 0's name and memory, if known
+    gpu: tuple[str | None, int | None, int] | None = None  # GPU 0's name, memory; GPU count
+    launch: Launch | None = None  # several ranks or nodes: DeepSpeed's launcher
 
 
 @dataclass
@@ -229,48 +274,92 @@ class Prepared:
     nvme_path: Path | None
     swap_dir: Path | None
     targets: Any
+    nvme_paths: list[Path] = field(default_factory=list)  # one per rank, round robin
+    swap_dirs: list[Path] = field(default_factory=list)
+
+
+def _nvme_paths(req: RunRequest) -> list[Path]:
+    """The offload directories, resolved and checked: --nvme-path (one, or one per rank
+    round robin) or the preset's."""
+    p = req.preset
+    raws = list(req.nvme_paths) or ([Path(p.nvme_path)] if p.nvme_path else [])
+    if not raws:
+        raise UsageError(f"{p.name} offloads to NVMe: say where", hint="--nvme-path /mnt/offload")
+    if len(raws) > max(1, p.ranks):
+        raise UsageError(
+            f"{len(raws)} offload paths for {p.ranks} rank(s) on this node",
+            hint="name at most one --nvme-path directory per rank: --nvme-path A,B --ranks 2",
+        )
+    out = []
+    for raw in raws:
+        nvme = raw.resolve()
+        # the CPU presets' default is a scratch directory that may be created; any other
+        # path must already be the mounted volume (never create /mnt/nvme on the root disk)
+        default_scratch = not req.nvme_paths and str(raw).startswith("/var/tmp/")  # noqa: S108
+        check_nvme_path(nvme, create=default_scratch)
+        if nvme in out:
+            raise UsageError(f"--nvme-path names {nvme} twice", hint="name each directory once")
+        out.append(nvme)
+    return out
+
+
+def _volumes(paths: list[Path], ranks: int) -> tuple[tuple[str, int | None, int], ...]:
+    """Each filesystem behind the offload paths, with the ranks placed on it (rank r on
+    path r mod len(paths)) and its free space."""
+    by_dev: dict[int, list[Any]] = {}
+    for r in range(max(1, ranks)):
+        path = paths[r % len(paths)]
+        entry = by_dev.setdefault(os.stat(path).st_dev, [[], shutil.disk_usage(path).free, 0])
+        if str(path) not in entry[0]:
+            entry[0].append(str(path))
+        entry[2] += 1
+    return tuple((", ".join(v[0]), v[1], v[2]) for v in by_dev.values())
 
 
 def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     """Everything decided before any allocation; raises Refused unless --force."""
-    from iotune.trace.targets import Targets, resolve_path
+    from iotune.trace.targets import Targets, merged, resolve_path
 
     tree = tree or SysTree("/")
     p = req.preset
-    nvme: Path | None = None
-    if p.strategy.uses_nvme:
-        raw = req.nvme_path or (Path(p.nvme_path) if p.nvme_path else None)
-        if raw is None:
-            raise UsageError(
-                f"{p.name} offloads to NVMe: say where", hint="--nvme-path /mnt/offload"
-            )
-        nvme = raw.resolve()
-        # the CPU presets' default is a scratch directory that may be created; any other
-        # path must already be the mounted volume (never create /mnt/nvme on the root disk)
-        default_scratch = req.nvme_path is None and str(raw).startswith("/var/tmp/")  # noqa: S108
-        fs = check_nvme_path(nvme, create=default_scratch)
-    else:
-        fs = None
+    nvmes = _nvme_paths(req) if p.strategy.uses_nvme else []
+    nvme = nvmes[0] if nvmes else None
+    fs = fstype(nvme) if nvme else None
     if req.out.exists() and any(req.out.iterdir()):
         raise UsageError(
             f"run directory {req.out} is not empty",
             hint="name a new --out directory (a run's records are never mixed with another's)",
         )
-    swap_dir = nvme / f"{SWAP_PREFIX}{req.out.name}-{os.getpid()}" if nvme else None
+    swap_dirs = [n / f"{SWAP_PREFIX}{req.out.name}-{os.getpid()}" for n in nvmes]
+    busy = [u for n in nvmes for u in swap_dir_users(n)]
+    if busy and not req.force:
+        raise Refused(
+            f"the offload directory is in use: {busy[0]}"
+            + (f" (and {len(busy) - 1} more)" if len(busy) > 1 else ""),
+            hint="wait for that run, or give this one its own --nvme-path (--force runs anyway)",
+        )
+    req.notes.extend(f"offload directory in use: {u}" for u in busy)
+    swap_dir = swap_dirs[0] if swap_dirs else None
     cfg = ds_config(p, str(swap_dir) if swap_dir else None, req.aio)
     est = estimate(p, cfg)
     targets = Targets(disks=())
     raid_level = None
-    if nvme is not None:
-        targets = resolve_path(tree, str(nvme))
+    if nvmes:
+        targets = functools.reduce(merged, [resolve_path(tree, str(n)) for n in nvmes])
         raid_level = next((a.level for a in targets.arrays if a.level), None)
     gpu_name = gpu_bytes = None
+    gpu_count = None
     if p.accelerator == "cuda":
-        gpu_name, gpu_bytes = req.gpu if req.gpu is not None else gpu_info()
+        gpu_name, gpu_bytes, gpu_count = req.gpu if req.gpu is not None else gpu_info()
         if gpu_bytes is None and not req.force:
             raise Refused(
                 f"{p.name} trains on a CUDA GPU and this host has none that torch can use",
                 hint="run a CPU preset (iotune presets list: tiny_*), or --set accelerator=cpu",
+            )
+        if gpu_count is not None and 0 < gpu_count < p.ranks and not req.force:
+            raise Refused(
+                f"{p.ranks} ranks need {p.ranks} GPUs; this host has {gpu_count}",
+                hint=f"--ranks {gpu_count} or fewer (one rank per GPU)",
             )
     res = Resources(
         gpu_name=gpu_name,
@@ -279,8 +368,10 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         nvme_free=shutil.disk_usage(nvme).free if nvme else None,
         nvme_fs=fs,
         raid_level=raid_level,
+        gpu_count=gpu_count,
+        volumes=_volumes(nvmes, p.ranks) if nvmes else (),
     )
-    short = preflight(est, res, str(nvme) if nvme else None)
+    short = preflight(est, res, ", ".join(map(str, nvmes)) or None)
     if p.strategy.raid and raid_level != "raid0":
         short_msg = (
             f"{p.name} expects a RAID0 volume at {nvme}, which is on "
@@ -299,11 +390,15 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
             hint="free space or memory, pick a smaller preset, or --force to try anyway",
         )
     req.notes.extend(f"{p.name} needs {s.describe()} (run with --force)" for s in short)
-    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets)
+    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs)
 
 
 def worker_spec(
-    p: Preset, cfg: dict[str, Any], run_dir: Path, swap_dir: Path | None
+    p: Preset,
+    cfg: dict[str, Any],
+    run_dir: Path,
+    swap_dir: Path | None,
+    swap_dirs: list[Path] | None = None,
 ) -> dict[str, Any]:
     """What the training worker (iotune.workers.train) reads from its spec.json."""
     return {
@@ -319,6 +414,8 @@ def worker_spec(
         "model": p.geometry.llama_config(),
         "ds_config": cfg,
         "swap_dir": str(swap_dir) if swap_dir else None,
+        # one per rank of this node, round robin (--nvme-path A,B)
+        "swap_dirs": [str(d) for d in swap_dirs or ([swap_dir] if swap_dir else [])],
         "data": None,
     }
 
@@ -330,7 +427,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
     p = prep.preset
-    spec = worker_spec(p, prep.cfg, out, prep.swap_dir)
+    spec = worker_spec(p, prep.cfg, out, prep.swap_dir, prep.swap_dirs)
     if req.data is not None:
         from iotune.train.data import prepare as prepare_data
 
@@ -348,17 +445,26 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     # a first build leaves hundreds of MB of compiler output in the page cache: write it back
     # now, not while the tracer counts the drive it is on
     os.sync()
-    if prep.swap_dir:
-        prep.swap_dir.mkdir(parents=True, exist_ok=True)
+    for d in prep.swap_dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    if req.launch is not None:
+        from iotune.train.launch import launch_command
+
+        command = launch_command(req.launch, out / "spec.json", p.accelerator)
+        env = {**worker_env(), "DS_ACCELERATOR": p.accelerator}
+    else:
+        command = [sys.executable, "-m", "iotune.workers.train", str(out / "spec.json")]
+        env = worker_env()
+    (out / "command.json").write_text(json.dumps(command) + "\n")
     treq = TraceRequest(
         targets=prep.targets,
         backend=req.backend,
         focus=req.focus or int(prep.cfg.get("aio", {}).get("block_size", 524288)),
         interval=req.interval,
         out=out,
-        command=[sys.executable, "-m", "iotune.workers.train", str(out / "spec.json")],
+        command=command,
         quiet_stdout=req.quiet_stdout,
-        env=worker_env(),
+        env=env,
         meta={"preset": p.name},
         own_group=True,
     )
@@ -369,8 +475,9 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     except KeyboardInterrupt:
         trace = None
     finally:
-        if prep.swap_dir and not req.keep_swap:
-            shutil.rmtree(prep.swap_dir, ignore_errors=True)
+        if not req.keep_swap:
+            for d in prep.swap_dirs:
+                shutil.rmtree(d, ignore_errors=True)
     result = build_result(req, prep, trace, started)
     write_result(out, result)
     return result
@@ -380,12 +487,17 @@ def _progress(req: RunRequest, prep: Prepared) -> Callable[[Any], None]:
     """A line per training event: how far, how long, and the drives' bytes so far."""
     steps = req.preset.steps
     start: dict[str, Any] = {}
+    seen: dict[str, int] = {}
 
     def show(sample: Any) -> None:
         if not start:
             start.update(sample.stats)
         kind, _, n = sample.label.partition(":")
         if kind not in ("init", "step"):
+            return
+        # each rank of this node marks the step: say it once, when the last one has
+        seen[sample.label] = seen.get(sample.label, 0) + 1
+        if seen[sample.label] != req.preset.ranks:
             return
         rd = sum(sample.stats[d].read_bytes - start[d].read_bytes for d in prep.targets.disks)
         wr = sum(sample.stats[d].write_bytes - start[d].write_bytes for d in prep.targets.disks)
@@ -455,9 +567,17 @@ def _host_ram(est: Estimate, events: list[dict[str, Any]]) -> dict[str, Any]:
     peaks = [int(e["host_rss_peak_bytes"]) for e in events if e.get("host_rss_peak_bytes")]
     nows = [int(e["host_rss_bytes"]) for e in events if e.get("host_rss_bytes")]
     ready = next((e for e in events if e.get("event") == "ready"), None)
+    per_rank: dict[int, int] = {}
+    for e in events:
+        for r in e.get("ranks", []):
+            if r.get("host_rss_peak_bytes"):
+                per_rank[r["rank"]] = max(per_rank.get(r["rank"], 0), r["host_rss_peak_bytes"])
     return {
+        "ranks": est.ranks,
         "estimate_peak": est.host_bytes,
-        "estimate_steady": est.host.steady if est.host else None,
+        "estimate_steady": est.host.steady * est.ranks if est.host else None,
+        "estimate_peak_per_rank": est.host.peak if est.host else None,
+        "measured_peak_per_rank": {str(k): v for k, v in sorted(per_rank.items())} or None,
         "measured_peak": max(peaks) if peaks else None,
         "measured_last": nows[-1] if nows else None,
         "measured_process": int(ready["host_rss_bytes"])
@@ -495,11 +615,123 @@ def _prediction(req: RunRequest, prep: Prepared, rows: list[dict[str, Any]]) -> 
     }
 
 
+_SLOWEST = ("forward_s", "backward_s", "accumulate_s", "optimizer_s", "step_s", "init_s")
+_SUMMED = ("host_rss_bytes", "host_rss_peak_bytes", "tokens_per_s")
+
+
+def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per event and step from every rank's: times are the slowest rank's (a
+    ZeRO step waits for the last rank in its collectives), host memory and tokens/s the
+    node's sum, GPU memory the largest device's, swap files the sum of each rank's own,
+    and "ranks" keeps each rank's figures. A single rank's records come back as they are.
+    Pure."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((str(r.get("event")), r.get("step")), []).append(r)
+    out = []
+    for recs in groups.values():
+        if len(recs) == 1:
+            out.append(recs[0])
+            continue
+        recs.sort(key=lambda r: int(r.get("rank", 0)))
+        m = dict(recs[0])
+        for k in _SLOWEST:
+            if all(k in r for r in recs):
+                m[k] = max(r[k] for r in recs)
+        for k in _SUMMED:
+            if all(r.get(k) is not None for r in recs):
+                m[k] = round(sum(r[k] for r in recs), 2)
+        if all(r.get("peak_accel_bytes") is not None for r in recs):
+            m["peak_accel_bytes"] = max(r["peak_accel_bytes"] for r in recs)
+        if "loss" in m:
+            m["loss"] = round(statistics.mean(r["loss"] for r in recs), 5)
+        if all("swap" in r for r in recs):
+            m["swap"] = {
+                k: sum(int(r["swap"].get(k, 0)) for r in recs)
+                for k in ("allocated", "apparent", "files")
+            }
+        m.pop("rank", None)
+        m["ranks"] = [
+            {
+                k: r.get(k)
+                for k in (
+                    "rank",
+                    "node",
+                    *_SLOWEST,
+                    "host_rss_peak_bytes",
+                    "peak_accel_bytes",
+                    "swap_dir",
+                )
+                if k in r
+            }
+            | ({"swap_allocated": r["swap"].get("allocated")} if "swap" in r else {})
+            for r in recs
+        ]
+        out.append(m)
+    return out
+
+
+def per_rank(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rank's steady step (median over the steps after the first; the first when there
+    is only one), peak host RSS and swap files. Pure."""
+    later = steps[1:] or steps
+    ranks: dict[int, list[dict[str, Any]]] = {}
+    for s in later:
+        for r in s.get("ranks", []):
+            ranks.setdefault(int(r["rank"]), []).append(r)
+    every: dict[int, list[dict[str, Any]]] = {}
+    for s in steps:
+        for r in s.get("ranks", []):
+            every.setdefault(int(r["rank"]), []).append(r)
+    out = []
+    for rank, recs in sorted(ranks.items()):
+        allr = every[rank]
+        out.append(
+            {
+                "rank": rank,
+                "node": recs[0].get("node"),
+                "step_s": round(statistics.median(r["step_s"] for r in recs), 4),
+                "optimizer_s": round(statistics.median(r["optimizer_s"] for r in recs), 4),
+                "host_rss_peak_bytes": max((r.get("host_rss_peak_bytes") or 0) for r in allr),
+                "peak_accel_bytes": max((r.get("peak_accel_bytes") or 0) for r in allr) or None,
+                "swap_allocated": max((r.get("swap_allocated") or 0) for r in allr),
+                "swap_dir": recs[0].get("swap_dir"),
+            }
+        )
+    return out
+
+
+def per_drive(io_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each traced drive's bytes per steady step (median over the steps after the first)
+    and its rate over the step's time, from the kernel's counters. Pure."""
+    later = steps[1:] or steps
+    by_label = {s["label"]: s for s in io_steps}
+    rows = [by_label.get(f"step:{s['step']}") for s in later]
+    if not rows or not all(r and r.get("drives") for r in rows):
+        return []
+    step_s = statistics.median(s["step_s"] for s in later)
+    out = []
+    for d in rows[0]["drives"]:  # type: ignore[index]
+        rd = statistics.median(r["drives"][d]["read"] for r in rows)  # type: ignore[index]
+        wr = statistics.median(r["drives"][d]["write"] for r in rows)  # type: ignore[index]
+        out.append(
+            {
+                "drive": d,
+                "read_bytes": int(rd),
+                "write_bytes": int(wr),
+                "read_gib_s": round(rd / GIB / step_s, 3) if step_s else None,
+                "write_gib_s": round(wr / GIB / step_s, 3) if step_s else None,
+            }
+        )
+    return out
+
+
 def build_result(
     req: RunRequest, prep: Prepared, trace: dict[str, Any] | None, started: float
 ) -> dict[str, Any]:
     out = req.out
     every = list(read_records(out / "steps.jsonl")) if (out / "steps.jsonl").exists() else []
+    every = merge_ranks(every)
     # the table's rows: initialisation and the optimizer steps ("ready" only marks where the
     # training's own I/O starts)
     events = [e for e in every if "step" in e]
@@ -590,6 +822,14 @@ def build_result(
         "accelerator": p.accelerator,
         "nvme_path": str(prep.nvme_path) if prep.nvme_path else None,
         "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
+        "nvme_paths": [str(x) for x in prep.nvme_paths],
+        "swap_dirs": [str(x) for x in prep.swap_dirs],
+        "ranks": p.ranks,
+        "nodes": p.nodes,
+        "world": p.world,
+        "node": req.launch.node if req.launch else None,
+        "per_rank": per_rank(steps),
+        "per_drive": per_drive((trace or {}).get("steps", []), steps),
         "drives": list(prep.targets.disks),
         "aio": prep.cfg.get("aio"),
         "aio_source": req.aio_source,

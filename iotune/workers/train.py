@@ -78,11 +78,16 @@ def _llama_init(torch: Any, std: float) -> Iterator[None]:
         nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
 
 
-def swap_bytes(path: str | None) -> dict[str, int]:
-    """Allocated and apparent bytes of every file under the swap directory."""
+def swap_bytes(path: str | None, rank: int | None = None) -> dict[str, int]:
+    """Allocated and apparent bytes of every file under the swap directory, or of the files
+    of one rank: DeepSpeed keeps each rank's under a ``rank<r>`` folder
+    (swap_tensor/optimizer_utils.py, partitioned_param_swapper.py)."""
     alloc = apparent = files = 0
+    own = f"rank{rank}"
     if path and os.path.isdir(path):
         for root, _dirs, names in os.walk(path):
+            if rank is not None and own not in Path(root).relative_to(path).parts:
+                continue
             for n in names:
                 try:
                     st = os.stat(os.path.join(root, n))
@@ -95,13 +100,17 @@ def swap_bytes(path: str | None) -> dict[str, int]:
 
 
 class Events:
-    def __init__(self, run_dir: Path) -> None:
+    """Every rank appends its own lines, tagged with its rank, to the same files: one
+    write(2) of a short line to a file opened with O_APPEND does not interleave."""
+
+    def __init__(self, run_dir: Path, rank: int, node: str) -> None:
         self.paths = [run_dir / "steps.jsonl"]
         if os.environ.get("IOTUNE_EVENTS"):
             self.paths.append(Path(os.environ["IOTUNE_EVENTS"]))
+        self.tag = {"rank": rank, "node": node}
 
     def emit(self, rec: dict[str, Any]) -> None:
-        line = json.dumps(rec) + "\n"
+        line = json.dumps({**rec, **self.tag}) + "\n"
         for p in self.paths:
             with p.open("a") as fh:
                 fh.write(line)
@@ -129,11 +138,32 @@ def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:
         yield torch.from_numpy(np.asarray(blocks[rows], dtype=np.int64))
 
 
+def rank_swap_dir(spec: dict[str, Any], local_rank: int) -> str | None:
+    """This rank's offload directory: one of several (``--nvme-path A,B``) by local rank,
+    round robin, or the run's one directory."""
+    dirs = spec.get("swap_dirs") or ([spec["swap_dir"]] if spec.get("swap_dir") else [])
+    return str(dirs[local_rank % len(dirs)]) if dirs else None
+
+
+def with_nvme_path(ds_config: dict[str, Any], path: str | None) -> dict[str, Any]:
+    """The DeepSpeed config with every NVMe offload pointed at *path*."""
+    if path is None:
+        return ds_config
+    cfg: dict[str, Any] = json.loads(json.dumps(ds_config))
+    zo = cfg.get("zero_optimization", {})
+    for k in ("offload_optimizer", "offload_param"):
+        if zo.get(k, {}).get("device") == "nvme":
+            zo[k]["nvme_path"] = path
+    return cfg
+
+
 def main() -> None:
     stdout_to_stderr()
-    spec = json.loads(Path(sys.argv[1]).read_text())
+    spec = json.loads(Path(sys.argv[-1]).read_text())
     run_dir = Path(spec["run_dir"])
-    events = Events(run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    events = Events(run_dir, rank, socket.gethostname())
     os.environ.setdefault("DS_ACCELERATOR", spec["accelerator"])
     for k, v in {
         "RANK": "0",
@@ -153,6 +183,8 @@ def main() -> None:
 
     acc = get_accelerator()
     cuda = acc.device_name() == "cuda"
+    if cuda:
+        torch.cuda.set_device(local_rank)
     torch.manual_seed(int(spec.get("seed", 0)))
     if spec.get("cpu_threads"):
         torch.set_num_threads(int(spec["cpu_threads"]))
@@ -162,11 +194,15 @@ def main() -> None:
         {
             "event": "ready",
             "import_s": round(time.perf_counter() - t_start, 4),
+            "pid": os.getpid(),
+            "local_rank": local_rank,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "host_rss_bytes": rss,
             "host_rss_peak_bytes": rss_peak,
         }
     )
-    ds_config = spec["ds_config"]
+    swap_dir = rank_swap_dir(spec, local_rank)
+    ds_config = with_nvme_path(spec["ds_config"], swap_dir)
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
     bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
     mcfg = LlamaConfig(**spec["model"])
@@ -203,10 +239,9 @@ def main() -> None:
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
     )
-    swap_dir = spec.get("swap_dir")
     acc.synchronize()
     now = time.perf_counter()
-    base = {"params": n_params, "swap": swap_bytes(swap_dir)}
+    base = {"params": n_params, "swap": swap_bytes(swap_dir, rank), "swap_dir": swap_dir}
     rss, rss_peak = _rss()
     events.emit(
         {
@@ -265,7 +300,7 @@ def main() -> None:
                 "host_rss_bytes": rss,
                 "host_rss_peak_bytes": rss_peak,
                 **base,
-                "swap": swap_bytes(swap_dir),
+                "swap": swap_bytes(swap_dir, rank),
             }
         )
 

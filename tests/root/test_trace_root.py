@@ -266,6 +266,37 @@ def test_target_path_resolves_to_the_disk_behind_a_file(
     assert w["bytes"] >= 4 * 1024 * K
 
 
+def test_fsync_flushes_are_reconciled_exactly(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """fsync on ext4 issues empty pre-flush writes (only their flush request is issued, the
+    write is accounted) and journal commits whose data write the flush machinery completes
+    twice (accounted once): both kinds are told apart and the check stays exact."""
+    dev = loop_device(fs="ext4", mount=True)
+    mnt = loop_device.mounts[0]  # type: ignore[attr-defined]
+    script = (
+        "import os, sys\n"
+        "d = sys.argv[1]\n"
+        "fd = os.open(os.path.join(d, 'f'), os.O_WRONLY | os.O_CREAT)\n"
+        "for i in range(20):\n"
+        "    os.pwrite(fd, b'x' * 4096, 0)\n"
+        "    os.fsync(fd)\n"
+        "for i in range(5):\n"
+        "    g = os.open(os.path.join(d, f'g{i}'), os.O_WRONLY | os.O_CREAT)\n"
+        "    os.write(g, b'y' * 8192)\n"
+        "    os.fsync(g)\n"
+        "    os.close(g)\n"
+    )
+    code, doc = trace_json(tmp_path, "--target", str(mnt), "--", "python3", "-c", script, str(mnt))
+    assert code == 0
+    (d,) = doc["devices"]
+    assert d["name"] == Path(dev).name
+    chk = d["check"]
+    assert chk["exact"], chk["summary"]
+    # file creation commits the journal: both kinds occur
+    assert chk["empty_preflush_writes"] > 0 and chk["flush_sequenced_writes"] > 0, chk
+
+
 def test_bad_input_is_refused_before_tracing(tmp_path: Path) -> None:
     cases = [
         (["--devices", "nosuchdisk0", "--duration", "1"], "no block device 'nosuchdisk0'"),

@@ -153,6 +153,21 @@ def test_check_counts_empty_preflush_writes_the_kernel_completes() -> None:
     assert not model.check(r, w, kernel, {1: (23, 23 * 1024)}).exact
 
 
+def test_check_counts_a_flush_sequenced_write_once() -> None:
+    # a journal commit block (data, PREFLUSH | FUA on a drive without FUA): issued once,
+    # completed with its data (unaccounted), then ended again, empty, by the flush sequence
+    # (accounted): 3 data writes issued and 3 write ios in diskstats, 4 completions traced
+    w = model.OpStats(3 * 4 * K, 3, 0, 3)
+    r = model.OpStats(0, 0, 0, 0)
+    kernel = parse_stat("0 0 0 0 3 0 24 0 0 0 0")
+    done = {1: (3, 24), model.OP_FLUSH_SEQ_DONE: (1, 0)}
+    chk = model.check(r, w, kernel, done)
+    assert chk.exact and chk.write.flush_seq_done == 1
+    assert "1 write(s) with data went through the flush sequence" in chk.describe()
+    # counted as an empty pre-flush instead, it would be one write io too many
+    assert not model.check(r, w, kernel, {1: (3, 24), model.OP_EMPTY_PREFLUSH: (1, 0)}).exact
+
+
 def test_md_array_expands_to_its_member_disks() -> None:
     tree = SysTree(DATA / "qemu-nvme")
     t = expand(tree, "md127")

@@ -1,0 +1,161 @@
+"""Several ranks, or several nodes: the command line for DeepSpeed's own launcher. Pure,
+apart from reading a hostfile and picking a free port.
+
+One rank runs the training worker directly. More ranks on this node run
+``deepspeed --num_gpus N`` (``--include localhost:...`` where CUDA_VISIBLE_DEVICES narrows
+the GPUs), with DS_ACCELERATOR=cpu on a CPU host (gloo). A hostfile passes to DeepSpeed's
+multi-node runner: over ssh (pdsh, or ``--launcher`` openmpi, mpich, slurm, ...) from this
+node, or, with ``--node-rank``, without ssh: the same iotune command on every node, each
+starting its own ranks and tracing its own drives (deepspeed's ``--no_ssh --node_rank``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from iotune.errors import UsageError
+
+LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
+
+
+@dataclass(frozen=True)
+class Launch:
+    ranks: int  # ranks on this node
+    hosts: tuple[tuple[str, int], ...] = ()  # the hostfile: (host, slots) in its order
+    hostfile: str | None = None
+    node_rank: int | None = None  # without ssh: this node's place in the hostfile
+    master_addr: str | None = None
+    master_port: int | None = None
+    launcher: str = "pdsh"
+
+    @property
+    def nodes(self) -> int:
+        return max(1, len(self.hosts))
+
+    @property
+    def node(self) -> str | None:
+        """This node's name in the hostfile (the first host when launching over ssh)."""
+        if not self.hosts:
+            return None
+        return self.hosts[self.node_rank or 0][0]
+
+    @property
+    def world(self) -> int:
+        return sum(s for _, s in self.hosts) if self.hosts else self.ranks
+
+
+def read_hostfile(path: Path) -> tuple[tuple[str, int], ...]:
+    """DeepSpeed's hostfile: one ``HOST slots=N`` per line, ``#`` comments
+    (launcher/runner.py _parse_hostfile)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read hostfile {path}: {exc.strerror}",
+            hint="one line per node: HOSTNAME slots=GPUS",
+        ) from exc
+    hosts: list[tuple[str, int]] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = parts[1].removeprefix("slots=") if len(parts) == 2 else ""
+        if len(parts) != 2 or not parts[1].startswith("slots=") or not slots.isdigit():
+            raise UsageError(
+                f"{path}:{n}: {raw.strip()!r} is not 'HOST slots=N'",
+                hint="one line per node: HOSTNAME slots=GPUS",
+            )
+        if any(h == parts[0] for h, _ in hosts):
+            raise UsageError(f"{path}:{n}: host {parts[0]} is listed twice", hint="once per node")
+        if int(slots) < 1:
+            raise UsageError(f"{path}:{n}: slots must be at least 1", hint=f"{parts[0]} slots=1")
+        hosts.append((parts[0], int(slots)))
+    if not hosts:
+        raise UsageError(f"hostfile {path} names no host", hint="HOSTNAME slots=GPUS per line")
+    return tuple(hosts)
+
+
+def plan_launch(
+    ranks: int | None,
+    hostfile: str | None,
+    node_rank: int | None,
+    master_addr: str | None,
+    launcher: str | None,
+) -> Launch | None:
+    """The launch the options ask for; None for one rank on this node (no launcher)."""
+    if hostfile is None:
+        for opt, val in (("--node-rank", node_rank), ("--master-addr", master_addr)):
+            if val is not None:
+                raise UsageError(f"{opt} needs --hostfile", hint="--hostfile FILE --node-rank R")
+        if launcher is not None:
+            raise UsageError("--launcher needs --hostfile", hint="--hostfile FILE --launcher pdsh")
+        n = ranks or 1
+        return Launch(ranks=n) if n > 1 else None
+    hosts = read_hostfile(Path(hostfile))
+    if node_rank is not None and not 0 <= node_rank < len(hosts):
+        raise UsageError(
+            f"--node-rank {node_rank} is not a node of {hostfile} ({len(hosts)} listed)",
+            hint=f"0 to {len(hosts) - 1}, this node's line in the hostfile",
+        )
+    if node_rank is not None and launcher is not None:
+        raise UsageError(
+            "--launcher and --node-rank exclude each other",
+            hint="--node-rank runs this node's ranks without ssh; --launcher starts every node",
+        )
+    mine = hosts[node_rank or 0][1]
+    if ranks is not None and ranks != mine:
+        raise UsageError(
+            f"--ranks {ranks} but {hostfile} gives this node {mine} slots",
+            hint="leave --ranks out with --hostfile: the slots say how many",
+        )
+    return Launch(
+        ranks=mine,
+        hosts=hosts,
+        hostfile=str(Path(hostfile).resolve()),
+        node_rank=node_rank,
+        master_addr=master_addr or (hosts[0][0] if node_rank is not None else None),
+        launcher=launcher or "pdsh",
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def launch_command(
+    launch: Launch, spec: Path, accelerator: str, env: dict[str, str] | None = None
+) -> list[str]:
+    """The command the tracer starts: iotune's wrapper around deepspeed.launcher.runner."""
+    visible_env = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
+    argv = [sys.executable, "-m", "iotune.workers.launch"]
+    port = launch.master_port or (29500 if launch.hosts else free_port())
+    if not launch.hosts:
+        visible = [d.strip() for d in visible_env.split(",") if d.strip()]
+        if accelerator == "cuda" and visible:
+            if len(visible) < launch.ranks:
+                raise UsageError(
+                    f"--ranks {launch.ranks} but CUDA_VISIBLE_DEVICES names {len(visible)} GPU(s)",
+                    hint=f"--ranks {len(visible)}, or widen CUDA_VISIBLE_DEVICES",
+                )
+            argv += ["--include", "localhost:" + ",".join(visible[: launch.ranks])]
+        else:
+            argv += ["--num_gpus", str(launch.ranks)]
+        # not DeepSpeed's default /job/hostfile, whatever this host has there
+        argv += ["--hostfile", os.devnull]
+    else:
+        argv += ["--hostfile", str(launch.hostfile)]
+        if launch.node_rank is not None:
+            argv += ["--no_ssh", "--node_rank", str(launch.node_rank)]
+        else:
+            argv += ["--launcher", launch.launcher]
+        if launch.master_addr:
+            argv += ["--master_addr", launch.master_addr]
+    argv += ["--master_port", str(port), "--no_local_rank", "--module", "iotune.workers.train"]
+    return [*argv, str(spec)]

@@ -1,0 +1,241 @@
+"""Several ranks and nodes: the launcher's command line, the hostfile, the per-rank I/O model
+and preflight, and the merging of the ranks' step records, from pure logic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iotune.errors import UsageError
+from iotune.train.estimate import estimate, rank_tensors
+from iotune.train.launch import Launch, launch_command, plan_launch, read_hostfile
+from iotune.train.presets import ds_config, preset_with
+from iotune.train.runner import (
+    Resources,
+    merge_ranks,
+    per_drive,
+    per_rank,
+    preflight,
+    swap_dir_users,
+)
+
+GIB = 2**30
+
+
+def _est(name: str, ranks: int, nodes: int = 1) -> Any:
+    p = preset_with(name, (f"ranks={ranks}", f"nodes={nodes}"))
+    return estimate(p, ds_config(p))
+
+
+def test_partitions_are_ceil_of_each_tensor_over_the_world() -> None:
+    p = preset_with("tiny_opt_nvme", ("ranks=3",))
+    full = [n for _, n in p.geometry.tensors()]
+    assert rank_tensors(p) == [-(-n // 3) for n in full]
+    assert rank_tensors(preset_with("tiny_opt_nvme", ())) == full
+
+
+def test_state_is_partitioned_not_duplicated() -> None:
+    """1B: every partition is far above the swap threshold, so two ranks of one node swap
+    what one rank does, each half of it; the footprint and bytes per step are the same."""
+    one, two = _est("opt_nvme_1b", 1), _est("opt_nvme_1b", 2)
+    assert two.ranks == 2 and two.world == 2
+    assert two.swapped.n_s * 2 == pytest.approx(one.swapped.n_s, abs=2 * 64)
+    assert two.nvme_bytes == pytest.approx(one.nvme_bytes, rel=1e-6)
+    assert two.steady_step.read == pytest.approx(one.steady_step.read, rel=1e-6)
+    assert two.per_rank(two.steady_step).write * 2 == two.steady_step.write
+    # two nodes of one rank each: this node holds half
+    apart = _est("opt_nvme_1b", 1, nodes=2)
+    assert apart.world == 2 and apart.ranks == 1
+    assert apart.nvme_bytes == pytest.approx(one.nvme_bytes / 2, rel=1e-6)
+
+
+def test_small_partitions_fall_under_the_swap_threshold() -> None:
+    """tiny: q_proj and o_proj gradients (1 MiB each) halve to 0.5 MiB on two ranks and stay
+    in RAM (DeepSpeed swaps tensors of at least 1 MiB): 4 layers x 2 x 1 MiB less."""
+    one, two = _est("tiny_opt_nvme", 1), _est("tiny_opt_nvme", 2)
+    assert two.swapped.n_s * 2 == one.swapped.n_s  # the fp32 state: partitioned
+    assert one.nvme_bytes - two.nvme_bytes == 4 * 2 * 2**20
+    assert one.steady_step.read - two.steady_step.read == 4 * 2 * 2**20
+
+
+def test_host_ram_is_per_rank_times_ranks() -> None:
+    one, eight = _est("opt_nvme_1b", 1), _est("opt_nvme_1b", 8)
+    assert eight.host_bytes == 8 * eight.host.peak
+    # each rank has its own process, CUDA context and pinned buffers: eight ranks of one
+    # node need three times what one rank needs, though each holds an eighth of the state
+    assert eight.host_bytes > 3 * one.host_bytes
+    # parameter offload's swap buffers are sized by the config, not the partition
+    p1, p8 = _est("params_opt_nvme_1b", 1), _est("params_opt_nvme_1b", 8)
+    assert p8.host.param_buffers >= p1.host.param_buffers - 2 * p1.swapped.largest_subgroup
+    assert eight.gpu_bytes is not None and one.gpu_bytes is not None
+    assert eight.gpu_bytes <= one.gpu_bytes  # per device
+    cpu = _est("tiny_opt_nvme", 2)
+    assert cpu.host.collectives > 2 * (66 * 2**20)  # two ranks' shm workspaces at least
+    assert _est("tiny_opt_nvme", 1).host.collectives == 0
+
+
+def test_preflight_checks_each_volume_for_its_ranks() -> None:
+    e = _est("opt_nvme_1b", 2)
+    half = e.nvme_bytes // 2
+    res = Resources(
+        "H100",
+        80 * GIB,
+        10**13,
+        None,
+        volumes=(("/mnt/a", half + GIB, 1), ("/mnt/b", half // 2, 1)),
+    )
+    (short,) = preflight(e, res, "/mnt/a, /mnt/b")
+    assert short.where == "at /mnt/b" and short.have == half // 2
+    both = Resources("H100", 80 * GIB, 10**13, None, volumes=(("/mnt/a", half + GIB, 2),))
+    assert [s.where for s in preflight(e, both, "/mnt/a")] == ["at /mnt/a"]
+
+
+def test_hostfile_is_parsed_and_bad_lines_are_named(tmp_path: Path) -> None:
+    hf = tmp_path / "hostfile"
+    hf.write_text("# nodes\nnode-a slots=8\n\nnode-b slots=4  # second\n")
+    assert read_hostfile(hf) == (("node-a", 8), ("node-b", 4))
+    for text, words in (
+        ("node-a 8\n", "is not 'HOST slots=N'"),
+        ("node-a slots=x\n", "is not 'HOST slots=N'"),
+        ("node-a slots=1\nnode-a slots=2\n", "listed twice"),
+        ("# nothing\n", "names no host"),
+    ):
+        hf.write_text(text)
+        with pytest.raises(UsageError) as exc:
+            read_hostfile(hf)
+        assert words in exc.value.message
+    with pytest.raises(UsageError):
+        read_hostfile(tmp_path / "missing")
+
+
+def test_plan_launch_from_the_options(tmp_path: Path) -> None:
+    assert plan_launch(None, None, None, None, None) is None
+    assert plan_launch(1, None, None, None, None) is None
+    assert plan_launch(4, None, None, None, None) == Launch(ranks=4)
+    hf = tmp_path / "hostfile"
+    hf.write_text("node-a slots=2\nnode-b slots=2\n")
+    la = plan_launch(None, str(hf), 1, None, None)
+    assert la is not None and (la.ranks, la.nodes, la.world, la.node) == (2, 2, 4, "node-b")
+    assert la.master_addr == "node-a"
+    for args, words in (
+        ((2, None, 1, None, None), "--node-rank needs --hostfile"),
+        ((None, str(hf), 2, None, None), "is not a node of"),
+        ((3, str(hf), 0, None, None), "gives this node 2 slots"),
+        ((None, str(hf), 0, None, "pdsh"), "exclude each other"),
+        ((None, None, None, None, "slurm"), "--launcher needs --hostfile"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            plan_launch(*args)  # type: ignore[arg-type]
+        assert words in exc.value.message
+
+
+def test_launch_command_uses_deepspeeds_runner(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    cmd = launch_command(Launch(ranks=2), spec, "cpu", env={})
+    assert cmd[:3] == [sys.executable, "-m", "iotune.workers.launch"]
+    assert cmd[cmd.index("--num_gpus") + 1] == "2" and "--no_local_rank" in cmd
+    assert cmd[-3:] == ["--module", "iotune.workers.train", str(spec)]
+    # CUDA_VISIBLE_DEVICES narrows the GPUs: DeepSpeed's --include keeps them
+    cuda = launch_command(Launch(ranks=2), spec, "cuda", env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    assert cuda[cuda.index("--include") + 1] == "localhost:4,5" and "--num_gpus" not in cuda
+    with pytest.raises(UsageError):
+        launch_command(Launch(ranks=4), spec, "cuda", env={"CUDA_VISIBLE_DEVICES": "0"})
+    hosts = (("a", 1), ("b", 1))
+    nossh = launch_command(
+        Launch(1, hosts, "/h", node_rank=1, master_addr="a"), spec, "cuda", env={}
+    )
+    assert nossh[nossh.index("--node_rank") + 1] == "1" and "--no_ssh" in nossh
+    ssh = launch_command(Launch(1, hosts, "/h", launcher="slurm"), spec, "cuda", env={})
+    assert ssh[ssh.index("--launcher") + 1] == "slurm" and "--no_ssh" not in ssh
+    # DeepSpeed's runner accepts every argument iotune gives it
+    from deepspeed.launcher.runner import parse_args
+
+    for c in (cmd, cuda, nossh, ssh):
+        args = parse_args(c[3:])
+        assert args.module and args.no_local_rank and args.user_script == "iotune.workers.train"
+
+
+def _ev(event: str, step: int, rank: int, **kw: Any) -> dict[str, Any]:
+    return {"event": event, "step": step, "rank": rank, "node": "n0", **kw}
+
+
+def test_merge_ranks_takes_the_slowest_and_sums_memory() -> None:
+    recs = [
+        _ev(
+            "step",
+            1,
+            1,
+            step_s=2.0,
+            optimizer_s=0.5,
+            host_rss_peak_bytes=3,
+            host_rss_bytes=2,
+            tokens_per_s=10.0,
+            loss=2.0,
+            peak_accel_bytes=7,
+            swap={"allocated": 5, "apparent": 5, "files": 2},
+        ),
+        _ev(
+            "step",
+            1,
+            0,
+            step_s=1.5,
+            optimizer_s=0.9,
+            host_rss_peak_bytes=4,
+            host_rss_bytes=1,
+            tokens_per_s=12.0,
+            loss=4.0,
+            peak_accel_bytes=9,
+            swap={"allocated": 6, "apparent": 6, "files": 3},
+        ),
+        _ev("step", 2, 0, step_s=1.0, optimizer_s=0.4),
+    ]
+    one, two = merge_ranks(recs)
+    assert (one["step_s"], one["optimizer_s"]) == (2.0, 0.9)  # each the slowest rank's
+    assert one["host_rss_peak_bytes"] == 7 and one["tokens_per_s"] == 22.0
+    assert one["peak_accel_bytes"] == 9 and one["loss"] == 3.0
+    assert one["swap"] == {"allocated": 11, "apparent": 11, "files": 5}
+    assert [r["rank"] for r in one["ranks"]] == [0, 1] and "rank" not in one
+    assert two == recs[2]  # one rank's record is left as it is
+    rows = per_rank([one, one])
+    assert [(r["rank"], r["step_s"], r["swap_allocated"]) for r in rows] == [
+        (0, 1.5, 6),
+        (1, 2.0, 5),
+    ]
+
+
+def test_per_drive_rates_over_the_steady_step() -> None:
+    steps = [{"step": 1, "step_s": 4.0}, {"step": 2, "step_s": 2.0}, {"step": 3, "step_s": 2.0}]
+    io = [
+        {
+            "label": f"step:{n}",
+            "drives": {"a": {"read": r, "write": w}, "b": {"read": r, "write": 0}},
+        }
+        for n, r, w in ((1, 1, 1), (2, 2 * GIB, GIB), (3, 2 * GIB, GIB))
+    ]
+    a, b = per_drive(io, steps)
+    assert (a["drive"], a["read_gib_s"], a["write_gib_s"]) == ("a", 1.0, 0.5)
+    assert (b["read_bytes"], b["write_gib_s"]) == (2 * GIB, 0.0)
+    assert per_drive([], steps) == []
+
+
+def test_a_busy_offload_directory_is_named(tmp_path: Path) -> None:
+    assert swap_dir_users(tmp_path) == []
+    held = tmp_path / "zero_stage_3" / "rank0.tensor.swp"
+    held.parent.mkdir()
+    held.write_bytes(b"x")
+    with held.open("rb") as fh:
+        sleeper = subprocess.Popen(["sleep", "30"], stdin=fh)
+    try:
+        (tmp_path / f"iotune-swap-run-{sleeper.pid}").mkdir()
+        (tmp_path / "iotune-swap-old-999999999").mkdir()  # no such process: a leftover
+        users = swap_dir_users(tmp_path)
+        assert any(f"iotune run {sleeper.pid} swaps in" in u for u in users)
+        assert any(f"sleep (pid {sleeper.pid}) has {held} open" == u for u in users)
+        assert not any("999999999" in u for u in users)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
