@@ -1,6 +1,6 @@
 # Source on a GPU machine that has torch and transformers but no DeepSpeed or libaio, from the
 # repository root, with the wheels in .whl/ (DeepSpeed 0.19.8 built with `pip wheel --no-deps`,
-# pydantic, pydantic-core cp312, annotated-types, typing-inspection, typing_extensions, hjson,
+# pydantic, pydantic-core cp312, annotated-types, typing-inspection, typing_extensions, hjson, psutil,
 # pyudev) and Debian's libaio1 + libaio-dev .debs in .debs/:
 #     . benchmarks/gpu_env.sh
 if [ ! -d /tmp/site/deepspeed ]; then

@@ -320,6 +320,10 @@ def print_prediction(con: Console, pred: dict[str, Any]) -> None:
         con.print(f"  note: {n}", soft_wrap=True)
 
 
+def _gib(b: int | None) -> str:
+    return "-" if b is None else f"{b / GIB:.3f}"
+
+
 def ranks_table(result: dict[str, Any]) -> Table | None:
     """Each rank's steady step, memory and swap files: a multi-rank run only."""
     rows = result.get("per_rank") or []
@@ -338,6 +342,8 @@ def ranks_table(result: dict[str, Any]) -> Table | None:
         "NODE",
         "STEP s",
         "OPTIMIZER s",
+        "READ GiB",
+        "WRITE GiB",
         "PEAK RSS GiB",
         "PEAK GPU GiB",
         "SWAP GiB",
@@ -351,13 +357,18 @@ def ranks_table(result: dict[str, Any]) -> Table | None:
             str(r.get("node") or "-"),
             _cell(r["step_s"]),
             _cell(r["optimizer_s"]),
+            _gib(r.get("read_bytes_per_step")),
+            _gib(r.get("write_bytes_per_step")),
             f"{r['host_rss_peak_bytes'] / GIB:.2f}",
             f"{gpu / GIB:.2f}" if gpu else "-",
             f"{r['swap_allocated'] / GIB:.3f}",
             str(r.get("swap_dir") or "-"),
         )
     if est:
-        t.caption = f"estimated peak RSS per rank: {est / GIB:.2f} GiB"
+        t.caption = (
+            f"READ/WRITE: each rank's own storage I/O per steady step (/proc/PID/io); "
+            f"estimated peak RSS per rank: {est / GIB:.2f} GiB"
+        )
     return t
 
 

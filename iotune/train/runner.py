@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -645,6 +646,11 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["peak_accel_bytes"] = max(r["peak_accel_bytes"] for r in recs)
         if "loss" in m:
             m["loss"] = round(statistics.mean(r["loss"] for r in recs), 5)
+        if all(r.get("proc_io") for r in recs):
+            m["proc_io"] = {
+                k: sum(int(r["proc_io"].get(k, 0)) for r in recs)
+                for k in ("read_bytes", "write_bytes")
+            }
         if all("swap" in r for r in recs):
             m["swap"] = {
                 k: sum(int(r["swap"].get(k, 0)) for r in recs)
@@ -661,6 +667,7 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "host_rss_peak_bytes",
                     "peak_accel_bytes",
                     "swap_dir",
+                    "proc_io",
                 )
                 if k in r
             }
@@ -686,6 +693,18 @@ def per_rank(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for rank, recs in sorted(ranks.items()):
         allr = every[rank]
+        # the rank's own storage I/O per steady step, from its /proc/self/io
+        io = [
+            (b["proc_io"], a["proc_io"])
+            for a, b in itertools.pairwise(allr)
+            if a.get("proc_io") and b.get("proc_io") and b in recs
+        ]
+        moved = {
+            f"{k.split('_')[0]}_bytes_per_step": int(statistics.median(b[k] - a[k] for b, a in io))
+            if io
+            else None
+            for k in ("read_bytes", "write_bytes")
+        }
         out.append(
             {
                 "rank": rank,
@@ -696,6 +715,7 @@ def per_rank(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "peak_accel_bytes": max((r.get("peak_accel_bytes") or 0) for r in allr) or None,
                 "swap_allocated": max((r.get("swap_allocated") or 0) for r in allr),
                 "swap_dir": recs[0].get("swap_dir"),
+                **moved,
             }
         )
     return out

@@ -53,6 +53,21 @@ def _rss() -> tuple[int, int]:
     return cur, peak
 
 
+def _proc_io() -> dict[str, int]:
+    """Bytes this process (all its threads, DeepSpeed's AIO threads among them) had read from
+    and written to storage, from /proc/self/io: O_DIRECT I/O is counted when submitted."""
+    out = {}
+    try:
+        with open("/proc/self/io") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                if k in ("read_bytes", "write_bytes"):
+                    out[k] = int(v)
+    except OSError:  # a kernel without task I/O accounting
+        return {}
+    return out
+
+
 @contextlib.contextmanager
 def _llama_init(torch: Any, std: float) -> Iterator[None]:
     """nn.Linear and nn.Embedding initialised as LlamaPreTrainedModel._init_weights does
@@ -199,6 +214,7 @@ def main() -> None:
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "host_rss_bytes": rss,
             "host_rss_peak_bytes": rss_peak,
+            "proc_io": _proc_io(),
         }
     )
     swap_dir = rank_swap_dir(spec, local_rank)
@@ -250,6 +266,7 @@ def main() -> None:
             "init_s": round(now - t_start, 4),
             "host_rss_bytes": rss,
             "host_rss_peak_bytes": rss_peak,
+            "proc_io": _proc_io(),
             **base,
         }
     )
@@ -299,6 +316,7 @@ def main() -> None:
                 "peak_accel_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
                 "host_rss_bytes": rss,
                 "host_rss_peak_bytes": rss_peak,
+                "proc_io": _proc_io(),
                 **base,
                 "swap": swap_bytes(swap_dir, rank),
             }

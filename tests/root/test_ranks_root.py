@@ -98,6 +98,11 @@ def test_state_is_partitioned_into_rank_folders(two_ranks: dict[str, Any]) -> No
     steady = _row(doc, "steady step")
     for op in ("read", "write"):
         assert steady[f"{op}_bytes"] == pytest.approx(two["steady_step"][op], rel=0.02), op
+    for p in doc["per_rank"]:
+        # each rank's own storage I/O (its /proc/PID/io): half of the node's steady step
+        half = two["steady_step"]["read"] / 2
+        assert p["read_bytes_per_step"] == pytest.approx(half, rel=0.02), p
+        assert p["write_bytes_per_step"] == pytest.approx(half, rel=0.02), p
     assert [p["swap_allocated"] for p in doc["per_rank"]] == [
         pytest.approx(two["nvme_bytes"] / 2, rel=0.01)
     ] * 2
