@@ -119,6 +119,11 @@ def _gpu(items: list[Any]) -> tuple[str | None, int | None, int] | None:
     metavar="DIR",
     help="Go on with the study in DIR: finished runs are kept, the one in flight is redone.",
 )
+@click.option(
+    "--ranks",
+    type=click.IntRange(1, 1024),
+    help="Run every preset on N ranks of this node through DeepSpeed's launcher (one per GPU).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @json_option
 def study_cmd(
@@ -134,6 +139,7 @@ def study_cmd(
     backend: str,
     out: str | None,
     resume: str | None,
+    ranks: int | None,
     dry_run: bool,
 ) -> None:
     """Run the study's grid: every preset of SIZES x STRATEGIES x GA (or --presets), each
@@ -170,6 +176,7 @@ def study_cmd(
                 ("--raid-path", raid_path),
                 ("--aio-config", aio_config),
                 ("--threads-config", threads_config),
+                ("--ranks", ranks),
                 ("--out", out),
             )
             if v
@@ -203,7 +210,9 @@ def study_cmd(
             raid_path=str(Path(raid_path).resolve()) if raid_path else None,
             aio_config=str(Path(aio_config).resolve()) if aio_config else None,
             threads_config=str(Path(threads_config).resolve()) if threads_config else None,
+            ranks=ranks or 1,
         )
+        items = spec.presets()
     gpu = _gpu(items)
     rows = plan(items, spec, gpu)
     if dry_run:

@@ -18,6 +18,7 @@ from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, base_name, eta, plan_row, weight, with_ga
 from iotune.train.estimate import Estimate, estimate
+from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
 from iotune.train.presets import Preset, ds_config, get_preset
 
@@ -39,6 +40,7 @@ class StudySpec:
     raid_path: str | None = None
     aio_config: str | None = None
     threads_config: str | None = None
+    ranks: int = 1  # every run on this many ranks of this node (DeepSpeed's launcher)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     host: dict[str, Any] = field(default_factory=host_facts)
 
@@ -54,7 +56,7 @@ class StudySpec:
         out = []
         for r in self.items:
             base = get_preset(r["base"])
-            p = replace(with_ga(base, int(r["ga"])), steps=int(r["steps"]))
+            p = replace(with_ga(base, int(r["ga"])), steps=int(r["steps"]), ranks=self.ranks)
             if p.name != r["preset"]:
                 raise UsageError(
                     f"{SPEC}: run {r['preset']} no longer matches preset {r['base']}",
@@ -217,6 +219,7 @@ def run_study(
             quiet_stdout=True,
             progress=progress is not None,
             gpu=gpu,
+            launch=Launch(ranks=p.ranks) if p.ranks > 1 else None,
         )
         try:
             prep = tr.prepare(req)

@@ -19,6 +19,10 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GIB:.1f}"
 
 
+def _gib3(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.3f}"
+
+
 def _b(n: int) -> str:
     """Parameter counts: 1.24B, 28.97M."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
@@ -320,10 +324,6 @@ def print_prediction(con: Console, pred: dict[str, Any]) -> None:
         con.print(f"  note: {n}", soft_wrap=True)
 
 
-def _gib(b: int | None) -> str:
-    return "-" if b is None else f"{b / GIB:.3f}"
-
-
 def ranks_table(result: dict[str, Any]) -> Table | None:
     """Each rank's steady step, memory and swap files: a multi-rank run only."""
     rows = result.get("per_rank") or []
@@ -357,8 +357,8 @@ def ranks_table(result: dict[str, Any]) -> Table | None:
             str(r.get("node") or "-"),
             _cell(r["step_s"]),
             _cell(r["optimizer_s"]),
-            _gib(r.get("read_bytes_per_step")),
-            _gib(r.get("write_bytes_per_step")),
+            _gib3(r.get("read_bytes_per_step")),
+            _gib3(r.get("write_bytes_per_step")),
             f"{r['host_rss_peak_bytes'] / GIB:.2f}",
             f"{gpu / GIB:.2f}" if gpu else "-",
             f"{r['swap_allocated'] / GIB:.3f}",

@@ -251,3 +251,21 @@ def test_two_nodes_without_ssh(loop_device: Callable[..., str], tmp_path: Path) 
         assert doc["footprint"]["allocated"] == pytest.approx(
             doc["footprint"]["estimate"], rel=0.01
         )
+
+
+def test_a_study_runs_each_preset_on_two_ranks(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    _, mnt = _mount(loop_device)
+    out = tmp_path / "study"
+    iotune(
+        "study", "--presets", "tiny_opt_nvme", "--steps", "2", "--ranks", "2",
+        "--nvme-path", str(mnt), "--backend", "diskstats", "--out", str(out),
+    )  # fmt: skip
+    (rec,) = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert rec["status"] == "ok", rec
+    run = json.loads((out / "runs" / "tiny_opt_nvme" / "run.json").read_text())
+    assert run["ranks"] == 2 and len(run["per_rank"]) == 2
+    assert json.loads((out / "study.json").read_text())["ranks"] == 2
+    two = iotune_json("estimate", "tiny_opt_nvme", "--set", "ranks=2")
+    assert run["footprint"]["estimate"] == two["nvme_bytes"]
