@@ -157,5 +157,8 @@ def launch_command(
             argv += ["--launcher", launch.launcher]
         if launch.master_addr:
             argv += ["--master_addr", launch.master_addr]
-    argv += ["--master_port", str(port), "--no_local_rank", "--module", "iotune.workers.train"]
+    # DeepSpeed's launcher logs every environment variable it passes on at info level; the
+    # command it runs is in the run directory's command.json
+    argv += ["--master_port", str(port), "--log_level", "error"]
+    argv += ["--no_local_rank", "--module", "iotune.workers.train"]
     return [*argv, str(spec)]
