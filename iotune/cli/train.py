@@ -106,8 +106,9 @@ def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
         if prep.targets.disks
         else "no drive (no NVMe offload)"
     )
+    ranks = f" on {prep.preset.ranks} ranks" if prep.preset.ranks > 1 else ""
     click.echo(
-        f"iotune: running {prep.preset.name} for {prep.preset.steps} steps, tracing {what}; "
+        f"iotune: running {prep.preset.name}{ranks} for {prep.preset.steps} steps, tracing {what}; "
         f"results in {out_dir}",
         err=True,
     )
@@ -285,12 +286,15 @@ def run_cmd(preset: str, out: str | None, **kw: Any) -> None:
     iotune run tiny_opt_nvme                        # CPU-only host, any drive
     iotune run opt_nvme_1b --nvme-path /mnt/nvme0 --steps 5
     iotune run opt_raid0_3b_ga8 --aio-config results/sweep-...
+    iotune run opt_nvme_8b --ranks 8 --nvme-path /mnt/nvme0,/mnt/nvme1
 
     Before anything is allocated, the preset's GPU memory, host RAM and NVMe
     space are estimated and the run is refused if they do not fit (--force
     runs anyway). The worker reports every step (forward, backward, optimizer,
     tokens/s, loss, peak memory); the drives behind the offload path are
     measured with the kernel's counters. 'iotune trace --run PRESET' does the
-    same with eBPF request sizes.
+    same with eBPF request sizes. --ranks N runs N ranks through DeepSpeed's
+    launcher (one per GPU; gloo processes on a CPU host), --hostfile several
+    nodes; the table then adds each rank's figures.
     """
     run_preset(preset, "diskstats", out, **kw)
