@@ -81,7 +81,8 @@ def run_options(f: Any) -> Any:
             click.option(
                 "--nvme-path",
                 help="Offload directory (default: the preset's); with --ranks, DIR1,DIR2,... "
-                "gives rank r the directory r mod their number (one drive per rank).",
+                "gives each rank one: on its GPU's NUMA node where known, else rank r the "
+                "directory r mod their number.",
             ),
             click.option(
                 "--ranks",

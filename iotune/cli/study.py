@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
@@ -15,6 +15,9 @@ from iotune.cli.options import STATE, comma_list, interrupted_exit, json_option,
 from iotune.errors import IotuneError, UsageError
 from iotune.render import console, emit_json, err_console
 from iotune.units import GIB
+
+if TYPE_CHECKING:
+    from iotune.train.runner import Gpus
 
 
 def _gib(b: int | None) -> str:
@@ -81,7 +84,7 @@ def _beside(measured: float | None, estimated: float | None) -> str:
     return f"{num(measured)} ({num(estimated)})"
 
 
-def _gpu(items: list[Any]) -> tuple[str | None, int | None, int] | None:
+def _gpu(items: list[Any]) -> Gpus | None:
     from iotune.train.runner import gpu_info
 
     return gpu_info() if any(it.preset.accelerator == "cuda" for it in items) else None

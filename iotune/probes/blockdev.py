@@ -187,6 +187,11 @@ def _pcie(tree: SysTree, base: str) -> PcieLink | None:
     return None
 
 
+def disk_numa(tree: SysTree, name: str) -> int | None:
+    """The NUMA node of a whole disk's controller, None where the kernel does not say."""
+    return _numa(tree, f"/sys/block/{name}")
+
+
 def _numa(tree: SysTree, base: str) -> int | None:
     for rel in (f"{base}/device/numa_node", f"{base}/device/device/numa_node"):
         value = tree.read_int(rel)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotune.errors import IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
@@ -21,6 +21,9 @@ from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
 from iotune.train.presets import Preset, ds_config, get_preset
+
+if TYPE_CHECKING:
+    from iotune.train.runner import Gpus
 
 SPEC = "study.json"
 RUNS = "runs.jsonl"
@@ -178,7 +181,7 @@ def run_study(
     out: Path,
     spec: StudySpec,
     progress: Progress | None,
-    gpu: tuple[str | None, int | None, int] | None,
+    gpu: Gpus | None,
 ) -> list[dict[str, Any]]:
     """Run every item without a record; returns every record, in the grid's order."""
     from iotune.sweep.result import load_aio
@@ -282,9 +285,7 @@ def _one_line(r: dict[str, Any]) -> str:
     )
 
 
-def plan(
-    items: list[Item], spec: StudySpec, gpu: tuple[str | None, int | None, int] | None
-) -> list[dict[str, Any]]:
+def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str, Any]]:
     """Each run with its estimate and whether it fits this host now (and why not)."""
     import tempfile
 

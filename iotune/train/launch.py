@@ -123,6 +123,37 @@ def plan_launch(
     )
 
 
+def place(
+    paths: list[Path],
+    ranks: int,
+    path_numa: list[int | None],
+    gpu_numa: list[int | None],
+) -> tuple[list[Path], str]:
+    """Each local rank's offload directory, and how it was chosen. NUMA-local where both
+    sides are known: rank r (on GPU r of the visible ones) gets a directory whose drive
+    hangs off its GPU's NUMA node, taking turns among several; otherwise round robin, rank r
+    the directory r mod their number. Pure."""
+    rr = [paths[r % len(paths)] for r in range(ranks)]
+    known = (
+        len(paths) > 1
+        and len(gpu_numa) >= ranks
+        and all(n is not None for n in path_numa)
+        and all(g is not None for g in gpu_numa[:ranks])
+    )
+    if not known or len(set(path_numa)) < 2:
+        return rr, "round robin"
+    out = []
+    turn: dict[int | None, int] = {}
+    for r in range(ranks):
+        local = [p for p, n in zip(paths, path_numa, strict=True) if n == gpu_numa[r]]
+        if not local:
+            return rr, "round robin"
+        k = turn.get(gpu_numa[r], 0)
+        turn[gpu_numa[r]] = k + 1
+        out.append(local[k % len(local)])
+    return out, "numa"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))

@@ -30,7 +30,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
 from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
-from iotune.train.launch import Launch
+from iotune.train.launch import Launch, place
 from iotune.train.predict import AdamRate, Bandwidth, Baseline, predict
 from iotune.train.presets import Preset, ds_config
 from iotune.units import GIB
@@ -98,15 +98,29 @@ def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shor
 # --------------------------------------------------------------------------- host facts
 
 
-def gpu_info() -> tuple[str | None, int | None, int]:
-    """Name and memory of GPU 0 and how many GPUs there are, from doctor's torch probe
-    worker (no torch import here)."""
+@dataclass(frozen=True)
+class Gpus:
+    """The GPUs torch sees: GPU 0's name and memory, how many, each one's NUMA node."""
+
+    name: str | None
+    memory: int | None
+    count: int = 0
+    numa: tuple[int | None, ...] = ()
+
+
+def gpu_info() -> Gpus:
+    """The GPUs, from doctor's torch probe worker (no torch import here)."""
     from iotune.doctor import probe_torch
 
     gpus = probe_torch(build=False, timeout=300).get("gpus") or []
     if not gpus:
-        return None, None, 0
-    return str(gpus[0]["name"]), int(gpus[0]["memory_bytes"]), len(gpus)
+        return Gpus(None, None)
+    return Gpus(
+        str(gpus[0]["name"]),
+        int(gpus[0]["memory_bytes"]),
+        len(gpus),
+        tuple(g.get("numa_node") for g in gpus),
+    )
 
 
 def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
@@ -261,7 +275,7 @@ class RunRequest:
     bandwidth: Bandwidth | None = None
     adam: AdamRate | None = None
     baseline: Baseline | None = None
-    gpu: tuple[str | None, int | None, int] | None = None  # GPU 0's name, memory; GPU count
+    gpu: Gpus | None = None  # the GPUs, when already probed
     launch: Launch | None = None  # several ranks or nodes: DeepSpeed's launcher
 
 
@@ -275,8 +289,9 @@ class Prepared:
     nvme_path: Path | None
     swap_dir: Path | None
     targets: Any
-    nvme_paths: list[Path] = field(default_factory=list)  # one per rank, round robin
-    swap_dirs: list[Path] = field(default_factory=list)
+    nvme_paths: list[Path] = field(default_factory=list)  # the offload directories given
+    swap_dirs: list[Path] = field(default_factory=list)  # one per rank of this node
+    placement: str = "round robin"  # how ranks were given directories: or "numa"
 
 
 def _nvme_paths(req: RunRequest) -> list[Path]:
@@ -304,12 +319,20 @@ def _nvme_paths(req: RunRequest) -> list[Path]:
     return out
 
 
-def _volumes(paths: list[Path], ranks: int) -> tuple[tuple[str, int | None, int], ...]:
-    """Each filesystem behind the offload paths, with the ranks placed on it (rank r on
-    path r mod len(paths)) and its free space."""
+def _path_numa(tree: SysTree, path: Path) -> int | None:
+    """The NUMA node of the drive(s) behind an offload directory, when they share one."""
+    from iotune.probes.blockdev import disk_numa
+    from iotune.trace.targets import resolve_path
+
+    nodes = {disk_numa(tree, d) for d in resolve_path(tree, str(path)).disks}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def _volumes(rank_paths: list[Path]) -> tuple[tuple[str, int | None, int], ...]:
+    """Each filesystem behind the ranks' offload directories, with the ranks placed on it
+    and its free space."""
     by_dev: dict[int, list[Any]] = {}
-    for r in range(max(1, ranks)):
-        path = paths[r % len(paths)]
+    for path in rank_paths:
         entry = by_dev.setdefault(os.stat(path).st_dev, [[], shutil.disk_usage(path).free, 0])
         if str(path) not in entry[0]:
             entry[0].append(str(path))
@@ -331,7 +354,15 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
             f"run directory {req.out} is not empty",
             hint="name a new --out directory (a run's records are never mixed with another's)",
         )
-    swap_dirs = [n / f"{SWAP_PREFIX}{req.out.name}-{os.getpid()}" for n in nvmes]
+    gpus = Gpus(None, None)
+    if p.accelerator == "cuda":
+        gpus = req.gpu if req.gpu is not None else gpu_info()
+    rank_paths, placement = (
+        place(nvmes, p.ranks, [_path_numa(tree, n) for n in nvmes], list(gpus.numa))
+        if nvmes
+        else ([], "round robin")
+    )
+    swap_dirs = [n / f"{SWAP_PREFIX}{req.out.name}-{os.getpid()}" for n in rank_paths]
     busy = [u for n in nvmes for u in swap_dir_users(n)]
     if busy and not req.force:
         raise Refused(
@@ -348,16 +379,14 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     if nvmes:
         targets = functools.reduce(merged, [resolve_path(tree, str(n)) for n in nvmes])
         raid_level = next((a.level for a in targets.arrays if a.level), None)
-    gpu_name = gpu_bytes = None
-    gpu_count = None
+    gpu_name, gpu_bytes, gpu_count = gpus.name, gpus.memory, gpus.count
     if p.accelerator == "cuda":
-        gpu_name, gpu_bytes, gpu_count = req.gpu if req.gpu is not None else gpu_info()
         if gpu_bytes is None and not req.force:
             raise Refused(
                 f"{p.name} trains on a CUDA GPU and this host has none that torch can use",
                 hint="run a CPU preset (iotune presets list: tiny_*), or --set accelerator=cpu",
             )
-        if gpu_count is not None and 0 < gpu_count < p.ranks and not req.force:
+        if 0 < gpu_count < p.ranks and not req.force:
             raise Refused(
                 f"{p.ranks} ranks need {p.ranks} GPUs; this host has {gpu_count}",
                 hint=f"--ranks {gpu_count} or fewer (one rank per GPU)",
@@ -369,8 +398,8 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         nvme_free=shutil.disk_usage(nvme).free if nvme else None,
         nvme_fs=fs,
         raid_level=raid_level,
-        gpu_count=gpu_count,
-        volumes=_volumes(nvmes, p.ranks) if nvmes else (),
+        gpu_count=gpu_count if p.accelerator == "cuda" else None,
+        volumes=_volumes(rank_paths) if rank_paths else (),
     )
     short = preflight(est, res, ", ".join(map(str, nvmes)) or None)
     if p.strategy.raid and raid_level != "raid0":
@@ -391,7 +420,7 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
             hint="free space or memory, pick a smaller preset, or --force to try anyway",
         )
     req.notes.extend(f"{p.name} needs {s.describe()} (run with --force)" for s in short)
-    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs)
+    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs, placement)
 
 
 def worker_spec(
@@ -844,6 +873,7 @@ def build_result(
         "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
         "nvme_paths": [str(x) for x in prep.nvme_paths],
         "swap_dirs": [str(x) for x in prep.swap_dirs],
+        "placement": prep.placement if len(prep.nvme_paths) > 1 else None,
         "ranks": p.ranks,
         "nodes": p.nodes,
         "world": p.world,

@@ -19,6 +19,17 @@ from typing import Any
 from iotune.workers import private_stdout
 
 
+def _gpu_numa(props: Any) -> int | None:
+    """The NUMA node of a GPU's PCI device (sysfs), None where the kernel does not know."""
+    try:
+        addr = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        with open(f"/sys/bus/pci/devices/{addr}/numa_node") as fh:
+            node = int(fh.read().strip())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
 def probe(build: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"torch": None, "cuda": None, "gpus": [], "deepspeed": None, "aio": None}
     try:
@@ -31,7 +42,14 @@ def probe(build: bool) -> dict[str, Any]:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            out["gpus"].append({"index": i, "name": p.name, "memory_bytes": int(p.total_memory)})
+            out["gpus"].append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "memory_bytes": int(p.total_memory),
+                    "numa_node": _gpu_numa(p),
+                }
+            )
     else:
         # DeepSpeed runs on a CPU-only torch with its cpu accelerator (gloo backend)
         os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -12,7 +12,7 @@ import pytest
 
 from iotune.errors import UsageError
 from iotune.train.estimate import estimate, rank_tensors
-from iotune.train.launch import Launch, launch_command, plan_launch, read_hostfile
+from iotune.train.launch import Launch, launch_command, place, plan_launch, read_hostfile
 from iotune.train.presets import ds_config, preset_with
 from iotune.train.runner import (
     Resources,
@@ -239,3 +239,18 @@ def test_a_busy_offload_directory_is_named(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_ranks_get_numa_local_offload_directories() -> None:
+    a, b, c = Path("/mnt/a"), Path("/mnt/b"), Path("/mnt/c")
+    # drives a, c on node 0, b on node 1; GPUs 0, 1 on node 0, GPUs 2, 3 on node 1
+    paths, how = place([a, b, c], 4, [0, 1, 0], [0, 0, 1, 1])
+    assert (paths, how) == ([a, c, b, b], "numa")
+    # a NUMA node unknown on either side, or every drive on one node: round robin
+    rr = [a, b, c, a]
+    assert place([a, b, c], 4, [0, None, 0], [0, 0, 1, 1]) == (rr, "round robin")
+    assert place([a, b, c], 4, [0, 1, 0], [0, 0, None, 1]) == (rr, "round robin")
+    assert place([a, b, c], 4, [0, 0, 0], [0, 0, 1, 1]) == (rr, "round robin")
+    # a GPU on a node without a drive: round robin for all
+    assert place([a, b], 3, [0, 1], [0, 1, 2])[1] == "round robin"
+    assert place([a], 2, [0], [0, 1]) == ([a, a], "round robin")
