@@ -29,14 +29,6 @@ struct size_key {
     u32 pad;
 };
 
-/* one counter per (device, operation, log2 slot of the size), for display only */
-struct hist_key {
-    u32 dev;
-    u32 op;
-    u32 slot;
-    u32 pad;
-};
-
 /* completions per (device, operation): what /sys/block/<dev>/stat accounts */
 struct done_key {
     u32 dev;

@@ -31,15 +31,14 @@
 // completion (which do not take bpf_prog_active) count the events that fire on a busy CPU:
 // `nested` is an upper bound of the events this tracer's own programs made the kernel skip.
 //
-// Compile-time constants (bcc cflags): MAX_SIZES, MAX_HIST, FILTER (1: only devices in
+// Compile-time constants (bcc cflags): MAX_SIZES, FILTER (1: only devices in
 // `devices` are counted), OWNERS (1: attribute bios to submitters).
 #include "iotune.h"
 
 BPF_HASH(sizes, struct size_key, u64, MAX_SIZES);
-BPF_HASH(hist, struct hist_key, u64, MAX_HIST);
 BPF_HASH(devices, u32, u8, 1024);
 BPF_HASH(done, struct done_key, struct done_val, 4096);
-BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] hist, [2] done, [3] owners */
+BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] unused, [2] done, [3] owners */
 BPF_PERCPU_ARRAY(busy, u32, 1);  /* 1 while one of the tracepoint programs below runs */
 BPF_ARRAY(nested, u64, 2);  /* events that fired on a busy CPU: [0] issues, [1] completions */
 
@@ -93,8 +92,9 @@ static __always_inline void count_drop(int which)
         __sync_fetch_and_add(d, 1);
 }
 
-/* add `delta` to the (dev, op, size) counter and its log2 slot; an issue creates missing
- * entries (a full map is counted in `dropped`), a requeue only takes back what exists */
+/* add `delta` to the (dev, op, size) counter; an issue creates a missing entry (a full map
+ * is counted in `dropped`), a requeue only takes back what exists. The log2 histogram is
+ * derived from these exact counts in user space: one map update per request, not two */
 static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool create)
 {
     u64 zero = 0, *val;
@@ -105,17 +105,6 @@ static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool cre
         val = sizes.lookup(&sk);
         if (!val)
             count_drop(0);
-    }
-    if (val)
-        __sync_fetch_and_add(val, delta);
-
-    struct hist_key hk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) : 0};
-    val = hist.lookup(&hk);
-    if (!val && create) {
-        hist.insert(&hk, &zero);
-        val = hist.lookup(&hk);
-        if (!val)
-            count_drop(1);
     }
     if (val)
         __sync_fetch_and_add(val, delta);

@@ -12,7 +12,6 @@ from iotune.paths import bpf_source
 log = logging.getLogger("iotune.trace")
 
 MAX_SIZES = 65536  # distinct (dev, op, size) keys; sizes are 512-byte multiples ≤ max_sectors_kb
-MAX_HIST = 8192
 
 
 class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
@@ -52,7 +51,6 @@ class ReqSizeTracer:
         cflags = [
             f"-I{source.parent}",
             f"-DMAX_SIZES={MAX_SIZES}",
-            f"-DMAX_HIST={MAX_HIST}",
             f"-DFILTER={1 if devs else 0}",
             f"-DOWNERS={1 if owners else 0}",
         ]
@@ -75,7 +73,9 @@ class ReqSizeTracer:
         return {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
 
     def hist(self) -> dict[tuple[int, int, int], int]:
-        return {(k.dev, k.op, k.slot): v.value for k, v in self._bpf["hist"].items()}
+        """(dev, op, log2 slot) -> requests, from the exact counts (bcc's bpf_log2l slots:
+        slot k holds sizes in [2^(k-1), 2^k - 1], slot 0 the empty requests)."""
+        return log2_hist(self.counts())
 
     def done(self) -> Done:
         return {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
@@ -130,3 +130,12 @@ class ReqSizeTracer:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+
+def log2_hist(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, int], int]:
+    """A log2 histogram from exact (dev, op, bytes) counts. Pure."""
+    out: dict[tuple[int, int, int], int] = {}
+    for (dev, op, size), n in counts.items():
+        key = (dev, op, size.bit_length())
+        out[key] = out.get(key, 0) + n
+    return {k: v for k, v in out.items() if v}

@@ -383,7 +383,6 @@ class Tracer:
             "samples": len(self.samples),
             "dropped": {
                 "sizes": dropped[0],
-                "hist": dropped[1],
                 "completions": dropped[2],
                 "owners": dropped[3],
             },

@@ -302,3 +302,13 @@ def test_missed_events_take_the_larger_of_the_kernels_and_the_tracers_count() ->
     )
     assert got == (2, 3)
     assert model.missed_events({}) == (0, 0)
+
+
+def test_log2_histogram_is_derived_from_the_exact_counts() -> None:
+    from iotune.trace.bpf import log2_hist
+
+    counts = {(7, 1, 512 * K): 3, (7, 1, 1023 * K): 2, (7, 1, 1024 * K): 1, (7, 3, 0): 4,
+              (7, 0, 4 * K): 0}  # fmt: skip
+    assert log2_hist(counts) == {(7, 1, 20): 5, (7, 1, 21): 1, (7, 3, 0): 4}
+    # slot k holds [2^(k-1), 2^k - 1], as bcc's bpf_log2l numbers them
+    assert model.slot_range(20) == (512 * K, 1024 * K - 1)
