@@ -31,12 +31,24 @@
 // completion (which do not take bpf_prog_active) count the events that fire on a busy CPU:
 // `nested` is an upper bound of the events this tracer's own programs made the kernel skip.
 //
-// Compile-time constants (bcc cflags): MAX_SIZES, FILTER (1: only devices in
+// Compile-time constants (bcc cflags): MAX_SIZES, SLOT_DEVS (rows of the arrays: the first
+// traced devices), SLOT_SECTORS (the largest size they count, in sectors), DONE_OPS, FILTER (1: only devices in
 // `devices` are counted), OWNERS (1: attribute bios to submitters).
 #include "iotune.h"
 
 BPF_HASH(sizes, struct size_key, u64, MAX_SIZES);
-BPF_HASH(devices, u32, u8, 1024);
+/* value: 1 + the device's row in the arrays below, or NO_ROW for a device without one */
+BPF_HASH(devices, u32, u32, 1024);
+#define NO_ROW 0xffff
+#if SLOT_DEVS
+/* The common case without a hash lookup: reads and writes whose size is a whole number of
+ * sectors up to SLOT_SECTORS count in a plain array, row by device, column by op and size
+ * in sectors; completions count per device and op in another. User space reads both through
+ * a read-only mmap (BPF_F_MMAPABLE), no system call per counter. Any other request goes to
+ * the hash maps. */
+BPF_F_TABLE("array", u32, u64, slots, SLOT_DEVS * 2 * (SLOT_SECTORS + 1), (1U << 10));
+BPF_F_TABLE("array", u32, struct done_val, dones, SLOT_DEVS * DONE_OPS, (1U << 10));
+#endif
 BPF_HASH(done, struct done_key, struct done_val, 4096);
 BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] unused, [2] done, [3] owners */
 BPF_PERCPU_ARRAY(busy, u32, 1);  /* 1 while one of the tracepoint programs below runs */
@@ -61,12 +73,14 @@ static __always_inline void count_nested(int which)
     }
 }
 
-static __always_inline bool traced(u32 dev)
+/* 0: not traced; else 1 + the device's row, or NO_ROW */
+static __always_inline u32 traced(u32 dev)
 {
 #if FILTER
-    return devices.lookup(&dev) != NULL;
+    u32 *row = devices.lookup(&dev);
+    return row ? *row : 0;
 #else
-    return true;
+    return NO_ROW;
 #endif
 }
 
@@ -95,9 +109,18 @@ static __always_inline void count_drop(int which)
 /* add `delta` to the (dev, op, size) counter; an issue creates a missing entry (a full map
  * is counted in `dropped`), a requeue only takes back what exists. The log2 histogram is
  * derived from these exact counts in user space: one map update per request, not two */
-static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool create)
+static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta, bool create)
 {
     u64 zero = 0, *val;
+#if SLOT_DEVS
+    if (row <= SLOT_DEVS && op <= OP_WRITE && !(bytes & 511) && (bytes >> 9) <= SLOT_SECTORS) {
+        u32 i = ((row - 1) * 2 + op) * (SLOT_SECTORS + 1) + (bytes >> 9);
+        val = slots.lookup(&i);
+        if (val)
+            __sync_fetch_and_add(val, delta);
+        return;
+    }
+#endif
     struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
     val = sizes.lookup(&sk);
     if (!val && create) {
@@ -113,9 +136,9 @@ static __always_inline void bump(u32 dev, u32 op, u32 bytes, u64 delta, bool cre
 TRACEPOINT_PROBE(block, block_rq_issue)
 {
     set_busy(1);
-    u32 dev = args->dev;
-    if (traced(dev))
-        bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
+    u32 dev = args->dev, row = traced(dev);
+    if (row)
+        bump(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
     set_busy(0);
     return 0;
 }
@@ -125,14 +148,16 @@ TRACEPOINT_PROBE(block, block_rq_issue)
 TRACEPOINT_PROBE(block, block_rq_requeue)
 {
     set_busy(1);
-    u32 dev = args->dev;
-    if (traced(dev))
-        bump(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1, false);
+    u32 dev = args->dev, row = traced(dev);
+    if (row)
+        bump(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1,
+             false);
     set_busy(0);
     return 0;
 }
 
-static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector, u64 sector, char zeroes)
+static __always_inline void count_done(u32 row, u32 dev, u32 op, u32 nr_sector, u64 sector,
+                                       char zeroes)
 {
     struct done_key k = {.dev = dev, .op = op};
     /* blk_insert_flush() clears REQ_PREFLUSH once it has planned the flush, so the empty
@@ -140,7 +165,19 @@ static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector, u64 secto
      * the final end of a sequenced data write (iotune.h), which sits past its data */
     if (k.op == OP_WRITE && nr_sector == 0 && !zeroes)
         k.op = sector ? OP_FLUSH_SEQ_DONE : OP_EMPTY_PREFLUSH;
-    struct done_val zero = {}, *val = done.lookup(&k);
+    struct done_val zero = {}, *val;
+#if SLOT_DEVS
+    if (row <= SLOT_DEVS && k.op < DONE_OPS) {
+        u32 i = (row - 1) * DONE_OPS + k.op;
+        val = dones.lookup(&i);
+        if (val) {
+            __sync_fetch_and_add(&val->ios, 1);
+            __sync_fetch_and_add(&val->sectors, nr_sector);
+        }
+        return;
+    }
+#endif
+    val = done.lookup(&k);
     if (!val) {
         done.insert(&k, &zero);
         val = done.lookup(&k);
@@ -157,10 +194,10 @@ static __always_inline void count_done(u32 dev, u32 op, u32 nr_sector, u64 secto
 TRACEPOINT_PROBE(block, block_rq_complete)
 {
     set_busy(1);
-    u32 dev = args->dev;
-    if (traced(dev))
-        count_done(dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector, args->sector,
-                   args->rwbs[0] == 'W' && args->rwbs[1] == 'Z');
+    u32 dev = args->dev, row = traced(dev);
+    if (row)
+        count_done(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector,
+                   args->sector, args->rwbs[0] == 'W' && args->rwbs[1] == 'Z');
     set_busy(0);
     return 0;
 }
@@ -183,6 +220,9 @@ RAW_TRACEPOINT_PROBE(block_rq_complete)
 BPF_HASH(workload, u32, u8, 65536);
 BPF_HASH(owners, struct owner_key, struct owner_val, 4096);
 BPF_HASH(comms, u32, struct comm_val, 1024);
+#if SLOT_DEVS
+BPF_F_TABLE("array", u32, struct owner_val, wowners, SLOT_DEVS * OWNER_OPS, (1U << 10));
+#endif
 
 static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
 {
@@ -203,11 +243,25 @@ static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
 TRACEPOINT_PROBE(block, block_bio_queue)
 {
     set_busy(1);
-    u32 dev = args->dev;
-    if (traced(dev)) {
+    u32 dev = args->dev, row = traced(dev);
+    if (row) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         struct owner_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
-        if (!workload.lookup(&tgid)) {
+        bool mine = workload.lookup(&tgid) != NULL;
+#if SLOT_DEVS
+        if (mine && row <= SLOT_DEVS) {
+            /* the workload's bios: a plain array by device and op, as for the sizes */
+            u32 i = (row - 1) * OWNER_OPS + k.op;
+            struct owner_val *w = wowners.lookup(&i);
+            if (w) {
+                __sync_fetch_and_add(&w->bios, 1);
+                __sync_fetch_and_add(&w->sectors, args->nr_sector);
+            }
+            set_busy(0);
+            return 0;
+        }
+#endif
+        if (!mine) {
             k.tgid = tgid;
             struct comm_val c = {};
             __builtin_memcpy(c.comm, args->comm, sizeof(c.comm));

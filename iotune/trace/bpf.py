@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 from typing import Any
 
 from iotune.errors import IotuneError
@@ -11,6 +12,15 @@ from iotune.paths import bpf_source
 
 log = logging.getLogger("iotune.trace")
 
+#: devices with a row in the in-kernel arrays (the rest use the hash maps only)
+SLOT_DEVS = 16
+#: the largest request the arrays count, in 512-byte sectors (1 MiB; larger ones: hash map)
+SLOT_SECTORS = 2048
+#: completion classes per device (OP_* up to OP_FLUSH_SEQ_DONE) and bio op classes
+DONE_OPS = 8
+OWNER_OPS = 5
+#: a traced device without a row (bpf/reqsize.bpf.c NO_ROW)
+NO_ROW = 0xFFFF
 MAX_SIZES = 65536  # distinct (dev, op, size) keys; sizes are 512-byte multiples ≤ max_sectors_kb
 
 
@@ -51,6 +61,10 @@ class ReqSizeTracer:
         cflags = [
             f"-I{source.parent}",
             f"-DMAX_SIZES={MAX_SIZES}",
+            f"-DSLOT_DEVS={min(len(devs or []), SLOT_DEVS)}",
+            f"-DSLOT_SECTORS={SLOT_SECTORS}",
+            f"-DDONE_OPS={DONE_OPS}",
+            f"-DOWNER_OPS={OWNER_OPS}",
             f"-DFILTER={1 if devs else 0}",
             f"-DOWNERS={1 if owners else 0}",
         ]
@@ -64,13 +78,42 @@ class ReqSizeTracer:
                 hint="'iotune doctor --for trace' checks headers, tracefs and BPF; "
                 "or use --backend diskstats",
             ) from exc
+        # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
+        self.rows = list(devs or [])[:SLOT_DEVS]
         if devs:
             table = self._bpf["devices"]
-            for d in devs:
-                table[ctypes.c_uint32(d)] = ctypes.c_uint8(1)
+            for i, d in enumerate(devs):
+                row = i + 1 if i < SLOT_DEVS else NO_ROW
+                table[ctypes.c_uint32(d)] = ctypes.c_uint32(row)
+        self._views: dict[str, Any] = {}
+        if self.rows:
+            n = len(self.rows)
+            self._views["slots"] = self._view("slots", n * 2 * (SLOT_SECTORS + 1))
+            self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
+            if owners:
+                self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+
+    def _view(self, name: str, words: int) -> Any:
+        """A read-only numpy view of an mmap-able array map: its counters as the kernel
+        updates them, read without a system call."""
+        import numpy as np
+
+        fd = self._bpf[name].map_fd
+        size = -(-words * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        self._maps = [*getattr(self, "_maps", []), mm]
+        return np.frombuffer(mm, dtype=np.uint64, count=words)
 
     def counts(self) -> dict[tuple[int, int, int], int]:
-        return {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
+        out = {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
+        view = self._views.get("slots")
+        if view is not None:
+            width = SLOT_SECTORS + 1
+            for i in view.nonzero()[0].tolist():
+                row, rest = divmod(i, 2 * width)
+                op, sectors = divmod(rest, width)
+                out[(self.rows[row], op, sectors * 512)] = int(view[i])
+        return out
 
     def hist(self) -> dict[tuple[int, int, int], int]:
         """(dev, op, log2 slot) -> requests, from the exact counts (bcc's bpf_log2l slots:
@@ -78,7 +121,14 @@ class ReqSizeTracer:
         return log2_hist(self.counts())
 
     def done(self) -> Done:
-        return {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
+        out = {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
+        view = self._views.get("dones")
+        if view is not None:
+            for i in range(0, len(view), 2):
+                if view[i] or view[i + 1]:
+                    row, op = divmod(i // 2, DONE_OPS)
+                    out[(self.rows[row], op)] = (int(view[i]), int(view[i + 1]))
+        return out
 
     def add_workload(self, pid: int) -> None:
         if self.owners_enabled:
@@ -87,7 +137,14 @@ class ReqSizeTracer:
     def owners(self) -> Owners:
         if not self.owners_enabled:
             return {}
-        return {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._bpf["owners"].items()}
+        out = {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._bpf["owners"].items()}
+        view = self._views.get("wowners")
+        if view is not None:
+            for i in range(0, len(view), 2):
+                if view[i] or view[i + 1]:
+                    row, op = divmod(i // 2, OWNER_OPS)
+                    out[(self.rows[row], op, 0)] = (int(view[i]), int(view[i + 1]))
+        return out
 
     def comms(self) -> dict[int, str]:
         if not self.owners_enabled:
@@ -127,6 +184,10 @@ class ReqSizeTracer:
         return a, b, c, d
 
     def close(self) -> None:
+        self._views = {}
+        for mm in getattr(self, "_maps", []):
+            mm.close()
+        self._maps = []
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
