@@ -32,7 +32,8 @@
 // `nested` is an upper bound of the events this tracer's own programs made the kernel skip.
 //
 // Compile-time constants (bcc cflags): MAX_SIZES, SLOT_DEVS (rows of the arrays: the first
-// traced devices), SLOT_SECTORS (the largest size they count, in sectors), DONE_OPS, FILTER (1: only devices in
+// traced devices, listed in DEVS), SLOT_SECTORS (the largest size they count, in sectors),
+// DONE_OPS, NESTED (1: count events skipped on a busy CPU, for kernels before 6.7), FILTER (1: only devices in
 // `devices` are counted), OWNERS (1: attribute bios to submitters).
 #include "iotune.h"
 
@@ -56,6 +57,9 @@ BPF_ARRAY(nested, u64, 2);  /* events that fired on a busy CPU: [0] issues, [1] 
 
 static __always_inline void set_busy(u32 v)
 {
+#if !NESTED
+    return;  /* the kernel counts the skipped events itself (recursion_misses) */
+#endif
     int zero = 0;
     u32 *b = busy.lookup(&zero);
     if (b)
@@ -76,6 +80,14 @@ static __always_inline void count_nested(int which)
 /* 0: not traced; else 1 + the device's row, or NO_ROW */
 static __always_inline u32 traced(u32 dev)
 {
+#if FILTER && SLOT_DEVS
+    /* the devices with a row, compiled in: compared without a map lookup */
+    u32 rows[SLOT_DEVS] = DEVS;
+#pragma unroll
+    for (int i = 0; i < SLOT_DEVS; i++)
+        if (rows[i] == dev)
+            return i + 1;
+#endif
 #if FILTER
     u32 *row = devices.lookup(&dev);
     return row ? *row : 0;
@@ -204,6 +216,7 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 
 /* no fields read (struct request's layout is the running kernel's, not the headers'): only
  * whether the event fired while a program above ran on this CPU, so was not delivered to it */
+#if NESTED
 RAW_TRACEPOINT_PROBE(block_rq_issue)
 {
     count_nested(0);
@@ -215,6 +228,7 @@ RAW_TRACEPOINT_PROBE(block_rq_complete)
     count_nested(1);
     return 0;
 }
+#endif
 
 #if OWNERS
 BPF_HASH(workload, u32, u8, 65536);
@@ -223,6 +237,34 @@ BPF_HASH(comms, u32, struct comm_val, 1024);
 #if SLOT_DEVS
 BPF_F_TABLE("array", u32, struct owner_val, wowners, SLOT_DEVS * OWNER_OPS, (1U << 10));
 #endif
+
+/* Whether a tgid is the workload's, without a hash lookup per bio: each CPU remembers its
+ * last answer, valid while the workload set has not grown (`generation`, bumped by every
+ * addition; user space starts it at 1, so a CPU's zeroed memory is never valid). */
+struct mine_cache {
+    u32 tgid;
+    u32 mine;
+    u64 generation;
+};
+BPF_PERCPU_ARRAY(mine_last, struct mine_cache, 1);
+BPF_ARRAY(generation, u64, 1);
+
+static __always_inline bool is_workload(u32 tgid)
+{
+    int zero = 0;
+    u64 *gen = generation.lookup(&zero);
+    struct mine_cache *c = mine_last.lookup(&zero);
+    if (!gen || !c)
+        return workload.lookup(&tgid) != NULL;
+    u64 g = *(volatile u64 *)gen;
+    if (g && c->generation == g && c->tgid == tgid)
+        return c->mine;
+    bool mine = workload.lookup(&tgid) != NULL;
+    c->tgid = tgid;
+    c->mine = mine;
+    c->generation = g;
+    return mine;
+}
 
 static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
 {
@@ -247,7 +289,7 @@ TRACEPOINT_PROBE(block, block_bio_queue)
     if (row) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         struct owner_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
-        bool mine = workload.lookup(&tgid) != NULL;
+        bool mine = is_workload(tgid);
 #if SLOT_DEVS
         if (mine && row <= SLOT_DEVS) {
             /* the workload's bios: a plain array by device and op, as for the sizes */
@@ -280,8 +322,13 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
     set_busy(1);
     u32 parent = args->parent_pid, child = args->child_pid;
     u8 one = 1;
-    if (workload.lookup(&parent))
+    if (workload.lookup(&parent)) {
         workload.update(&child, &one);
+        int zero = 0;
+        u64 *gen = generation.lookup(&zero);
+        if (gen)
+            __sync_fetch_and_add(gen, 1);
+    }
     set_busy(0);
     return 0;
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
+import os
+import re
 from typing import Any
 
 from iotune.errors import IotuneError
@@ -48,7 +50,9 @@ class ReqSizeTracer:
     attributed to the workload (processes added with :meth:`add_workload` and everything they
     start) or to their other submitters."""
 
-    def __init__(self, devs: list[int] | None, owners: bool = False) -> None:
+    def __init__(
+        self, devs: list[int] | None, owners: bool = False, nested: bool | None = None
+    ) -> None:
         try:
             import bcc
         except ImportError as exc:
@@ -62,6 +66,9 @@ class ReqSizeTracer:
             f"-I{source.parent}",
             f"-DMAX_SIZES={MAX_SIZES}",
             f"-DSLOT_DEVS={min(len(devs or []), SLOT_DEVS)}",
+            "-DDEVS={" + ",".join(f"{d}U" for d in (devs or [])[:SLOT_DEVS]) + "}",
+            # the raw tracepoints counting skipped events: where the kernel does not
+            f"-DNESTED={int(not kernel_counts_misses() if nested is None else nested)}",
             f"-DSLOT_SECTORS={SLOT_SECTORS}",
             f"-DDONE_OPS={DONE_OPS}",
             f"-DOWNER_OPS={OWNER_OPS}",
@@ -133,6 +140,10 @@ class ReqSizeTracer:
     def add_workload(self, pid: int) -> None:
         if self.owners_enabled:
             self._bpf["workload"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+            # every CPU's cached answer is stale now (bpf/reqsize.bpf.c is_workload)
+            gen = self._bpf["generation"]
+            key = ctypes.c_int(0)
+            gen[key] = ctypes.c_uint64(int(gen[key].value) + 1)
 
     def owners(self) -> Owners:
         if not self.owners_enabled:
@@ -200,3 +211,12 @@ def log2_hist(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, i
         key = (dev, op, size.bit_length())
         out[key] = out.get(key, 0) + n
     return {k: v for k, v in out.items() if v}
+
+
+def kernel_counts_misses(release: str | None = None) -> bool:
+    """Whether the kernel counts the tracepoint events it skips on a CPU busy with another BPF
+    program (recursion_misses of tracepoint programs, 6.7 and later): then the tracer need not
+    count them itself with raw tracepoints."""
+    rel = release or os.uname().release
+    m = re.match(r"(\d+)\.(\d+)", rel)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (6, 7)

@@ -312,3 +312,10 @@ def test_log2_histogram_is_derived_from_the_exact_counts() -> None:
     assert log2_hist(counts) == {(7, 1, 20): 5, (7, 1, 21): 1, (7, 3, 0): 4}
     # slot k holds [2^(k-1), 2^k - 1], as bcc's bpf_log2l numbers them
     assert model.slot_range(20) == (512 * K, 1024 * K - 1)
+
+
+def test_the_kernels_own_miss_count_from_6_7() -> None:
+    from iotune.trace.bpf import kernel_counts_misses
+
+    assert kernel_counts_misses("6.18.44-fc-v657") and kernel_counts_misses("6.7.0")
+    assert not kernel_counts_misses("6.1.0-28-amd64") and not kernel_counts_misses("5.15.0")
