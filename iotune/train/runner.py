@@ -125,9 +125,10 @@ def gpu_info() -> Gpus:
 
 def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
     """Who else is swapping under *path*: another iotune run's live swap directory there
-    (its I/O would be counted as this run's, and DeepSpeed runs sharing one swap folder
-    overwrite each other's files: "buffer nbytes != file bytes"), or a process holding a
-    file open under it. One line each; empty when the path is free."""
+    (its I/O would be counted as this run's), or a process holding one of DeepSpeed's swap
+    files open under it (its ``zero_stage_3`` folders: DeepSpeed runs sharing one swap folder
+    overwrite each other's files, "buffer nbytes != file bytes"). Other files open there
+    (a dataset on the same volume) are not swapping. One line each; empty when free."""
     out = []
     if path.is_dir():
         for d in sorted(path.glob(f"{SWAP_PREFIX}*")):
@@ -148,7 +149,7 @@ def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
                 target = os.readlink(fd)
             except OSError:
                 continue
-            if target.startswith(root):
+            if target.startswith(root) and "zero_stage_3" in target[len(root) :].split("/"):
                 out.append(f"{comm} (pid {entry.name}) has {target} open")
                 break
     return out

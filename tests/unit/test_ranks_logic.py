@@ -227,8 +227,11 @@ def test_a_busy_offload_directory_is_named(tmp_path: Path) -> None:
     held = tmp_path / "zero_stage_3" / "rank0.tensor.swp"
     held.parent.mkdir()
     held.write_bytes(b"x")
-    with held.open("rb") as fh:
-        sleeper = subprocess.Popen(["sleep", "30"], stdin=fh)
+    data = tmp_path / "datasets" / "wiki.txt"  # open, but not a swap file
+    data.parent.mkdir()
+    data.write_text("x")
+    with held.open("rb") as fh, data.open() as other:
+        sleeper = subprocess.Popen(["sleep", "30"], stdin=fh, stdout=other)
     try:
         (tmp_path / f"iotune-swap-run-{sleeper.pid}").mkdir()
         (tmp_path / "iotune-swap-old-999999999").mkdir()  # no such process: a leftover
@@ -236,6 +239,7 @@ def test_a_busy_offload_directory_is_named(tmp_path: Path) -> None:
         assert any(f"iotune run {sleeper.pid} swaps in" in u for u in users)
         assert any(f"sleep (pid {sleeper.pid}) has {held} open" == u for u in users)
         assert not any("999999999" in u for u in users)
+        assert not any("wiki.txt" in u for u in users)
     finally:
         sleeper.kill()
         sleeper.wait()
