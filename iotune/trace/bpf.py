@@ -53,6 +53,10 @@ class ReqSizeTracer:
     def __init__(
         self, devs: list[int] | None, owners: bool = False, nested: bool | None = None
     ) -> None:
+        # before the programs attach: what runs between attaching and the first sample
+        # widens the window in which bios are counted and requests are not
+        import numpy  # noqa: F401 - imported here for _view, before the attach
+
         try:
             import bcc
         except ImportError as exc:
@@ -195,9 +199,9 @@ class ReqSizeTracer:
         return a, b, c, d
 
     def close(self) -> None:
+        # the mappings go with the last view of them (an mmap cannot close while a numpy
+        # array still exports its buffer)
         self._views = {}
-        for mm in getattr(self, "_maps", []):
-            mm.close()
         self._maps = []
         if self._bpf is not None:
             self._bpf.cleanup()
