@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,21 @@ def iotune(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def iotune_json(*args: str) -> Any:
     return json.loads(iotune("--json", *args).stdout)
+
+
+def interrupt_after_steps(child: subprocess.Popen[str], steps: Path, n: int) -> str:
+    """Ctrl-C a training run once *steps* holds n step events (ranks each write their own);
+    returns its stderr, after checking it exited like an interrupted program (130)."""
+    deadline = time.monotonic() + 300
+    while not (steps.exists() and steps.read_text().count('"event": "step"') >= n):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "interrupted (SIGINT) after" in stderr
+    return stderr
 
 
 class LoopDevices:

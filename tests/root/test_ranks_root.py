@@ -5,16 +5,14 @@ a busy offload directory, and two "nodes" of one host without ssh."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.root.conftest import IOTUNE, LoopDevices, iotune, iotune_json
+from tests.root.conftest import IOTUNE, LoopDevices, interrupt_after_steps, iotune, iotune_json
 
 MIB = 1 << 20
 
@@ -156,16 +154,7 @@ def test_ctrl_c_stops_every_rank_and_keeps_the_records(
          "--nvme-path", str(mnt), "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    steps = out / "steps.jsonl"
-    deadline = time.monotonic() + 300
-    while not (steps.exists() and steps.read_text().count('"event": "step"') >= 4):
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    child.send_signal(signal.SIGINT)
-    _, stderr = child.communicate(timeout=120)
-    assert child.returncode == 130, stderr
-    assert "interrupted (SIGINT) after" in stderr
+    interrupt_after_steps(child, out / "steps.jsonl", 4)
     assert _no_rank_left(out / "spec.json")
     doc = json.loads((out / "run.json").read_text())
     assert doc["interrupted"] == "SIGINT" and doc["steps_done"] >= 2

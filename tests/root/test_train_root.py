@@ -5,16 +5,14 @@ kernel's counters and against `iotune estimate`."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.root.conftest import IOTUNE, LoopDevices, iotune, iotune_json
+from tests.root.conftest import IOTUNE, LoopDevices, interrupt_after_steps, iotune, iotune_json
 
 MIB = 1 << 20
 
@@ -181,15 +179,7 @@ def test_kill_mid_run_keeps_step_records_and_trace(
         stderr=subprocess.PIPE,
         text=True,
     )
-    steps = out / "steps.jsonl"
-    deadline = time.monotonic() + 300
-    while not (steps.exists() and steps.read_text().count('"event": "step"') >= 2):
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    child.send_signal(signal.SIGINT)
-    _, stderr = child.communicate(timeout=120)
-    assert child.returncode == 130, stderr
+    stderr = interrupt_after_steps(child, out / "steps.jsonl", 2)
     assert (
         "interrupted (SIGINT) after" in stderr
         and "Traceback" not in stderr.split("iotune: running")[-1]
