@@ -321,6 +321,10 @@ def main() -> None:
                 "swap": swap_bytes(swap_dir, rank),
             }
         )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import deepspeed.comm as ds_comm
+
+        ds_comm.barrier()  # no rank leaves while another is still in the last step
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -337,3 +341,9 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         sys.stderr.write("iotune training worker: interrupted\n")
         sys.exit(130)
+    # Every step is recorded (each event is written and closed as it is emitted) and every
+    # rank has passed the final barrier: leave without the interpreter's teardown, where the
+    # destructors of DeepSpeed's and gloo's C++ threads can abort a rank of a multi-rank run
+    # after its work is done ("terminate called without an active exception", SIGABRT)
+    sys.stderr.flush()
+    os._exit(0)
