@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from iotune.errors import UsageError
+from iotune.train.launch import LAUNCHERS
 
 
 @dataclass
@@ -109,7 +110,7 @@ def run_options(f: Any) -> Any:
             ),
             click.option(
                 "--launcher",
-                type=click.Choice(["pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm"]),
+                type=click.Choice(LAUNCHERS),
                 help="With --hostfile and no --node-rank: how DeepSpeed starts the other nodes "
                 "(default pdsh, over ssh).",
             ),

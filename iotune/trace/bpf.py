@@ -7,6 +7,7 @@ import logging
 import mmap
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from iotune.errors import IotuneError
@@ -133,13 +134,20 @@ class ReqSizeTracer:
 
     def done(self) -> Done:
         out = {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
-        view = self._views.get("dones")
-        if view is not None:
-            for i in range(0, len(view), 2):
-                if view[i] or view[i + 1]:
-                    row, op = divmod(i // 2, DONE_OPS)
-                    out[(self.rows[row], op)] = (int(view[i]), int(view[i + 1]))
+        for dev, op, pair in self._pairs("dones", DONE_OPS):
+            out[(dev, op)] = pair
         return out
+
+    def _pairs(self, name: str, ops: int) -> Iterator[tuple[int, int, tuple[int, int]]]:
+        """(dev, op, (count, sectors)) of every non-zero entry of an array of two-counter
+        values with *ops* entries per device row (dones, wowners)."""
+        view = self._views.get(name)
+        if view is None:
+            return
+        pairs = view.reshape(-1, 2)
+        for i in pairs.any(axis=1).nonzero()[0].tolist():
+            row, op = divmod(i, ops)
+            yield self.rows[row], op, (int(pairs[i, 0]), int(pairs[i, 1]))
 
     def add_workload(self, pid: int) -> None:
         if self.owners_enabled:
@@ -153,12 +161,8 @@ class ReqSizeTracer:
         if not self.owners_enabled:
             return {}
         out = {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._bpf["owners"].items()}
-        view = self._views.get("wowners")
-        if view is not None:
-            for i in range(0, len(view), 2):
-                if view[i] or view[i + 1]:
-                    row, op = divmod(i // 2, OWNER_OPS)
-                    out[(self.rows[row], op, 0)] = (int(view[i]), int(view[i + 1]))
+        for dev, op, pair in self._pairs("wowners", OWNER_OPS):
+            out[(dev, op, 0)] = pair  # tgid 0: the workload
         return out
 
     def comms(self) -> dict[int, str]:

@@ -123,7 +123,7 @@ def gpu_info() -> Gpus:
     )
 
 
-def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
+def swap_dir_users(path: Path) -> list[str]:
     """Who else is swapping under *path*: another iotune run's live swap directory there
     (its I/O would be counted as this run's), or a process holding one of DeepSpeed's swap
     files open under it (its ``zero_stage_3`` folders: DeepSpeed runs sharing one swap folder
@@ -133,7 +133,7 @@ def swap_dir_users(path: Path, own: Path | None = None) -> list[str]:
     if path.is_dir():
         for d in sorted(path.glob(f"{SWAP_PREFIX}*")):
             _, _, pid = d.name.rpartition("-")
-            if d != own and pid.isdigit() and Path(f"/proc/{pid}").exists():
+            if pid.isdigit() and Path(f"/proc/{pid}").exists():
                 out.append(f"iotune run {pid} swaps in {d}")
     root = str(path).rstrip("/") + "/"
     for entry in Path("/proc").iterdir():
@@ -320,12 +320,11 @@ def _nvme_paths(req: RunRequest) -> list[Path]:
     return out
 
 
-def _path_numa(tree: SysTree, path: Path) -> int | None:
+def _numa_of(tree: SysTree, targets: Any) -> int | None:
     """The NUMA node of the drive(s) behind an offload directory, when they share one."""
     from iotune.probes.blockdev import disk_numa
-    from iotune.trace.targets import resolve_path
 
-    nodes = {disk_numa(tree, d) for d in resolve_path(tree, str(path)).disks}
+    nodes = {disk_numa(tree, d) for d in targets.disks}
     return nodes.pop() if len(nodes) == 1 else None
 
 
@@ -358,8 +357,9 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     gpus = Gpus(None, None)
     if p.accelerator == "cuda":
         gpus = req.gpu if req.gpu is not None else gpu_info()
+    behind = [resolve_path(tree, str(n)) for n in nvmes]  # each directory's drives
     rank_paths, placement = (
-        place(nvmes, p.ranks, [_path_numa(tree, n) for n in nvmes], list(gpus.numa))
+        place(nvmes, p.ranks, [_numa_of(tree, t) for t in behind], list(gpus.numa))
         if nvmes
         else ([], "round robin")
     )
@@ -377,8 +377,8 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     est = estimate(p, cfg)
     targets = Targets(disks=())
     raid_level = None
-    if nvmes:
-        targets = functools.reduce(merged, [resolve_path(tree, str(n)) for n in nvmes])
+    if behind:
+        targets = functools.reduce(merged, behind)
         raid_level = next((a.level for a in targets.arrays if a.level), None)
     gpu_name, gpu_bytes, gpu_count = gpus.name, gpus.memory, gpus.count
     if p.accelerator == "cuda":
@@ -425,11 +425,7 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
 
 
 def worker_spec(
-    p: Preset,
-    cfg: dict[str, Any],
-    run_dir: Path,
-    swap_dir: Path | None,
-    swap_dirs: list[Path] | None = None,
+    p: Preset, cfg: dict[str, Any], run_dir: Path, swap_dirs: list[Path]
 ) -> dict[str, Any]:
     """What the training worker (iotune.workers.train) reads from its spec.json."""
     return {
@@ -444,9 +440,8 @@ def worker_spec(
         "zero_init": p.zero_init,
         "model": p.geometry.llama_config(),
         "ds_config": cfg,
-        "swap_dir": str(swap_dir) if swap_dir else None,
-        # one per rank of this node, round robin (--nvme-path A,B)
-        "swap_dirs": [str(d) for d in swap_dirs or ([swap_dir] if swap_dir else [])],
+        # DeepSpeed's nvme_path for each rank of this node (none without NVMe offload)
+        "swap_dirs": [str(d) for d in swap_dirs],
         "data": None,
     }
 
@@ -458,7 +453,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
     p = prep.preset
-    spec = worker_spec(p, prep.cfg, out, prep.swap_dir, prep.swap_dirs)
+    spec = worker_spec(p, prep.cfg, out, prep.swap_dirs)
     if req.data is not None:
         from iotune.train.data import prepare as prepare_data
 
@@ -710,30 +705,27 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def per_rank(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each rank's steady step (median over the steps after the first; the first when there
-    is only one), peak host RSS and swap files. Pure."""
-    later = steps[1:] or steps
-    ranks: dict[int, list[dict[str, Any]]] = {}
-    for s in later:
-        for r in s.get("ranks", []):
-            ranks.setdefault(int(r["rank"]), []).append(r)
+    is only one), its own storage I/O per steady step (from its /proc/PID/io), peak host RSS
+    and swap files. Pure."""
     every: dict[int, list[dict[str, Any]]] = {}
     for s in steps:
         for r in s.get("ranks", []):
             every.setdefault(int(r["rank"]), []).append(r)
     out = []
-    for rank, recs in sorted(ranks.items()):
-        allr = every[rank]
-        # the rank's own storage I/O per steady step, from its /proc/self/io
+    for rank, allr in sorted(every.items()):
+        recs = allr[1:] or allr
         io = [
-            (b["proc_io"], a["proc_io"])
+            (a["proc_io"], b["proc_io"])
             for a, b in itertools.pairwise(allr)
-            if a.get("proc_io") and b.get("proc_io") and b in recs
+            if a.get("proc_io") and b.get("proc_io")
         ]
         moved = {
-            f"{k.split('_')[0]}_bytes_per_step": int(statistics.median(b[k] - a[k] for b, a in io))
+            f"{op}_bytes_per_step": int(
+                statistics.median(b[f"{op}_bytes"] - a[f"{op}_bytes"] for a, b in io)
+            )
             if io
             else None
-            for k in ("read_bytes", "write_bytes")
+            for op in ("read", "write")
         }
         out.append(
             {

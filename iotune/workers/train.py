@@ -154,9 +154,9 @@ def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:
 
 
 def rank_swap_dir(spec: dict[str, Any], local_rank: int) -> str | None:
-    """This rank's offload directory: one of several (``--nvme-path A,B``) by local rank,
-    round robin, or the run's one directory."""
-    dirs = spec.get("swap_dirs") or ([spec["swap_dir"]] if spec.get("swap_dir") else [])
+    """This rank's offload directory (the spec lists one per rank of the node), or None
+    without NVMe offload."""
+    dirs = spec["swap_dirs"]
     return str(dirs[local_rank % len(dirs)]) if dirs else None
 
 
