@@ -118,8 +118,10 @@ class ReqSizeTracer:
 
     def counts(self) -> dict[tuple[int, int, int], int]:
         out = {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
-        view = self._views.get("slots")
-        if view is not None:
+        live = self._views.get("slots")
+        if live is not None:
+            # one copy, then read: the kernel updates the live view while we look at it
+            view = live.copy()
             width = SLOT_SECTORS + 1
             for i in view.nonzero()[0].tolist():
                 row, rest = divmod(i, 2 * width)
@@ -144,7 +146,7 @@ class ReqSizeTracer:
         view = self._views.get(name)
         if view is None:
             return
-        pairs = view.reshape(-1, 2)
+        pairs = view.copy().reshape(-1, 2)  # a snapshot: the kernel updates the view
         for i in pairs.any(axis=1).nonzero()[0].tolist():
             row, op = divmod(i, ops)
             yield self.rows[row], op, (int(pairs[i, 0]), int(pairs[i, 1]))
