@@ -7,7 +7,9 @@
    fresh draw of the measurement noise): points measured and the ratio of their bests.
 
     sudo .venv/bin/python benchmarks/sweep_aio.py [--ram-mib 3072] [--target DIR]
-                                                 [--io-size 512M] [--seeds 3]
+                                                 [--io-size 512M] [--seeds 3] [--keep DIR]
+                                                 [--block-size 256K,1M,4M]
+                                                 [--queue-depth 4,16,64] [--threads 1,2]
 
 With --ram-mib (the default) the target is an ext4 volume on a loop device with direct I/O
 over a file in /dev/shm: RAM behind the whole block layer, so what differs between AIO and
@@ -30,30 +32,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-IOTUNE = str(Path(sys.executable).parent / "iotune")
-SPACE = [
-    "--block-size",
-    "256K,1M,4M",
-    "--queue-depth",
-    "4,16,64",
-    "--threads",
-    "1,2",
-    "--single-submit",
-    "false",
-    "--overlap-events",
-    "false,true",
-]
+_SCRIPT = Path(sys.executable).parent / "iotune"
+# the virtualenv's command, or the package on PYTHONPATH where iotune is not installed
+IOTUNE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "iotune"]
+FIXED = ["--single-submit", "false", "--overlap-events", "false,true"]
 GIB = 2**30
 
 
-def sweep(target: Path, out: Path, strategy: str, io_size: str, fio: bool) -> dict[str, Any]:
+def sweep(
+    target: Path, out: Path, strategy: str, io_size: str, fio: bool, space: list[str]
+) -> dict[str, Any]:
     argv = [
-        IOTUNE,
+        *IOTUNE,
         "--json",
         "sweep-aio",
         "--target",
         str(target),
-        *SPACE,
+        *space,
         "--io-size",
         io_size,
         "--repeats",
@@ -111,17 +106,27 @@ def main() -> None:
     ap.add_argument("--ram-mib", type=int, default=3072)
     ap.add_argument("--io-size", default="512M")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--block-size", default="256K,1M,4M")
+    ap.add_argument("--queue-depth", default="4,16,64")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--keep", help="keep the sweeps' records in this directory")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="iotune-bench-runs-"))
+    space = ["--block-size", args.block_size, "--queue-depth", args.queue_depth]
+    space += ["--threads", args.threads, *FIXED]
+    if args.keep:
+        work = Path(args.keep)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="iotune-bench-runs-"))
     place = directory(args.target) if args.target else ram_volume(args.ram_mib)
     with place as target:
-        grid = sweep(target, work / "grid", "grid", args.io_size, fio=True)
+        grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
         adaptive = [
-            sweep(target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False)
+            sweep(target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False, space=space)
             for i in range(args.seeds)
         ]
     where = args.target or f"ext4 on a direct-I/O loop device over {args.ram_mib} MiB of /dev/shm"
-    print(f"target: {where} (io-size {args.io_size}, space: {' '.join(SPACE)})")
+    print(f"target: {where} (io-size {args.io_size}, space: {' '.join(space)})")
     print("\n1. best AIO against fio's best over the grid (fio: one job per AIO thread)")
     for op, f in grid["fio_best"].items():
         r = grid["best"][op]

@@ -1,4 +1,5 @@
-"""The one process gateway: every external program iotune starts goes through :func:`run`.
+"""The one process gateway: every external program iotune starts goes through :func:`run`
+(or, for long-running ones, :func:`spawn` and :class:`JsonWorker`).
 
 argv lists only (never a shell), a timeout on every call, the exact command logged under
 ``--debug``, and failures raised as typed errors carrying argv, exit code and stderr tail.
@@ -6,13 +7,16 @@ argv lists only (never a shell), a timeout on every call, the exact command logg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import selectors
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -176,3 +180,121 @@ def worker_json(done: Completed) -> dict[str, Any]:
             done.argv, done.returncode, done.stdout, done.stderr[-STDERR_TAIL_CHARS:]
         )
     return value
+
+
+class JsonWorker:
+    """A long-running worker spoken to in JSON lines: one request object per line on its
+    stdin, one result object per line on its stdout. Started at the first :meth:`ask` and
+    again after a failure, so a worker that dies, hangs or fails costs the request in
+    flight and nothing else; its stderr is kept (in a file, never a full pipe) for the
+    error's tail. Same rules as :func:`run`: argv only, logged under ``--debug``, a
+    deadline on every request, typed errors."""
+
+    def __init__(self, argv: Sequence[str | Path], env: Mapping[str, str] | None = None) -> None:
+        self.argv = _resolve(argv)
+        self.env = {**os.environ, **(env or {})}
+        self._p: subprocess.Popen[bytes] | None = None
+        self._err: Any = None
+        self._buf = b""
+        self.started = 0  # how many processes it took (1 while nothing failed)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._p is None:
+            log.debug("spawn: %s", shlex.join(self.argv))
+            if self._err is not None:
+                self._err.close()
+            self._err = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
+            self._buf = b""
+            try:
+                self._p = subprocess.Popen(
+                    self.argv,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._err,
+                )
+            except OSError as exc:
+                raise CannotExecute(self.argv[0], exc.strerror or str(exc)) from exc
+            self.started += 1
+        return self._p
+
+    def _tail(self) -> str:
+        """The last of the current (or last) process's stderr."""
+        if self._err is None:
+            return ""
+        self._err.seek(0, os.SEEK_END)
+        size = self._err.tell()
+        self._err.seek(max(0, size - STDERR_TAIL_CHARS))
+        return str(self._err.read().decode(errors="replace"))
+
+    def _line(self, fd: int, deadline: float) -> bytes | None:
+        """The next stdout line; None at end of file; TimeoutError past *deadline*."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise TimeoutError
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def ask(self, request: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Send *request*, return the worker's answer; CommandTimeout after *timeout*
+        seconds, CommandFailed when the worker dies or answers something else (the
+        worker is stopped then, and the next request starts a fresh one)."""
+        p = self._start()
+        if p.stdin is None or p.stdout is None:
+            raise RuntimeError("worker started without pipes")
+        start = time.monotonic()
+        line: bytes | None = None
+        try:
+            p.stdin.write(json.dumps(request).encode() + b"\n")
+            p.stdin.flush()
+            line = self._line(p.stdout.fileno(), start + timeout)
+        except TimeoutError:
+            self.close(kill=True)
+            raise CommandTimeout(self.argv, timeout, self._tail()) from None
+        except BrokenPipeError:
+            pass  # it died before reading: its exit code and stderr say why
+        try:
+            value = json.loads(line) if line is not None else None
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            code = self.close(kill=line is not None)
+            raise CommandFailed(self.argv, code, self._tail())
+        log.debug("answer after %.2f s from %s", time.monotonic() - start, self.argv[-1])
+        return value
+
+    def close(self, kill: bool = False, grace: float = 10.0) -> int:
+        """End the worker (end of its input, then SIGKILL after *grace* seconds, or at
+        once with *kill*) and return its exit code; 0 when none was running."""
+        p, self._p = self._p, None
+        if p is None:
+            return 0
+        if kill:
+            p.kill()
+        if p.stdin is not None:
+            with contextlib.suppress(OSError):
+                p.stdin.close()
+        try:
+            code = p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
+        return code
+
+    def __enter__(self) -> JsonWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        if self._err is not None:
+            self._err.close()
+            self._err = None

@@ -1,5 +1,5 @@
-"""Runs a sweep: one worker process per point, every finished point appended to
-``points.jsonl`` at once (so ``--resume`` loses at most the point in flight), fio ceilings
+"""Runs a sweep: the points measured one after another by a worker process (a fresh one
+after a point that failed), every finished point appended to ``points.jsonl`` at once (so ``--resume`` loses at most the point in flight), fio ceilings
 in ``fio.jsonl``, temporary data files removed on every exit path."""
 
 from __future__ import annotations
@@ -183,11 +183,24 @@ def fstype(path: Path) -> str:
 def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict[str, Any]) -> None:
     """Run ``python -m module '<payload JSON>'``: its JSON result into *rec* with status
     "ok", or status "timeout"/"failed" with the error (the sweep records it and goes on)."""
+
+    def once() -> dict[str, Any]:
+        argv = [sys.executable, "-m", module, json.dumps(payload)]
+        return proc.worker_json(proc.run(argv, timeout=timeout_s, env=worker_env()))
+
+    settle(rec, timeout_s, once)
+
+
+def ask_worker(
+    worker: proc.JsonWorker, payload: dict[str, Any], timeout_s: float, rec: dict[str, Any]
+) -> None:
+    """:func:`run_worker` for a point measured by the sweep's long-running worker."""
+    settle(rec, timeout_s, lambda: worker.ask(payload, timeout_s))
+
+
+def settle(rec: dict[str, Any], timeout_s: float, answer: Callable[[], dict[str, Any]]) -> None:
     try:
-        done = proc.run(
-            [sys.executable, "-m", module, json.dumps(payload)], timeout=timeout_s, env=worker_env()
-        )
-        rec.update(proc.worker_json(done))
+        rec.update(answer())
         rec["status"] = "ok"
     except CommandTimeout:
         rec["status"], rec["error"] = "timeout", f"no result within {timeout_s:g} s"
@@ -221,6 +234,10 @@ class Sweep:
         self.ceilings: dict[str, dict[str, Any]] = {}
         self.start = time.monotonic()
         self.budget_hit = False
+        # imports torch and DeepSpeed once for all points, not once per point
+        self.worker = proc.JsonWorker(
+            [sys.executable, "-m", "iotune.workers.aio_point"], env=worker_env()
+        )
 
     # ---------------------------------------------------------------- persistence
     def load(self) -> None:
@@ -251,7 +268,9 @@ class Sweep:
         }
         t0 = time.monotonic()
         try:
-            run_worker("iotune.workers.aio_point", args, s.point_timeout_s, rec)
+            ask_worker(self.worker, args, s.point_timeout_s, rec)
+            if s.gpu or s.gds:
+                self.worker.close()  # CUDA and cuFile state never carries to the next point
             if rec["status"] == "ok" and p.op == "read" and rec.get("page_cache_dropped") is False:
                 rec["status"], rec["error"] = (
                     "failed",
@@ -330,14 +349,19 @@ class Sweep:
             self.spec.space, self.spec.repeats
         )
         try:
-            batch = next(gen)
-            while True:
-                res = self.measure(batch)
-                batch = gen.send(res)
-        except StopIteration:
-            pass
-        self.cross_measure()
+            with contextlib.suppress(StopIteration):
+                batch = next(gen)
+                while True:
+                    batch = gen.send(self.measure(batch))
+            self.cross_measure()
+        finally:
+            self.close()
         return list(self.records.values())
+
+    def close(self) -> None:
+        """End the points' worker (it removes its data file as it goes)."""
+        self.worker.close()
+        clean_leftovers(Path(self.spec.target))
 
     def cross_measure(self) -> None:
         """Balanced choice needs configurations measured for both ops: measure each op's

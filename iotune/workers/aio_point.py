@@ -1,14 +1,15 @@
-"""Worker: one DeepSpeed async-I/O sweep point, in a fresh process.
+"""Worker: DeepSpeed async-I/O sweep points, one after another in one process.
 
-    python -m iotune.workers.aio_point '<json point>'
+    python -m iotune.workers.aio_point        (one JSON point per stdin line)
 
-Loads the real async_io op, makes an ``aio_handle`` with the point's settings, allocates
-the buffer (pinned CPU from ``new_cpu_locked_tensor``; with "gpu" a GPU tensor and the
-pinned buffer as bounce; with "gds" a GDS handle on a pinned GPU tensor), then times
-``sync_pread``/``sync_pwrite`` of the whole buffer to an O_DIRECT file in the target,
-after a warm-up. Before every timed read the page cache is dropped and that is verified
-(the file has no resident page). Prints one JSON object on the original stdout; the data
-file is removed on every exit path.
+Loads the real async_io op once. For each point it makes an ``aio_handle`` with the
+point's settings and times ``sync_pread``/``sync_pwrite`` of the whole buffer to an
+O_DIRECT file in the target, after a warm-up; before every timed read the page cache is
+dropped and that is verified (the file has no resident page). The buffer (pinned CPU from
+``new_cpu_locked_tensor``; with "gpu" a GPU tensor and the pinned buffer as bounce; with
+"gds" a GDS handle on a pinned GPU tensor) is allocated once per I/O size and kept. One
+JSON result per point on the original stdout; the data file is removed on every exit
+path. A point that fails ends the process (the sweep records it and starts a fresh one).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from iotune.workers import private_stdout
 
 DATA_PREFIX = "iotune-aio-"
+MIB = 1 << 20
 
 
 def resident_bytes(path: str) -> int:
@@ -77,6 +79,45 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+class Buffers:
+    """The point's buffers, allocated once per I/O size and kind and reused by the points
+    after it: a pinned CPU buffer (locked by a handle kept for that, as DeepSpeed's swapper
+    keeps its pinned buffers across swaps) and, with "gpu"/"gds", a GPU tensor."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, bool] | None = None
+        self.owner: Any = None  # the aio_handle that locked the host buffer
+        self.host: Any = None
+        self.dev: Any = None
+
+    def get(self, io_size: int, use_cuda: bool, gds: bool) -> tuple[Any, Any]:
+        """(host, dev) for a point: host is None for GDS (its handle pins the GPU tensor),
+        dev is None without "gpu"/"gds"."""
+        import torch
+
+        if self.key != (io_size, use_cuda):
+            self.free()
+            from deepspeed.ops.op_builder import AsyncIOBuilder
+
+            # the smallest handle: it only owns the lock on the buffer
+            self.owner = AsyncIOBuilder().load(verbose=False).aio_handle(MIB, 1, False, False, 1)
+            self.host = self.owner.new_cpu_locked_tensor(io_size, torch.empty(0, dtype=torch.uint8))
+            self.host.random_(0, 255)
+            if use_cuda:
+                self.dev = torch.empty(io_size, dtype=torch.uint8, device="cuda")
+                self.dev.copy_(self.host)
+            self.key = (io_size, use_cuda)
+        return (None if gds else self.host), self.dev
+
+    def free(self) -> None:
+        if self.owner is not None and self.host is not None:
+            self.owner.free_cpu_locked_tensor(self.host)
+        self.key = self.owner = self.host = self.dev = None
+
+
+BUFFERS = Buffers()
+
+
 def measure(p: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -100,18 +141,12 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
         handle = GDSBuilder().load(verbose=False).gds_handle(*args)
     else:
         handle = AsyncIOBuilder().load(verbose=False).aio_handle(*args)
-    host = (
-        handle.new_cpu_locked_tensor(io_size, torch.empty(0, dtype=torch.uint8))
-        if not p.get("gds")
-        else None
-    )
-    dev = torch.empty(io_size, dtype=torch.uint8, device="cuda") if use_cuda else None
+    host, dev = BUFFERS.get(io_size, use_cuda, bool(p.get("gds")))
     if p.get("gds"):
         handle.pin_device_tensor(dev)
     io_buf = dev if p.get("gds") else host
     if io_buf is None:
         raise RuntimeError("no I/O buffer")
-    io_buf.random_(0, 255)
     seconds: list[float] = []
     cpu: list[float] = []
     resident: list[int] = []
@@ -141,8 +176,8 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
     finally:
         if os.path.exists(path):
             os.unlink(path)
-        if host is not None:
-            handle.free_cpu_locked_tensor(host)
+        if p.get("gds"):
+            handle.unpin_device_tensor(dev)
     bw = [io_size / s for s in seconds]
     med = statistics.median(seconds)
     blocks = max(1, io_size // int(p["block_size"]))
@@ -166,10 +201,10 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     report = private_stdout()
-    point = json.loads(sys.argv[1])
-    result = measure(point)
-    report.write(json.dumps(result) + "\n")
-    report.flush()
+    for line in sys.stdin:
+        if line.strip():
+            report.write(json.dumps(measure(json.loads(line))) + "\n")
+            report.flush()
 
 
 if __name__ == "__main__":

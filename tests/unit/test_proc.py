@@ -118,3 +118,57 @@ def test_a_workers_report_keeps_stdout_and_the_rest_goes_to_stderr() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout == "{}\n"
     assert p.stderr.split() == ["chatter", "from-a-child"]
+
+
+# a worker that answers each request line: {"n": x} -> {"twice": 2x}; "die" exits 3 after
+# a message, "hang" sleeps, "noise" answers a line that is not a JSON object
+JSON_WORKER = """
+import json, sys, time
+for line in sys.stdin:
+    req = json.loads(line)
+    if req.get("do") == "die":
+        print("worker: giving up", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if req.get("do") == "hang":
+        time.sleep(60)
+    if req.get("do") == "noise":
+        print("[1, 2]", flush=True)
+        continue
+    print(json.dumps({"twice": 2 * req["n"], "pid": __import__("os").getpid()}), flush=True)
+"""
+
+
+def test_json_worker_answers_many_requests_from_one_process() -> None:
+    with proc.JsonWorker([sys.executable, "-c", JSON_WORKER]) as w:
+        answers = [w.ask({"n": n}, timeout=30) for n in range(5)]
+    assert [a["twice"] for a in answers] == [0, 2, 4, 6, 8]
+    assert len({a["pid"] for a in answers}) == 1 and w.started == 1
+
+
+def test_json_worker_that_dies_costs_one_request_and_a_fresh_one_goes_on() -> None:
+    with proc.JsonWorker([sys.executable, "-c", JSON_WORKER]) as w:
+        first = w.ask({"n": 1}, timeout=30)
+        with pytest.raises(CommandFailed) as died:
+            w.ask({"do": "die"}, timeout=30)
+        after = w.ask({"n": 2}, timeout=30)
+    assert died.value.returncode == 3
+    assert last_line(died.value.stderr_tail) == "worker: giving up"
+    assert after["twice"] == 4 and after["pid"] != first["pid"] and w.started == 2
+
+
+def test_json_worker_that_hangs_is_killed_at_the_deadline() -> None:
+    with proc.JsonWorker([sys.executable, "-c", JSON_WORKER]) as w:
+        w.ask({"n": 1}, timeout=30)
+        with pytest.raises(CommandTimeout) as hung:
+            w.ask({"do": "hang"}, timeout=0.5)
+        assert hung.value.timeout == 0.5
+        assert w.ask({"n": 3}, timeout=30)["twice"] == 6
+    assert w.started == 2
+
+
+def test_json_worker_answer_that_is_not_an_object_is_a_failure() -> None:
+    with proc.JsonWorker([sys.executable, "-c", JSON_WORKER]) as w:
+        with pytest.raises(CommandFailed):
+            w.ask({"do": "noise"}, timeout=30)
+        assert w.ask({"n": 4}, timeout=30)["twice"] == 8
+    assert w.started == 2
