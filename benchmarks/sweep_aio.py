@@ -4,12 +4,19 @@
    keeping as many requests in flight as each AIO point (one job per AIO thread at the
    point's queue depth), read and write;
 2. the adaptive strategy against the full grid, over several adaptive runs (each one a
-   fresh draw of the measurement noise): points measured and the ratio of their bests.
+   fresh draw of the measurement noise): points measured and the ratio of their bests;
+3. a confirmation: each winner of 1 and 2 measured again, in turn, round after round in one
+   worker (A B C A B C ...), fio's best and fio at the AIO winner's own settings too. A best
+   picked out of many noisy measurements is biased upward (the more candidates, the more):
+   re-measured side by side, the winners compare on equal terms.
 
     sudo .venv/bin/python benchmarks/sweep_aio.py [--ram-mib 3072] [--target DIR]
                                                  [--io-size 512M] [--seeds 3] [--keep DIR]
                                                  [--block-size 256K,1M,4M]
                                                  [--queue-depth 4,16,64] [--threads 1,2]
+                                                 [--confirm-rounds 5] [--reuse DIR]
+
+--reuse DIR takes the sweeps an earlier run kept with --keep DIR and only confirms.
 
 With --ram-mib (the default) the target is an ext4 volume on a loop device with direct I/O
 over a file in /dev/shm: RAM behind the whole block layer, so what differs between AIO and
@@ -31,6 +38,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from iotune import proc
+from iotune.sweep.fio import measure_ceiling
+from iotune.units import parse_size
+from iotune.workers import worker_env
 
 _SCRIPT = Path(sys.executable).parent / "iotune"
 # the virtualenv's command, or the package on PYTHONPATH where iotune is not installed
@@ -100,6 +112,80 @@ def directory(path: str | None) -> Iterator[Path]:
             shutil.rmtree(target, ignore_errors=True)
 
 
+CFG = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
+
+
+def label(c: dict[str, Any]) -> str:
+    oe = " oe" if c.get("overlap_events") else ""
+    n = c.get("threads", c.get("jobs"))
+    return f"{c['block_size'] // 1024}K qd {c['queue_depth']} x {n}{oe}"
+
+
+def confirm(
+    target: Path, io_size: int, grid: dict[str, Any], adaptive: list[dict[str, Any]], rounds: int
+) -> dict[str, dict[str, list[float]]]:
+    """op -> candidate -> bandwidth per round: the grid's and each adaptive run's best AIO
+    configuration, fio's best and fio at the grid winner's settings, in turn each round."""
+    out: dict[str, dict[str, list[float]]] = {}
+    with proc.JsonWorker([sys.executable, "-m", "iotune.workers.aio_point"], env=worker_env()) as w:
+        for op in ("read", "write"):
+            aio: dict[str, dict[str, Any]] = {}
+            for res in [grid, *adaptive]:
+                best = res["best"][op]
+                aio.setdefault(label(best), {k: best[k] for k in CFG})
+            g = grid["best"][op]
+            fb = grid["fio_best"][op]
+            fio = {
+                fio_label(fb["block_size"], fb["queue_depth"], fb["jobs"]): (
+                    fb["block_size"],
+                    fb["queue_depth"],
+                    fb["jobs"],
+                ),
+                fio_label(g["block_size"], g["queue_depth"], g["threads"]): (
+                    g["block_size"],
+                    g["queue_depth"],
+                    g["threads"],
+                ),
+            }
+            got: dict[str, list[float]] = {k: [] for k in [*aio, *fio]}
+            for r in range(rounds):
+                for name, cfg in aio.items():
+                    point = {
+                        **cfg,
+                        "op": op,
+                        "repeats": 2,
+                        "target": str(target),
+                        "io_size": io_size,
+                    }
+                    got[name].append(float(w.ask(point, timeout=600)["bw_bytes_s"]))
+                for name, (bs, qd, jobs) in fio.items():
+                    res = measure_ceiling(target, op, bs, qd, io_size, jobs=jobs)
+                    got[name].append(float(res["bw_bytes_s"]))
+                print(
+                    f"   confirm {op} round {r + 1}: "
+                    + ", ".join(f"{k} {v[-1] / GIB:.2f}" for k, v in got.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            out[op] = got
+    return out
+
+
+def fio_label(bs: int, qd: int, jobs: int) -> str:
+    return f"fio {bs // 1024}K qd {qd} x {jobs}"
+
+
+def spread(xs: list[float]) -> str:
+    return f"{min(xs):.3f}..{max(xs):.3f}"
+
+
+def ratio(got: dict[str, list[float]], a: str, b: str) -> str:
+    """Ratio of the medians of *a* and *b*, and the range of the per-round ratios."""
+    rs = [x / y for x, y in zip(got[a], got[b], strict=True)]
+    m = statistics.median(got[a]) / statistics.median(got[b])
+    return f"{m:.3f} (per round {spread(rs)})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", help="a directory on a real drive instead of the RAM volume")
@@ -110,21 +196,36 @@ def main() -> None:
     ap.add_argument("--queue-depth", default="4,16,64")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--keep", help="keep the sweeps' records in this directory")
+    ap.add_argument("--reuse", help="the records of an earlier --keep: confirm only")
+    ap.add_argument("--confirm-rounds", type=int, default=5)
     args = ap.parse_args()
     space = ["--block-size", args.block_size, "--queue-depth", args.queue_depth]
     space += ["--threads", args.threads, *FIXED]
-    if args.keep:
-        work = Path(args.keep)
+    if args.keep or args.reuse:
+        work = Path(args.keep or args.reuse)
         work.mkdir(parents=True, exist_ok=True)
     else:
         work = Path(tempfile.mkdtemp(prefix="iotune-bench-runs-"))
     place = directory(args.target) if args.target else ram_volume(args.ram_mib)
     with place as target:
-        grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
-        adaptive = [
-            sweep(target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False, space=space)
-            for i in range(args.seeds)
-        ]
+        if args.reuse:
+            grid = json.loads((work / "grid" / "result.json").read_text())
+            adaptive = [
+                json.loads(p.read_text()) for p in sorted(work.glob("adaptive-*/result.json"))
+            ]
+        else:
+            grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
+            adaptive = [
+                sweep(
+                    target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False, space=space
+                )
+                for i in range(args.seeds)
+            ]
+        confirmed = (
+            confirm(target, parse_size(args.io_size), grid, adaptive, args.confirm_rounds)
+            if args.confirm_rounds
+            else {}
+        )
     where = args.target or f"ext4 on a direct-I/O loop device over {args.ram_mib} MiB of /dev/shm"
     print(f"target: {where} (io-size {args.io_size}, space: {' '.join(space)})")
     print("\n1. best AIO against fio's best over the grid (fio: one job per AIO thread)")
@@ -137,7 +238,7 @@ def main() -> None:
             f"{f['block_size'] // 1024}K qd {f['queue_depth']} x {f['jobs']} job(s)); at its own "
             f"settings fio did {r['fio_bw_bytes_s'] / GIB:.2f} GiB/s ({r['pct_of_fio']:.1f}%)"
         )
-    print(f"\n2. adaptive ({args.seeds} runs) against the full grid")
+    print(f"\n2. adaptive ({len(adaptive)} runs) against the full grid")
     pts = [a["points"] / grid["points"] for a in adaptive]
     print(
         f"   points measured: adaptive {[a['points'] for a in adaptive]}, grid {grid['points']} "
@@ -151,6 +252,29 @@ def main() -> None:
             + ", ".join(f"{x:.3f}" for x in ratios)
             + f" (median {statistics.median(ratios):.3f}, worst {min(ratios):.3f})"
         )
+    for op, got in confirmed.items():
+        if op == "read":
+            print(
+                f"\n3. the winners measured again, in turn, {args.confirm_rounds} rounds "
+                "(median GiB/s, and min..max)"
+            )
+        names = list(got)
+        grid_name = label(grid["best"][op])
+        fb, g = grid["fio_best"][op], grid["best"][op]
+        fio_best = fio_label(fb["block_size"], fb["queue_depth"], fb["jobs"])
+        fio_same = fio_label(g["block_size"], g["queue_depth"], g["threads"])
+        for n in names:
+            med = statistics.median(got[n])
+            xs = [x / GIB for x in got[n]]
+            print(f"   {op:<5} {n:<28} {med / GIB:6.2f} GiB/s  ({spread(xs)})")
+        print(f"   {op:<5} AIO grid winner / {fio_best}: {ratio(got, grid_name, fio_best)}")
+        if fio_same != fio_best:
+            print(f"   {op:<5} AIO grid winner / {fio_same}: {ratio(got, grid_name, fio_same)}")
+        for n in names:
+            if not n.startswith("fio ") and n != grid_name:
+                print(f"   {op:<5} adaptive winner {n} / grid winner: {ratio(got, n, grid_name)}")
+        winners = [label(a["best"][op]) for a in adaptive]
+        print(f"   {op:<5} adaptive runs' winners: {winners}; the grid's: {grid_name}")
     print(f"\nrecords: {work}")
 
 

@@ -1,7 +1,7 @@
 """Wall time of `iotune sweep-aio` per point: this checkout against an earlier revision of
 iotune, the same grid on the same target, run in turn (A B A B ...) in one run.
 
-    sudo .venv/bin/python benchmarks/sweep_speed.py [--baseline 664669c] [--rounds 3]
+    sudo .venv/bin/python benchmarks/sweep_speed.py [--baseline b4b2b14] [--rounds 3]
                                                    [--target /var/tmp] [--io-size 64M]
 
 The baseline is checked out in a temporary git worktree and run with this checkout's
@@ -56,7 +56,7 @@ def sweep(code: Path, target: str, io_size: str, out: Path) -> tuple[float, int]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", default="664669c")
+    ap.add_argument("--baseline", default="b4b2b14")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--target", default="/var/tmp")  # noqa: S108 (a drive, not tmpfs)
     ap.add_argument("--io-size", default="64M")

@@ -181,6 +181,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--cost-rounds", type=int, default=3)
     args = ap.parse_args()
+    # the tracers stop on SIGINT; a shell that started this in the background had it ignored,
+    # and an ignored signal stays ignored across exec
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     tmp = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="iotune-bench-"))
     img = tmp / "ram.img"
     with img.open("wb") as fh:

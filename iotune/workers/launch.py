@@ -7,8 +7,10 @@ deepspeed.launcher.runner, which starts deepspeed.launcher.launch on this node (
 node of a hostfile), which starts one training worker per rank and stops them all when one
 fails or it is signalled. The wrapper adds two things: after a signal it stays until every
 rank of the group has stopped (DeepSpeed's runner returns at once), so the tracer's last
-sample follows the ranks' last I/O; and when iotune itself dies (a kill -9) the kernel sends
-it a SIGTERM, which it passes to the whole group, so no rank is left writing swap files.
+sample follows the ranks' last I/O; when iotune itself dies (a kill -9) the kernel sends
+it a SIGTERM, which it passes to the whole group, so no rank is left writing swap files; and
+once the ranks are gone it removes the shared-memory workspaces that DeepSpeed's CPU
+allreduce creates in /dev/shm and never unlinks (66 MiB per rank and run, shm.cpp).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from iotune.workers import die_with_parent
 
@@ -43,7 +46,32 @@ def group_members(pgid: int, skip: int) -> list[int]:
     return out
 
 
+#: shm.cpp: SHM_BUFFER_NAME "_" uid "_" MASTER_ADDR "_" MASTER_PORT "_" rank, in /dev/shm
+SHM_WORKSPACE = "deepspeed_allreduce_buffer"
+
+
+def shm_workspaces(port: str, shm: Path = Path("/dev/shm")) -> list[Path]:  # noqa: S108
+    """DeepSpeed's CPU allreduce workspaces of the run on *port* (this user's)."""
+    return sorted(shm.glob(f"{SHM_WORKSPACE}_{os.getuid()}_*_{port}_*"))
+
+
+def master_port(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv[:-1]):
+        if a == "--master_port":
+            return argv[i + 1]
+    return None
+
+
 def main() -> int:
+    try:
+        return run(sys.argv[1:])
+    finally:
+        port = master_port(sys.argv[1:])
+        for f in shm_workspaces(port) if port else []:
+            f.unlink(missing_ok=True)
+
+
+def run(args: list[str]) -> int:
     stopping: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
@@ -56,9 +84,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     die_with_parent()
-    child = subprocess.Popen(
-        [sys.executable, "-u", "-m", "deepspeed.launcher.runner", *sys.argv[1:]]
-    )
+    child = subprocess.Popen([sys.executable, "-u", "-m", "deepspeed.launcher.runner", *args])
     while child.poll() is None and not stopping:
         time.sleep(0.2)
     if not stopping:

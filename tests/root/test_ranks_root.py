@@ -63,6 +63,16 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         devs.close()
 
 
+def test_deepspeeds_shared_memory_workspaces_are_removed(two_ranks: dict[str, Any]) -> None:
+    # DeepSpeed's CPU allreduce leaves one /dev/shm file per rank (shm.cpp never unlinks)
+    from iotune.workers.launch import master_port, shm_workspaces
+
+    command = json.loads((Path(two_ranks["out"]) / "command.json").read_text())
+    port = master_port(command)
+    assert port is not None and port.isdigit()
+    assert shm_workspaces(port) == []
+
+
 def test_each_rank_reports_every_step(two_ranks: dict[str, Any]) -> None:
     doc = two_ranks
     assert doc["exit_code"] == 0 and doc["ranks"] == 2 and doc["world"] == 2
