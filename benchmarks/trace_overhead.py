@@ -125,6 +125,11 @@ def run_iotune(dev: str, seconds: int, out: Path) -> float:
     return iops(p.stderr[p.stderr.index('{\n  "fio version"') :])
 
 
+def iotune_beside(dev: str, seconds: int, out: Path) -> list[str]:
+    """`iotune trace --duration` on *dev*, long enough for an fio run of *seconds*."""
+    return [IOTUNE, "trace", "--devices", dev, "--duration", str(seconds + 30), "--out", str(out)]
+
+
 def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
     tool = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -198,18 +203,7 @@ def main() -> None:
     tracers = {
         "iotune trace -- CMD (exact, owners)": lambda: run_iotune(dev, args.seconds, tmp / "trace"),
         "iotune trace --duration (exact)": lambda: run_with_tool(
-            [
-                IOTUNE,
-                "trace",
-                "--devices",
-                dev,
-                "--duration",
-                str(args.seconds + 30),
-                "--out",
-                str(tmp / f"dur-{time.monotonic_ns()}"),
-            ],
-            dev,
-            args.seconds,
+            iotune_beside(dev, args.seconds, tmp / f"dur-{time.monotonic_ns()}"), dev, args.seconds
         ),
         "blktrace, ftrace blk (every event)": lambda: run_blktrace(dev, args.seconds, tmp, drops),
         "bcc bitesize (log2)": lambda: run_with_tool(["bitesize-bpfcc"], dev, args.seconds),
@@ -218,16 +212,7 @@ def main() -> None:
         ),
     }
     bpf_tracers = {
-        "iotune trace --duration (exact)": [
-            IOTUNE,
-            "trace",
-            "--devices",
-            dev,
-            "--duration",
-            str(args.seconds + 30),
-            "--out",
-            str(tmp / "cost"),
-        ],
+        "iotune trace --duration (exact)": iotune_beside(dev, args.seconds, tmp / "cost"),
         "bcc bitesize (log2)": ["bitesize-bpfcc"],
         "bpftrace bitesize.bt (log2)": ["bpftrace", "/usr/sbin/bitesize.bt"],
     }
