@@ -195,11 +195,11 @@ def sweep_aio(
 ) -> None:
     """Tune DeepSpeed's async I/O on a volume against its fio ceiling.
 
-    The points run one after another in a worker process with the real async_io op
-    (aio_handle, pinned buffer from new_cpu_locked_tensor, O_DIRECT files); read points
-    drop the page cache first and verify it (--gpu/--gds points: a fresh process each). A
-    failed or hung point is recorded, its worker replaced by a fresh one, and the sweep
-    goes on. Every
+    The points run one after another in a worker process (--gpu/--gds points: a fresh
+    process each) with the real async_io op (aio_handle, pinned buffer from
+    new_cpu_locked_tensor, O_DIRECT files); read points drop the page cache first and
+    verify it. A failed or hung point is recorded, its worker replaced by a fresh one, and
+    the sweep goes on. Every
     finished point is in RUN/points.jsonl at once: --resume RUN continues after Ctrl-C or
     a kill. The result: all points by bandwidth, the best per op and the best balanced
     one, and the DeepSpeed "aio" block with the keys the runtime reads.
