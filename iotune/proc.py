@@ -266,6 +266,10 @@ class JsonWorker:
             value = None
         if not isinstance(value, dict):
             code = self.close(kill=line is not None)
+            if line is not None:  # it answered, but not with a JSON object
+                raise WorkerOutputError(
+                    self.argv, code, line.decode(errors="replace"), self._tail()
+                )
             raise CommandFailed(self.argv, code, self._tail())
         log.debug("answer after %.2f s from %s", time.monotonic() - start, self.argv[-1])
         return value
@@ -290,11 +294,15 @@ class JsonWorker:
             p.stdout.close()
         return code
 
+    def release(self) -> None:
+        """Drop the kept stderr of the last process (after :meth:`close`)."""
+        if self._err is not None:
+            self._err.close()
+            self._err = None
+
     def __enter__(self) -> JsonWorker:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        if self._err is not None:
-            self._err.close()
-            self._err = None
+        self.release()

@@ -270,7 +270,12 @@ class Sweep:
         try:
             ask_worker(self.worker, args, s.point_timeout_s, rec)
             if s.gpu or s.gds:
-                self.worker.close()  # CUDA and cuFile state never carries to the next point
+                # CUDA and cuFile state never carries to the next point; a crash in their
+                # teardown fails the point, as it would have failed its own process
+                code = self.worker.close()
+                if code != 0 and rec["status"] == "ok":
+                    rec["status"] = "failed"
+                    rec["error"] = f"the worker exited with code {code} after the point"
             if rec["status"] == "ok" and p.op == "read" and rec.get("page_cache_dropped") is False:
                 rec["status"], rec["error"] = (
                     "failed",
@@ -354,13 +359,16 @@ class Sweep:
                 while True:
                     batch = gen.send(self.measure(batch))
             self.cross_measure()
-        finally:
-            self.close()
+        except BaseException:
+            self.close(kill=True)  # Ctrl-C, a signal: the point in flight is not waited for
+            raise
+        self.close()
         return list(self.records.values())
 
-    def close(self) -> None:
-        """End the points' worker (it removes its data file as it goes)."""
-        self.worker.close()
+    def close(self, kill: bool = False) -> None:
+        """End the points' worker and remove any data file it left."""
+        self.worker.close(kill=kill)
+        self.worker.release()
         clean_leftovers(Path(self.spec.target))
 
     def cross_measure(self) -> None:

@@ -19,12 +19,13 @@ import json
 import mmap
 import os
 import resource
+import signal
 import statistics
 import sys
 import time
 from typing import Any
 
-from iotune.workers import private_stdout
+from iotune.workers import die_with_parent, private_stdout
 
 DATA_PREFIX = "iotune-aio-"
 MIB = 1 << 20
@@ -118,6 +119,14 @@ class Buffers:
 BUFFERS = Buffers()
 
 
+def direct(handle: Any, buffer: Any) -> bool:
+    """Whether *handle* reads and writes *buffer* without a bounce copy: torch-pinned, or
+    locked by DeepSpeed's pinned-buffer registry as this handle sees it (one per process
+    in DeepSpeed 0.19; a handle without ``is_pinned`` is taken to have its own)."""
+    check = getattr(handle, "is_pinned", None)
+    return bool(check(buffer)) if check is not None else False
+
+
 def measure(p: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -142,6 +151,13 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
     else:
         handle = AsyncIOBuilder().load(verbose=False).aio_handle(*args)
     host, dev = BUFFERS.get(io_size, use_cuda, bool(p.get("gds")))
+    own = None
+    if host is not None and not direct(handle, host):
+        # a DeepSpeed whose handles each keep their own pinned-buffer registry would copy
+        # through a bounce buffer: this point locks its own
+        own = handle.new_cpu_locked_tensor(io_size, torch.empty(0, dtype=torch.uint8))
+        own.copy_(host)
+        host = own
     if p.get("gds"):
         handle.pin_device_tensor(dev)
     io_buf = dev if p.get("gds") else host
@@ -178,6 +194,8 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
             os.unlink(path)
         if p.get("gds"):
             handle.unpin_device_tensor(dev)
+        if own is not None:
+            handle.free_cpu_locked_tensor(own)
     bw = [io_size / s for s in seconds]
     med = statistics.median(seconds)
     blocks = max(1, io_size // int(p["block_size"]))
@@ -196,11 +214,16 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
         "cpu_cores": statistics.median(cpu) / med,
         "resident_after_drop": max(resident) if resident else None,
         "page_cache_dropped": all(r == 0 for r in resident) if resident else None,
+        "buffer": "per point" if own is not None else "kept",
+        "worker_pid": os.getpid(),
     }
 
 
 def main() -> None:
     report = private_stdout()
+    # a SIGTERM (the sweep's end, or iotune's death) unwinds: the data file is removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    die_with_parent()
     for line in sys.stdin:
         if line.strip():
             report.write(json.dumps(measure(json.loads(line))) + "\n")

@@ -15,6 +15,7 @@ allreduce creates in /dev/shm and never unlinks (66 MiB per rank and run, shm.cp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,13 +63,21 @@ def master_port(argv: list[str]) -> str | None:
     return None
 
 
+def remove_workspaces(port: str | None, shm: Path = Path("/dev/shm")) -> list[Path]:  # noqa: S108
+    """Remove the workspaces of the run on *port* (the ranks are gone); what was removed."""
+    gone = shm_workspaces(port, shm) if port else []
+    for f in gone:
+        f.unlink(missing_ok=True)
+    return gone
+
+
 def main() -> int:
     try:
         return run(sys.argv[1:])
     finally:
-        port = master_port(sys.argv[1:])
-        for f in shm_workspaces(port) if port else []:
-            f.unlink(missing_ok=True)
+        # this node's only: on the other nodes of a hostfile run over ssh DeepSpeed's
+        # launch runs without this wrapper
+        remove_workspaces(master_port(sys.argv[1:]))
 
 
 def run(args: list[str]) -> int:
@@ -93,9 +102,12 @@ def run(args: list[str]) -> int:
     # ranks: stay until every process of the group is gone, so the tracer's last sample
     # comes after the ranks' last I/O
     deadline = time.monotonic() + STOP_S
-    while group_members(os.getpgrp(), os.getpid()):
+    while members := group_members(os.getpgrp(), os.getpid()):
         if time.monotonic() > deadline:
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            # each one but this wrapper, which still has to clean up after them
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
     return 128 + stopping[0]
 

@@ -82,6 +82,9 @@ def test_small_grid_sweep_and_a_config_deepspeed_reads(volume: Path, tmp_path: P
         assert r["pct_of_fio"] > 0 and r["fio_bw_bytes_s"] > 0
         if r["op"] == "read":
             assert r["page_cache_dropped"] is True and r["resident_after_drop"] == 0
+    # one worker measured them all, with the one pinned buffer DeepSpeed used directly
+    assert len({r["worker_pid"] for r in recs}) == 1
+    assert {r["buffer"] for r in recs} == {"kept"}
     ceilings = [json.loads(x) for x in (run / "fio.jsonl").read_text().splitlines()]
     assert {(c["op"], c["block_size"], c["queue_depth"]) for c in ceilings} == {
         (op, bs, qd) for op in ("read", "write") for bs in (256 * K, M) for qd in (4, 16)
@@ -206,7 +209,8 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(volume: Path, tmp_pat
     by_qd = {r["queue_depth"]: r for r in recs}
     assert by_qd[4]["status"] == "ok"
     assert by_qd[1024]["status"] == "failed" and by_qd[1024]["error"]
-    assert by_qd[8]["status"] == "ok"  # the point after the failure ran in a fresh worker
+    assert by_qd[8]["status"] == "ok"
+    assert by_qd[8]["worker_pid"] != by_qd[4]["worker_pid"]  # a fresh worker after the failure
     assert doc["ok"] == 2 and doc["failed"] == 1
     assert doc["aio"]["queue_depth"] in (4, 8)
 

@@ -168,7 +168,10 @@ def test_json_worker_that_hangs_is_killed_at_the_deadline() -> None:
 
 def test_json_worker_answer_that_is_not_an_object_is_a_failure() -> None:
     with proc.JsonWorker([sys.executable, "-c", JSON_WORKER]) as w:
-        with pytest.raises(CommandFailed):
+        with pytest.raises(WorkerOutputError) as bad:
             w.ask({"do": "noise"}, timeout=30)
+        assert last_line(bad.value.stderr_tail) == (
+            "printed no JSON result (last line on stdout: [1, 2])"
+        )
         assert w.ask({"n": 4}, timeout=30)["twice"] == 8
     assert w.started == 2

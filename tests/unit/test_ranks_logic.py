@@ -3,6 +3,7 @@ and preflight, and the merging of the ranks' step records, from pure logic."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,23 @@ def test_ranks_get_numa_local_offload_directories() -> None:
     # a GPU on a node without a drive: round robin for all
     assert place([a, b], 3, [0, 1], [0, 1, 2])[1] == "round robin"
     assert place([a], 2, [0], [0, 1]) == ([a, a], "round robin")
+
+
+def test_only_this_runs_shared_memory_workspaces_are_removed(tmp_path: Path) -> None:
+    # DeepSpeed's shm.cpp names them deepspeed_allreduce_buffer_UID_ADDR_PORT_RANK
+    from iotune.workers.launch import master_port, remove_workspaces
+
+    uid = os.getuid()
+    mine = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29611_{r}" for r in (0, 1)]
+    others = [
+        tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29612_0",  # another port
+        tmp_path / f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29611_0",  # another user
+        tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_296110_0",  # a longer port
+    ]
+    for f in mine + others:
+        f.write_bytes(b"x")
+    argv = ["--hostfile", "/dev/null", "--master_port", "29611", "--module", "m", "spec"]
+    assert master_port(argv) == "29611"
+    assert remove_workspaces(master_port(argv), tmp_path) == mine
+    assert sorted(tmp_path.iterdir()) == sorted(others)
+    assert remove_workspaces(None, tmp_path) == []
