@@ -117,8 +117,20 @@ CFG = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events"
 
 def label(c: dict[str, Any]) -> str:
     oe = " oe" if c.get("overlap_events") else ""
-    n = c.get("threads", c.get("jobs"))
-    return f"{c['block_size'] // 1024}K qd {c['queue_depth']} x {n}{oe}"
+    return f"{c['block_size'] // 1024}K qd {c['queue_depth']} x {c['threads']}{oe}"
+
+
+def fio_points(grid: dict[str, Any], op: str) -> dict[str, tuple[int, int, int]]:
+    """fio's best over the grid and fio at the AIO winner's settings (one entry where they
+    are the same): label -> (block size, queue depth, jobs)."""
+    fb, g = grid["fio_best"][op], grid["best"][op]
+    out = {}
+    for bs, qd, jobs in (
+        (fb["block_size"], fb["queue_depth"], fb["jobs"]),
+        (g["block_size"], g["queue_depth"], g["threads"]),
+    ):
+        out[fio_label(bs, qd, jobs)] = (bs, qd, jobs)
+    return out
 
 
 def confirm(
@@ -133,20 +145,7 @@ def confirm(
             for res in [grid, *adaptive]:
                 best = res["best"][op]
                 aio.setdefault(label(best), {k: best[k] for k in CFG})
-            g = grid["best"][op]
-            fb = grid["fio_best"][op]
-            fio = {
-                fio_label(fb["block_size"], fb["queue_depth"], fb["jobs"]): (
-                    fb["block_size"],
-                    fb["queue_depth"],
-                    fb["jobs"],
-                ),
-                fio_label(g["block_size"], g["queue_depth"], g["threads"]): (
-                    g["block_size"],
-                    g["queue_depth"],
-                    g["threads"],
-                ),
-            }
+            fio = fio_points(grid, op)
             got: dict[str, list[float]] = {k: [] for k in [*aio, *fio]}
             for r in range(rounds):
                 for name, cfg in aio.items():
@@ -260,9 +259,8 @@ def main() -> None:
             )
         names = list(got)
         grid_name = label(grid["best"][op])
-        fb, g = grid["fio_best"][op], grid["best"][op]
-        fio_best = fio_label(fb["block_size"], fb["queue_depth"], fb["jobs"])
-        fio_same = fio_label(g["block_size"], g["queue_depth"], g["threads"])
+        fio_names = list(fio_points(grid, op))
+        fio_best, fio_same = fio_names[0], fio_names[-1]
         for n in names:
             med = statistics.median(got[n])
             xs = [x / GIB for x in got[n]]

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
@@ -87,17 +89,10 @@ def bpf_cost(argv: list[str], dev: str, seconds: int) -> tuple[float, float, lis
     """(ns of BPF per request, program runs per request, program names) of the tracer
     *argv* over one fio run, from the kernel's own per-program statistics."""
     before = set(bpf_progs())
-    tool = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    time.sleep(3)
-    try:
+    with tracing(argv):
         start = {i: v for i, v in bpf_progs().items() if i not in before}
         done = subprocess.run(fio_argv(dev, seconds), capture_output=True, text=True, check=True)
         end = bpf_progs()
-    finally:
-        os.killpg(tool.pid, signal.SIGINT)
-        tool.communicate(timeout=30)
     requests = float(fio_read(done.stdout)["total_ios"])
     ns = sum(end[i][1] - v[1] for i, v in start.items() if i in end)
     runs = sum(end[i][2] - v[2] for i, v in start.items() if i in end)
@@ -130,7 +125,10 @@ def iotune_beside(dev: str, seconds: int, out: Path) -> list[str]:
     return [IOTUNE, "trace", "--devices", dev, "--duration", str(seconds + 30), "--out", str(out)]
 
 
-def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
+@contextmanager
+def tracing(argv: list[str]) -> Iterator[None]:
+    """The tracer *argv* running (compiled and attached) for the body, stopped after it
+    with SIGINT, as a user stops it."""
     tool = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -138,10 +136,15 @@ def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
     if tool.poll() is not None:
         raise RuntimeError(f"{argv[0]} exited: {tool.communicate()[0][-500:]}")
     try:
-        return run_plain(dev, seconds)
+        yield
     finally:
         os.killpg(tool.pid, signal.SIGINT)
         tool.communicate(timeout=30)
+
+
+def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
+    with tracing(argv):
+        return run_plain(dev, seconds)
 
 
 TRACEFS = Path("/sys/kernel/tracing")

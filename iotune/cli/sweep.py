@@ -199,10 +199,10 @@ def sweep_aio(
     process each) with the real async_io op (aio_handle, pinned buffer from
     new_cpu_locked_tensor, O_DIRECT files); read points drop the page cache first and
     verify it. A failed or hung point is recorded, its worker replaced by a fresh one, and
-    the sweep goes on. Every
-    finished point is in RUN/points.jsonl at once: --resume RUN continues after Ctrl-C or
-    a kill. The result: all points by bandwidth, the best per op and the best balanced
-    one, and the DeepSpeed "aio" block with the keys the runtime reads.
+    the sweep goes on. Every finished point is in RUN/points.jsonl at once: --resume RUN
+    continues after Ctrl-C or a kill. The result: all points by bandwidth, the best per op
+    and the best balanced one, and the DeepSpeed "aio" block with the keys the runtime
+    reads.
 
     \b
     iotune sweep-aio --target /mnt/offload --strategy adaptive

@@ -1,6 +1,7 @@
 """Runs a sweep: the points measured one after another by a worker process (a fresh one
-after a point that failed), every finished point appended to ``points.jsonl`` at once (so ``--resume`` loses at most the point in flight), fio ceilings
-in ``fio.jsonl``, temporary data files removed on every exit path."""
+after a point that failed), every finished point appended to ``points.jsonl`` at once (so
+``--resume`` loses at most the point in flight), fio ceilings in ``fio.jsonl``, temporary
+data files removed on every exit path."""
 
 from __future__ import annotations
 
@@ -191,14 +192,8 @@ def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict
     settle(rec, timeout_s, once)
 
 
-def ask_worker(
-    worker: proc.JsonWorker, payload: dict[str, Any], timeout_s: float, rec: dict[str, Any]
-) -> None:
-    """:func:`run_worker` for a point measured by the sweep's long-running worker."""
-    settle(rec, timeout_s, lambda: worker.ask(payload, timeout_s))
-
-
 def settle(rec: dict[str, Any], timeout_s: float, answer: Callable[[], dict[str, Any]]) -> None:
+    """*answer*'s result into *rec* with status "ok", or "timeout"/"failed" with the error."""
     try:
         rec.update(answer())
         rec["status"] = "ok"
@@ -268,7 +263,7 @@ class Sweep:
         }
         t0 = time.monotonic()
         try:
-            ask_worker(self.worker, args, s.point_timeout_s, rec)
+            settle(rec, s.point_timeout_s, lambda: self.worker.ask(args, s.point_timeout_s))
             if s.gpu or s.gds:
                 # CUDA and cuFile state never carries to the next point; a crash in their
                 # teardown fails the point, as it would have failed its own process

@@ -118,10 +118,8 @@ class ReqSizeTracer:
 
     def counts(self) -> dict[tuple[int, int, int], int]:
         out = {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
-        live = self._views.get("slots")
-        if live is not None:
-            # one copy, then read: the kernel updates the live view while we look at it
-            view = live.copy()
+        view = self._snapshot("slots")
+        if view is not None:
             width = SLOT_SECTORS + 1
             for i in view.nonzero()[0].tolist():
                 row, rest = divmod(i, 2 * width)
@@ -140,13 +138,19 @@ class ReqSizeTracer:
             out[(dev, op)] = pair
         return out
 
+    def _snapshot(self, name: str) -> Any:
+        """A copy of the array *name* (None without one): the kernel updates the mapped
+        view while it is read, so every reader reads one copy of it."""
+        view = self._views.get(name)
+        return None if view is None else view.copy()
+
     def _pairs(self, name: str, ops: int) -> Iterator[tuple[int, int, tuple[int, int]]]:
         """(dev, op, (count, sectors)) of every non-zero entry of an array of two-counter
         values with *ops* entries per device row (dones, wowners)."""
-        view = self._views.get(name)
+        view = self._snapshot(name)
         if view is None:
             return
-        pairs = view.copy().reshape(-1, 2)  # a snapshot: the kernel updates the view
+        pairs = view.reshape(-1, 2)
         for i in pairs.any(axis=1).nonzero()[0].tolist():
             row, op = divmod(i, ops)
             yield self.rows[row], op, (int(pairs[i, 0]), int(pairs[i, 1]))
