@@ -31,6 +31,17 @@
 // completion (which do not take bpf_prog_active) count the events that fire on a busy CPU:
 // `nested` is an upper bound of the events this tracer's own programs made the kernel skip.
 //
+// Two ways to read the events, one compiled in (BTF_TP):
+// - BTF_TP=1, where the kernel has BTF: btf__EVENT programs attached as BTF tracepoints
+//   (libbpf's tp_btf; iotune/trace/btf.py loads them). They get the tracepoint's arguments
+//   (struct request *, struct bio *) and read the few fields they need at offsets taken from
+//   the running kernel's BTF. The kernel runs them directly at the tracepoint; they are not
+//   subject to bpf_prog_active, so they are never skipped on a CPU busy with another
+//   program, and NESTED is 0.
+// - BTF_TP=0: classic tracepoint programs (TRACEPOINT_PROBE). Before each runs, the kernel
+//   fills the event's whole record (device, sector, rwbs, comm, cmd), which costs more than
+//   the program itself.
+//
 // Compile-time constants (bcc cflags): MAX_SIZES, SLOT_DEVS (rows of the arrays: the first
 // traced devices, listed in DEVS), SLOT_SECTORS (the largest size they count, in sectors),
 // DONE_OPS, NESTED (1: count events skipped on a busy CPU, for kernels before 6.7), FILTER (1: only devices in
@@ -145,6 +156,62 @@ static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta,
         __sync_fetch_and_add(val, delta);
 }
 
+#if BTF_TP
+/* BTF tracepoint programs (iotune/trace/btf.py loads and attaches them): the tracepoint's
+ * own arguments, read with plain loads at offsets from the running kernel's BTF (RQ_*,
+ * Q_DISK, GD_*, BIO_*, BDEV_DISK: bytes) and classed by its enum req_op (REQ_OP_*_V) */
+#define FIELD(type, base, off) (*(type *)((char *)(base) + (off)))
+
+/* disk_devt(): major << 20 | first_minor, 0 without a disk (as the tracepoints report) */
+static __always_inline u32 disk_dev(char *disk)
+{
+    if (!disk)
+        return 0;
+    return (FIELD(u32, disk, GD_MAJOR) << 20) | FIELD(u32, disk, GD_FIRST_MINOR);
+}
+
+static __always_inline u32 rq_dev(char *rq)
+{
+    return disk_dev(FIELD(char *, FIELD(char *, rq, RQ_Q), Q_DISK));
+}
+
+/* the class blk_fill_rwbs() gives an op ("F" for a pre-flush flag aside); write zeroes
+ * count as writes, as the kernel's diskstats count them */
+static __always_inline u32 req_class(u32 opf)
+{
+    u32 op = opf & 0xff;  /* REQ_OP_MASK */
+    if (op == REQ_OP_READ_V)
+        return OP_READ;
+    if (op == REQ_OP_WRITE_V || op == REQ_OP_WRITE_ZEROES_V)
+        return OP_WRITE;
+    if (op == REQ_OP_DISCARD_V || op == REQ_OP_SECURE_ERASE_V)
+        return OP_DISCARD;
+    if (op == REQ_OP_FLUSH_V)
+        return OP_FLUSH;
+    return OP_OTHER;
+}
+
+int btf__block_rq_issue(unsigned long long *ctx)
+{
+    char *rq = (char *)ctx[0];
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row)
+        bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN), 1,
+             true);
+    return 0;
+}
+
+/* blk_rq_bytes() of the requeued request: what its issue reported */
+int btf__block_rq_requeue(unsigned long long *ctx)
+{
+    char *rq = (char *)ctx[0];
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row)
+        bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN),
+             (u64)-1, false);
+    return 0;
+}
+#else
 TRACEPOINT_PROBE(block, block_rq_issue)
 {
     set_busy(1);
@@ -167,6 +234,8 @@ TRACEPOINT_PROBE(block, block_rq_requeue)
     set_busy(0);
     return 0;
 }
+
+#endif
 
 static __always_inline void count_done(u32 row, u32 dev, u32 op, u32 nr_sector, u64 sector,
                                        char zeroes)
@@ -203,6 +272,21 @@ static __always_inline void count_done(u32 row, u32 dev, u32 op, u32 nr_sector, 
     __sync_fetch_and_add(&val->sectors, nr_sector);
 }
 
+#if BTF_TP
+/* (rq, error, nr_bytes): the tracepoint's nr_sector is nr_bytes >> 9, its sector
+ * blk_rq_pos() */
+int btf__block_rq_complete(unsigned long long *ctx)
+{
+    char *rq = (char *)ctx[0];
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row) {
+        u32 opf = FIELD(u32, rq, RQ_CMD_FLAGS);
+        count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR),
+                   (opf & 0xff) == REQ_OP_WRITE_ZEROES_V);
+    }
+    return 0;
+}
+#else
 TRACEPOINT_PROBE(block, block_rq_complete)
 {
     set_busy(1);
@@ -213,6 +297,8 @@ TRACEPOINT_PROBE(block, block_rq_complete)
     set_busy(0);
     return 0;
 }
+
+#endif
 
 /* no fields read (struct request's layout is the running kernel's, not the headers'): only
  * whether the event fired while a program above ran on this CPU, so was not delivered to it */
@@ -281,39 +367,55 @@ static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
     __sync_fetch_and_add(&val->sectors, nr_sector);
 }
 
-/* bio_dev() is the whole disk's dev_t (the partition is remapped before this fires) */
+/* a bio of *dev* (bio_dev(): the whole disk's dev_t, the partition is remapped before
+ * block_bio_queue fires), class *op*, *nr_sector* long, submitted by the current task */
+static __always_inline void on_bio(u32 dev, u32 op, u32 nr_sector)
+{
+    u32 row = traced(dev);
+    if (!row)
+        return;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct owner_key k = {.dev = dev, .op = op};
+    bool mine = is_workload(tgid);
+#if SLOT_DEVS
+    if (mine && row <= SLOT_DEVS) {
+        /* the workload's bios: a plain array by device and op, as for the sizes */
+        u32 i = (row - 1) * OWNER_OPS + k.op;
+        struct owner_val *w = wowners.lookup(&i);
+        if (w) {
+            __sync_fetch_and_add(&w->bios, 1);
+            __sync_fetch_and_add(&w->sectors, nr_sector);
+        }
+        return;
+    }
+#endif
+    if (!mine) {
+        k.tgid = tgid;
+        struct comm_val c = {};
+        bpf_get_current_comm(c.comm, sizeof(c.comm));  /* the tracepoint's comm */
+        comms.insert(&tgid, &c);
+    }
+    count_bio(&k, nr_sector);
+}
+
+#if BTF_TP
+int btf__block_bio_queue(unsigned long long *ctx)
+{
+    char *bio = (char *)ctx[0], *bdev = FIELD(char *, bio, BIO_BDEV);
+    if (bdev)
+        on_bio(disk_dev(FIELD(char *, bdev, BDEV_DISK)), req_class(FIELD(u32, bio, BIO_OPF)),
+               FIELD(u32, bio, BIO_SIZE) >> 9);
+    return 0;
+}
+#else
 TRACEPOINT_PROBE(block, block_bio_queue)
 {
     set_busy(1);
-    u32 dev = args->dev, row = traced(dev);
-    if (row) {
-        u32 tgid = bpf_get_current_pid_tgid() >> 32;
-        struct owner_key k = {.dev = dev, .op = op_class(args->rwbs[0], args->rwbs[1])};
-        bool mine = is_workload(tgid);
-#if SLOT_DEVS
-        if (mine && row <= SLOT_DEVS) {
-            /* the workload's bios: a plain array by device and op, as for the sizes */
-            u32 i = (row - 1) * OWNER_OPS + k.op;
-            struct owner_val *w = wowners.lookup(&i);
-            if (w) {
-                __sync_fetch_and_add(&w->bios, 1);
-                __sync_fetch_and_add(&w->sectors, args->nr_sector);
-            }
-            set_busy(0);
-            return 0;
-        }
-#endif
-        if (!mine) {
-            k.tgid = tgid;
-            struct comm_val c = {};
-            __builtin_memcpy(c.comm, args->comm, sizeof(c.comm));
-            comms.insert(&tgid, &c);
-        }
-        count_bio(&k, args->nr_sector);
-    }
+    on_bio(args->dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector);
     set_busy(0);
     return 0;
 }
+#endif
 
 /* every task the workload creates, threads included (parent_pid is the creating thread),
  * joins it: ZenFlow's optimizer process, or a compiler the workload starts, is the workload */

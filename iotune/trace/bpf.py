@@ -8,10 +8,12 @@ import mmap
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError
 from iotune.paths import bpf_source
+from iotune.trace.btf import KIND_TYPEDEF, Btf, BtfError, attach_tp_btf
 
 log = logging.getLogger("iotune.trace")
 
@@ -25,6 +27,27 @@ OWNER_OPS = 5
 #: a traced device without a row (bpf/reqsize.bpf.c NO_ROW)
 NO_ROW = 0xFFFF
 MAX_SIZES = 65536  # distinct (dev, op, size) keys; sizes are 512-byte multiples ≤ max_sectors_kb
+HINT_DOCTOR = (
+    "'iotune doctor --for trace' checks headers, tracefs and BPF; or use --backend diskstats"
+)
+#: the block events the BTF programs (btf__EVENT in bpf/reqsize.bpf.c) attach to, besides
+#: block_bio_queue with owners
+BTF_EVENTS = ("block_rq_issue", "block_rq_requeue", "block_rq_complete")
+#: -D name -> (struct, member path) of the fields the BTF programs read
+BTF_FIELDS = {
+    "RQ_Q": ("request", "q"),
+    "RQ_CMD_FLAGS": ("request", "cmd_flags"),
+    "RQ_DATA_LEN": ("request", "__data_len"),
+    "RQ_SECTOR": ("request", "__sector"),
+    "Q_DISK": ("request_queue", "disk"),
+    "GD_MAJOR": ("gendisk", "major"),
+    "GD_FIRST_MINOR": ("gendisk", "first_minor"),
+    "BIO_BDEV": ("bio", "bi_bdev"),
+    "BIO_OPF": ("bio", "bi_opf"),
+    "BIO_SIZE": ("bio", "bi_iter.bi_size"),
+    "BDEV_DISK": ("block_device", "bd_disk"),
+}
+REQ_OPS = ("READ", "WRITE", "FLUSH", "DISCARD", "SECURE_ERASE", "WRITE_ZEROES")
 
 
 class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
@@ -49,10 +72,20 @@ Owners = dict[tuple[int, int, int], tuple[int, int]]
 class ReqSizeTracer:
     """Attached on construction; :meth:`close` detaches (idempotent). With ``owners``, bios are
     attributed to the workload (processes added with :meth:`add_workload` and everything they
-    start) or to their other submitters."""
+    start) or to their other submitters.
+
+    The block events are read by BTF tracepoint programs where the kernel has BTF (``btf``
+    None: where it loads, False: never, True: or fail), else by classic tracepoint programs,
+    which cost the kernel a filled event record per request before they run. :attr:`probes`
+    says which: ``"tp_btf"`` or ``"tracepoint"``. ``nested`` (classic programs only) counts
+    events skipped on a CPU busy with the tracer; None: on kernels that do not count them."""
 
     def __init__(
-        self, devs: list[int] | None, owners: bool = False, nested: bool | None = None
+        self,
+        devs: list[int] | None,
+        owners: bool = False,
+        nested: bool | None = None,
+        btf: bool | None = None,
     ) -> None:
         # before the programs attach: what runs between attaching and the first sample
         # widens the window in which bios are counted and requests are not
@@ -72,8 +105,6 @@ class ReqSizeTracer:
             f"-DMAX_SIZES={MAX_SIZES}",
             f"-DSLOT_DEVS={min(len(devs or []), SLOT_DEVS)}",
             "-DDEVS={" + ",".join(f"{d}U" for d in (devs or [])[:SLOT_DEVS]) + "}",
-            # the raw tracepoints counting skipped events: where the kernel does not
-            f"-DNESTED={int(not kernel_counts_misses() if nested is None else nested)}",
             f"-DSLOT_SECTORS={SLOT_SECTORS}",
             f"-DDONE_OPS={DONE_OPS}",
             f"-DOWNER_OPS={OWNER_OPS}",
@@ -81,19 +112,36 @@ class ReqSizeTracer:
             f"-DOWNERS={1 if owners else 0}",
         ]
         self.owners_enabled = owners
-        log.debug("loading %s with %s", source, cflags)
-        try:
-            self._bpf: Any = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
-        except Exception as exc:
-            raise IotuneError(
-                f"loading {source.name} failed: {str(exc).strip().splitlines()[-1]}",
-                hint="'iotune doctor --for trace' checks headers, tracefs and BPF; "
-                "or use --backend diskstats",
-            ) from exc
+        self._links: list[tuple[str, int, int]] = []  # (event, program fd, link fd)
+        self._bpf: Any = None
+        btf_flags: list[str] | None = None
+        if btf is not False and not nested:
+            try:
+                btf_flags, self._tp_ids = btf_cflags()
+            except BtfError as exc:
+                if btf:
+                    raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
+                log.debug("classic tracepoints: %s", exc)
+        if btf_flags is not None:
+            try:
+                self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
+                self._attach_btf(bcc, owners)
+            except (BtfError, IotuneError) as exc:
+                self.close()
+                if btf:
+                    raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
+                log.info("BTF tracepoints did not load (%s); using classic tracepoints", exc)
+                btf_flags = None
+        if btf_flags is None:
+            # the raw tracepoints counting skipped events: where the kernel does not
+            counts = not kernel_counts_misses() if nested is None else nested
+            self._load(bcc, source, [*cflags, "-DBTF_TP=0", f"-DNESTED={int(counts)}"])
+        self.probes = "tracepoint" if btf_flags is None else "tp_btf"
         # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
         self.rows = list(devs or [])[:SLOT_DEVS]
         if devs:
-            table = self._bpf["devices"]
+            loaded: Any = self._bpf  # close() above may have set it None; _load() set it again
+            table = loaded["devices"]
             for i, d in enumerate(devs):
                 row = i + 1 if i < SLOT_DEVS else NO_ROW
                 table[ctypes.c_uint32(d)] = ctypes.c_uint32(row)
@@ -104,6 +152,34 @@ class ReqSizeTracer:
             self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
             if owners:
                 self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+
+    def _load(self, bcc: Any, source: Path, cflags: list[str]) -> None:
+        log.debug("loading %s with %s", source, cflags)
+        try:
+            self._bpf = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
+        except Exception as exc:
+            raise IotuneError(
+                f"loading {source.name} failed: {str(exc).strip().splitlines()[-1]}",
+                hint=HINT_DOCTOR,
+            ) from exc
+
+    def _attach_btf(self, bcc: Any, owners: bool) -> None:
+        """Load and attach the ``btf__*`` programs that bcc compiled (bcc does not load this
+        kind itself)."""
+        lib = bcc.libbcc.lib
+        module = self._bpf.module
+        license = lib.bpf_module_license(module) or b"GPL"
+        events = [*BTF_EVENTS, *(["block_bio_queue"] if owners else [])]
+        for event in events:
+            fn = f"btf__{event}".encode()
+            start = lib.bpf_function_start(module, fn)
+            if not start:
+                raise BtfError(f"{fn.decode()} was not compiled")
+            size = lib.bpf_function_size(module, fn)
+            prog, link = attach_tp_btf(
+                start, size, license, event, self._tp_ids[event], self._tp_ids["attach_type"]
+            )
+            self._links.append((event, prog, link))
 
     def _view(self, name: str, words: int) -> Any:
         """A read-only numpy view of an mmap-able array map: its counters as the kernel
@@ -187,12 +263,17 @@ class ReqSizeTracer:
         this tracer's programs ran are counted by raw tracepoints (``nested:block_rq_issue``,
         ``nested:block_rq_complete``). Both are cumulative since the tracer was loaded."""
         out = {}
-        for name, fn in self._bpf.funcs.items():
-            if not name.startswith(b"tracepoint__"):
-                continue  # the raw tracepoints: they count, they are not counted
-            label = name.decode().removeprefix("tracepoint__").replace("__", ":")
+        progs = [
+            (name.decode().removeprefix("tracepoint__").replace("__", ":"), fn.fd)
+            for name, fn in self._bpf.funcs.items()
+            # the raw tracepoints: they count, they are not counted
+            if name.startswith(b"tracepoint__")
+        ]
+        # a BTF program is skipped only when it would run inside itself on one CPU
+        progs += [(f"block:{event}", prog) for event, prog, _ in self._links]
+        for label, fd in progs:
             try:
-                with open(f"/proc/self/fdinfo/{fn.fd}") as fh:
+                with open(f"/proc/self/fdinfo/{fd}") as fh:
                     for line in fh:
                         if line.startswith("recursion_misses:"):
                             out[label] = int(line.split()[1])
@@ -213,9 +294,32 @@ class ReqSizeTracer:
         # array still exports its buffer)
         self._views = {}
         self._maps = []
+        for _, prog, link in self._links:
+            os.close(link)
+            os.close(prog)
+        self._links = []
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+
+def btf_cflags(btf: Btf | None = None) -> tuple[list[str], dict[str, int]]:
+    """The -D flags that compile the BTF programs for the running kernel (field offsets and
+    req_op values), and the BTF ids to attach them by (``attach_type``: BPF_TRACE_RAW_TP).
+    BtfError where the kernel has no BTF or not these fields."""
+    btf = btf or Btf.vmlinux()
+    flags = [f"-D{macro}={btf.offset(*where)}" for macro, where in BTF_FIELDS.items()]
+    try:
+        ops = btf.enum("req_op")
+    except BtfError:
+        ops = btf.enum("req_opf")  # its name before 6.0
+    for op in REQ_OPS:
+        if f"REQ_OP_{op}" not in ops:
+            raise BtfError(f"the kernel's req_op has no REQ_OP_{op}")
+        flags.append(f"-DREQ_OP_{op}_V={ops[f'REQ_OP_{op}']}")
+    ids = {e: btf.find(KIND_TYPEDEF, f"btf_trace_{e}") for e in (*BTF_EVENTS, "block_bio_queue")}
+    ids["attach_type"] = btf.enum("bpf_attach_type")["BPF_TRACE_RAW_TP"]
+    return flags, ids
 
 
 def log2_hist(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, int], int]:

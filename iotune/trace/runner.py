@@ -100,6 +100,7 @@ class Tracer:
         self.devs = {n: kernel_dev(*devno_of(self.tree, n)) for n in names}
         self.samples: list[Sample] = []
         self.bpf: Any = None
+        self.probes: str | None = None  # the tracer's kind of programs: tp_btf or tracepoint
         self.start = 0.0
         self.exit_code: int | None = None
         self.interrupted: str | None = None
@@ -200,6 +201,7 @@ class Tracer:
 
                 # bios are attributed to submitters when there is a workload to tell apart
                 self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
+                self.probes = self.bpf.probes
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             self.start = time.monotonic()
             self.sample("start")
@@ -375,6 +377,7 @@ class Tracer:
         return {
             "focus_size": req.focus,
             "backend": req.backend,
+            "probes": self.probes,
             "duration_s": round(last.t - first.t, 3),
             "command": req.command,
             "devices": devices,

@@ -60,6 +60,8 @@ def test_prime_count_of_512k_writes_and_reads(
         *fio(dev, "--rw=write", "--bs=512k", f"--size={23 * 512}k"),
     )
     assert code == 0 and doc["exit_code"] == 0 and doc["backend"] == "bcc"
+    # this host's kernel has BTF: the BTF tracepoint programs read the events
+    assert doc["probes"] == "tp_btf"
     d = dev_entry(doc, dev)
     assert d["write"]["sizes"] == {"524288": 23}
     assert d["write"]["focus_requests"] == 23 and d["write"]["other_requests"] == 0
@@ -434,3 +436,47 @@ def test_events_on_a_cpu_busy_with_the_tracer_are_counted(
     # 17 reads issued and completed on the loop device, plus whatever else the host did
     assert end["nested:block_rq_issue"] - start["nested:block_rq_issue"] >= 17
     assert end["nested:block_rq_complete"] - start["nested:block_rq_complete"] >= 17
+
+
+def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., str]) -> None:
+    """The BTF programs read struct request and struct bio at offsets from the kernel's BTF;
+    the classic ones read the event records the kernel fills. One fio job of mixed sizes,
+    reads and writes (seeded, one request at a time: no merging), run under each: the same
+    exact sizes, completions and bios, and what fio did."""
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.targets import kernel_dev
+
+    dev = loop_device(size_mib=64)
+    st = os.stat(dev)
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    job = fio(
+        dev,
+        "--rw=randrw",
+        "--bssplit=4k/30:12k/20:68k/20:256k/20:508k/10",
+        "--norandommap",  # else fio trims I/Os to the unwritten part of its map
+        "--randseed=7",
+        "--number_ios=300",
+        "--size=64m",
+    )
+    seen = {}
+    for btf in (True, False):
+        tracer = ReqSizeTracer([kdev], owners=True, btf=btf)
+        try:
+            assert tracer.probes == ("tp_btf" if btf else "tracepoint")
+            tracer.add_workload(os.getpid())
+            done = json.loads(sh(*job))["jobs"][0]
+            seen[btf] = (tracer.counts(), tracer.done(), tracer.owners(), tracer.dropped())
+        finally:
+            tracer.close()
+    assert seen[True] == seen[False]
+    counts, completed, owners, dropped = seen[True]
+    assert dropped == (0, 0, 0, 0)
+    ios = {op: done[op]["total_ios"] for op in ("read", "write")}
+    assert ios["read"] > 50 and ios["write"] > 50, ios
+    for op, name in ((0, "read"), (1, "write")):
+        mine = {size: n for (d, o, size), n in counts.items() if d == kdev and o == op}
+        assert sum(mine.values()) == ios[name]
+        assert set(mine) <= {4 * K, 12 * K, 68 * K, 256 * K, 508 * K}
+        assert sum(size * n for size, n in mine.items()) == done[name]["io_bytes"]
+        assert completed[(kdev, op)] == (ios[name], done[name]["io_bytes"] // 512)
+        assert owners[(kdev, op, 0)][1] == done[name]["io_bytes"] // 512
