@@ -10,7 +10,15 @@ completions), untraced, the kernel's blktrace (through ftrace's blk tracer, its 
 copied to a file in RAM), untraced, bcc's bitesize, untraced, bpftrace's bitesize.bt.
 Each traced run is compared with the untraced run just before it (these hosts are noisy);
 the script prints the median, quartiles and range of those ratios per tracer, and the
-events blktrace dropped.
+events blktrace dropped. Around every fio run it also reads the host's CPU time (all CPUs,
+/proc/stat: user, nice, system, irq, softirq) and divides it by fio's requests: what a
+tracer adds there is its whole cost per request, the kernel's work at the tracepoint
+(filling a classic tracepoint's record, running the program) and the tracer's own process
+included, whether or not the workload's throughput shows it. (Not for `iotune trace --
+CMD`, whose window also holds its start.) Beside `iotune trace`, which reads the block
+events with BTF tracepoint programs where the kernel has BTF, the same tracer is held on
+classic tracepoints (`--hold DEV --probes tracepoint`, sampling its counters every
+second as `iotune trace` does).
 
 Then, with the kernel's BPF statistics on (kernel.bpf_stats_enabled), each BPF tracer's
 programs are timed by the kernel itself over an fio run: nanoseconds of BPF per request
@@ -34,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
@@ -64,10 +73,49 @@ def iops(fio_json: str) -> float:
     return float(fio_read(fio_json)["iops"])
 
 
-def run_plain(dev: str, seconds: int) -> float:
-    return iops(
-        subprocess.run(fio_argv(dev, seconds), capture_output=True, text=True, check=True).stdout
+@dataclass(frozen=True)
+class Run:
+    iops: float
+    #: the host's CPU time over the fio run per request, ns (None: not measured)
+    cpu_ns: float | None
+
+
+def cpu_busy_ns() -> int:
+    """The host's CPU time so far, all CPUs: user, nice, system, irq and softirq (not idle,
+    iowait or steal), in ns."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) * 10**9 // os.sysconf("SC_CLK_TCK")
+
+
+def run_plain(dev: str, seconds: int) -> Run:
+    before = cpu_busy_ns()
+    out = subprocess.run(fio_argv(dev, seconds), capture_output=True, text=True, check=True).stdout
+    busy = cpu_busy_ns() - before
+    r = fio_read(out)
+    return Run(float(r["iops"]), busy / float(r["total_ios"]))
+
+
+def hold(dev: str, probes: str) -> None:
+    """``--hold``: iotune's tracer on *dev* with the given kind of programs, its counters read
+    every second, until SIGINT."""
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.targets import kernel_dev
+
+    st = os.stat(dev)
+    tracer = ReqSizeTracer(
+        [kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))], btf=probes == "tp_btf"
     )
+    print(f"holding {dev} with {tracer.probes} programs", flush=True)
+    try:
+        while True:
+            time.sleep(1)
+            tracer.counts()
+            tracer.done()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tracer.close()
 
 
 def bpf_progs() -> dict[int, tuple[str, int, int]]:
@@ -99,7 +147,7 @@ def bpf_cost(argv: list[str], dev: str, seconds: int) -> tuple[float, float, lis
     return ns / requests, runs / requests, sorted(v[0] for v in start.values())
 
 
-def run_iotune(dev: str, seconds: int, out: Path) -> float:
+def run_iotune(dev: str, seconds: int, out: Path) -> Run:
     p = subprocess.run(
         [
             IOTUNE,
@@ -117,7 +165,7 @@ def run_iotune(dev: str, seconds: int, out: Path) -> float:
         check=True,
     )
     # with --json the workload's stdout goes to stderr; fio's JSON is there
-    return iops(p.stderr[p.stderr.index('{\n  "fio version"') :])
+    return Run(iops(p.stderr[p.stderr.index('{\n  "fio version"') :]), None)
 
 
 def iotune_beside(dev: str, seconds: int, out: Path) -> list[str]:
@@ -142,7 +190,11 @@ def tracing(argv: list[str]) -> Iterator[None]:
         tool.communicate(timeout=30)
 
 
-def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
+def held(dev: str, probes: str) -> list[str]:
+    return [sys.executable, __file__, "--hold", dev, "--probes", probes]
+
+
+def run_with_tool(argv: list[str], dev: str, seconds: int) -> Run:
     with tracing(argv):
         return run_plain(dev, seconds)
 
@@ -150,7 +202,7 @@ def run_with_tool(argv: list[str], dev: str, seconds: int) -> float:
 TRACEFS = Path("/sys/kernel/tracing")
 
 
-def run_blktrace(dev: str, seconds: int, tmp: Path, drops: list[int]) -> float:
+def run_blktrace(dev: str, seconds: int, tmp: Path, drops: list[int]) -> Run:
     """The kernel's blktrace tracer (every issue, completion, merge... of every request)
     through ftrace, its events read from trace_pipe into a file in RAM while fio runs; the
     events the ring buffers overran go to *drops*. The blktrace tool itself reads them from
@@ -188,7 +240,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--cost-rounds", type=int, default=3)
+    ap.add_argument("--hold", metavar="DEV", help=argparse.SUPPRESS)
+    ap.add_argument("--probes", choices=("tp_btf", "tracepoint"), default="tp_btf")
     args = ap.parse_args()
+    if args.hold:
+        hold(args.hold, args.probes)
+        return
     # the tracers stop on SIGINT; a shell that started this in the background had it ignored,
     # and an ignored signal stays ignored across exec
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -208,6 +265,9 @@ def main() -> None:
         "iotune trace --duration (exact)": lambda: run_with_tool(
             iotune_beside(dev, args.seconds, tmp / f"dur-{time.monotonic_ns()}"), dev, args.seconds
         ),
+        "iotune tracer, classic tracepoints": lambda: run_with_tool(
+            held(dev, "tracepoint"), dev, args.seconds
+        ),
         "blktrace, ftrace blk (every event)": lambda: run_blktrace(dev, args.seconds, tmp, drops),
         "bcc bitesize (log2)": lambda: run_with_tool(["bitesize-bpfcc"], dev, args.seconds),
         "bpftrace bitesize.bt (log2)": lambda: run_with_tool(
@@ -216,10 +276,13 @@ def main() -> None:
     }
     bpf_tracers = {
         "iotune trace --duration (exact)": iotune_beside(dev, args.seconds, tmp / "cost"),
+        "iotune tracer, classic tracepoints": held(dev, "tracepoint"),
         "bcc bitesize (log2)": ["bitesize-bpfcc"],
         "bpftrace bitesize.bt (log2)": ["bpftrace", "/usr/sbin/bitesize.bt"],
     }
     ratios: dict[str, list[float]] = {k: [] for k in tracers}
+    # the CPU per request a tracer added to the untraced run before it, and that run's
+    added: dict[str, list[tuple[float, float]]] = {k: [] for k in tracers}
     costs: dict[str, list[tuple[float, float, list[str]]]] = {k: [] for k in bpf_tracers}
     base_all: list[float] = []
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -229,11 +292,15 @@ def main() -> None:
             for name, fn in tracers.items():
                 base = run_plain(dev, args.seconds)
                 traced = fn()
-                base_all.append(base)
-                ratios[name].append(traced / base)
+                base_all.append(base.iops)
+                ratios[name].append(traced.iops / base.iops)
+                cpu = ""
+                if traced.cpu_ns is not None and base.cpu_ns is not None:
+                    added[name].append((traced.cpu_ns - base.cpu_ns, base.cpu_ns))
+                    cpu = f"; CPU {traced.cpu_ns:,.0f} vs {base.cpu_ns:,.0f} ns/request"
                 print(
-                    f"round {r + 1}: {name}: {traced:,.0f} IOPS vs untraced {base:,.0f} "
-                    f"= {traced / base:.3f}",
+                    f"round {r + 1}: {name}: {traced.iops:,.0f} IOPS vs untraced "
+                    f"{base.iops:,.0f} = {traced.iops / base.iops:.3f}{cpu}",
                     flush=True,
                 )
         stats_was = stats.read_text()
@@ -265,6 +332,24 @@ def main() -> None:
             f"({q1:.3f}..{q3:.3f}; {min(rs):.3f}..{max(rs):.3f})"
         )
     print(f"blktrace: events the ring buffers overran per run: {drops}")
+    print()
+    base_cpu = statistics.median(b for v in added.values() for _, b in v)
+    print(f"untraced: {base_cpu:,.0f} ns of the host's CPU per request (median)")
+    print(
+        f"{'tracer':<36} {'CPU added ns/request':>21} {'of untraced':>12} "
+        f"{'one CPU at 250K IOPS':>21}  (quartiles; min..max, ns)"
+    )
+    for name, pairs in added.items():
+        if not pairs:
+            continue
+        extra = [a for a, _ in pairs]
+        m = statistics.median(extra)
+        q1, _, q3 = statistics.quantiles(extra, n=4) if len(extra) > 1 else (m, m, m)
+        share = statistics.median(a / b for a, b in pairs)
+        print(
+            f"{name:<36} {m:>21.0f} {100 * share:>11.1f}% {100 * m * 250e3 / 1e9:>20.2f}%"
+            f"  ({q1:.0f}..{q3:.0f}; {min(extra):.0f}..{max(extra):.0f})"
+        )
     print()
     print(
         f"{'tracer':<36} {'BPF ns/request':>15} {'runs/request':>13} {'one CPU at 250K IOPS':>21}"

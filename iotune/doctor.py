@@ -81,12 +81,17 @@ def check_kernel() -> Check:
 
 def check_btf(tree: SysTree) -> Check:
     if tree.exists("/sys/kernel/btf/vmlinux"):
-        return Check("BTF", Status.PASS, "/sys/kernel/btf/vmlinux present")
+        return Check(
+            "BTF",
+            Status.PASS,
+            "/sys/kernel/btf/vmlinux present: trace uses BTF tracepoint programs",
+        )
     return Check(
         "BTF",
         Status.WARN,
-        "no /sys/kernel/btf/vmlinux",
-        "optional for bcc; a kernel built with CONFIG_DEBUG_INFO_BTF=y enables CO-RE loaders",
+        "no /sys/kernel/btf/vmlinux: trace uses classic tracepoints (more CPU per request)",
+        "optional; a kernel built with CONFIG_DEBUG_INFO_BTF=y lets trace read the block "
+        "events with BTF tracepoint programs",
     )
 
 
@@ -150,8 +155,8 @@ def check_headers(tree: SysTree) -> Check:
         target = tree.realpath(build)
         note = ""
         if release not in target:
-            note = " (headers of another kernel: fine for bcc tracepoint programs, "
-            note += "the tracepoint layout comes from the running kernel's tracefs)"
+            note = " (headers of another kernel: fine for iotune's programs, which take "
+            note += "the kernel's layouts from its BTF or tracefs)"
         return Check(
             "kernel headers",
             Status.PASS,
