@@ -13,7 +13,7 @@ from typing import Any
 
 from iotune.errors import IotuneError
 from iotune.paths import bpf_source
-from iotune.trace.btf import KIND_TYPEDEF, Btf, BtfError, attach_tp_btf
+from iotune.trace.btf import KIND_TYPEDEF, Btf, BtfError, attach, attach_tp_btf
 
 log = logging.getLogger("iotune.trace")
 
@@ -181,6 +181,37 @@ class ReqSizeTracer:
             )
             self._links.append((event, prog, link))
 
+    def switch(self, on: bool) -> None:
+        """Detach the block event programs (``on`` False) or attach them again, the maps and
+        the counts kept: a workload that runs on can be measured with and without them
+        (benchmarks/trace_toggle.py)."""
+        if self.probes == "tp_btf":
+            links = []
+            for event, prog, was in self._links:
+                now = was
+                if not on and was >= 0:
+                    os.close(was)
+                    now = -1
+                elif on and was < 0:
+                    now = attach(prog)
+                links.append((event, prog, now))
+            self._links = links
+            return
+        bpf = self._bpf
+        if not on:
+            self._detached = [tp for tp in bpf.tracepoint_fds if tp.startswith(b"block:")]
+            self._detached_raw = list(bpf.raw_tracepoint_fds)
+            for tp in self._detached:
+                bpf.detach_tracepoint(tp)
+            for tp in self._detached_raw:
+                bpf.detach_raw_tracepoint(tp)
+            return
+        for tp in getattr(self, "_detached", []):
+            bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
+        for tp in getattr(self, "_detached_raw", []):
+            bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
+        self._detached, self._detached_raw = [], []
+
     def _view(self, name: str, words: int) -> Any:
         """A read-only numpy view of an mmap-able array map: its counters as the kernel
         updates them, read without a system call."""
@@ -295,7 +326,8 @@ class ReqSizeTracer:
         self._views = {}
         self._maps = []
         for _, prog, link in self._links:
-            os.close(link)
+            if link >= 0:
+                os.close(link)
             os.close(prog)
         self._links = []
         if self._bpf is not None:

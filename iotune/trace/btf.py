@@ -236,8 +236,16 @@ def attach_tp_btf(
             why = log.value.decode(errors="replace").strip().splitlines()
             raise BtfError(f"loading {name}: {exc.strerror}: {why[-1] if why else ''}") from exc
     try:
-        link = _bpf(BPF_RAW_TRACEPOINT_OPEN, _RawTpOpen(name=0, prog_fd=prog))
-    except OSError as exc:
+        link = attach(prog)
+    except BtfError as exc:
         os.close(prog)
-        raise BtfError(f"attaching {name}: {exc.strerror}") from exc
+        raise BtfError(f"attaching {name}: {exc}") from exc
     return prog, link
+
+
+def attach(prog: int) -> int:
+    """Attach a loaded BTF tracepoint program (again); returns the link fd."""
+    try:
+        return _bpf(BPF_RAW_TRACEPOINT_OPEN, _RawTpOpen(name=0, prog_fd=prog))
+    except OSError as exc:
+        raise BtfError(str(exc.strerror)) from exc
