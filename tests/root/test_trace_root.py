@@ -480,3 +480,30 @@ def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., s
         assert sum(size * n for size, n in mine.items()) == done[name]["io_bytes"]
         assert completed[(kdev, op)] == (ios[name], done[name]["io_bytes"] // 512)
         assert owners[(kdev, op, 0)][1] == done[name]["io_bytes"] // 512
+
+
+def test_switched_off_programs_count_nothing_and_on_again_count(
+    loop_device: Callable[..., str],
+) -> None:
+    """switch() detaches the block programs with the counts kept and attaches them again,
+    for both kinds of programs (benchmarks/trace_toggle.py relies on it)."""
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.targets import kernel_dev
+
+    dev = loop_device()
+    st = os.stat(dev)
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    reads = fio(dev, "--rw=read", "--bs=64k", "--size=640k")
+    for btf in (True, False):
+        tracer = ReqSizeTracer([kdev], btf=btf)
+        try:
+            sh(*reads)
+            tracer.switch(False)
+            sh(*reads)
+            tracer.switch(True)
+            sh(*reads)
+            counts, done = tracer.counts(), tracer.done()
+        finally:
+            tracer.close()
+        assert counts == {(kdev, 0, 64 * K): 20}, (btf, counts)
+        assert done[(kdev, 0)] == (20, 20 * 128), btf
