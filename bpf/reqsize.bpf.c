@@ -175,14 +175,14 @@ static __always_inline u32 rq_dev(char *rq)
     return disk_dev(FIELD(char *, FIELD(char *, rq, RQ_Q), Q_DISK));
 }
 
-/* the class blk_fill_rwbs() gives an op ("F" for a pre-flush flag aside); write zeroes
- * count as writes, as the kernel's diskstats count them */
+/* the class blk_fill_rwbs() gives an op ("F" for a pre-flush flag aside): write zeroes,
+ * like every op it names "N", are "other" */
 static __always_inline u32 req_class(u32 opf)
 {
     u32 op = opf & 0xff;  /* REQ_OP_MASK */
     if (op == REQ_OP_READ_V)
         return OP_READ;
-    if (op == REQ_OP_WRITE_V || op == REQ_OP_WRITE_ZEROES_V)
+    if (op == REQ_OP_WRITE_V)
         return OP_WRITE;
     if (op == REQ_OP_DISCARD_V || op == REQ_OP_SECURE_ERASE_V)
         return OP_DISCARD;
@@ -281,8 +281,7 @@ int btf__block_rq_complete(unsigned long long *ctx)
     u32 dev = rq_dev(rq), row = traced(dev);
     if (row) {
         u32 opf = FIELD(u32, rq, RQ_CMD_FLAGS);
-        count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR),
-                   (opf & 0xff) == REQ_OP_WRITE_ZEROES_V);
+        count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR), 0);
     }
     return 0;
 }

@@ -47,7 +47,14 @@ BTF_FIELDS = {
     "BIO_SIZE": ("bio", "bi_iter.bi_size"),
     "BDEV_DISK": ("block_device", "bd_disk"),
 }
-REQ_OPS = ("READ", "WRITE", "FLUSH", "DISCARD", "SECURE_ERASE", "WRITE_ZEROES")
+REQ_OPS = ("READ", "WRITE", "FLUSH", "DISCARD", "SECURE_ERASE")
+#: the arguments each tracepoint passes that the BTF programs read (ctx[0], ctx[1], ...)
+BTF_ARGS = {
+    "block_rq_issue": ("struct request *",),
+    "block_rq_requeue": ("struct request *",),
+    "block_rq_complete": ("struct request *", "blk_status_t", "unsigned int"),
+    "block_bio_queue": ("struct bio *",),
+}
 
 
 class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
@@ -112,12 +119,14 @@ class ReqSizeTracer:
             f"-DOWNERS={1 if owners else 0}",
         ]
         self.owners_enabled = owners
-        self._links: list[tuple[str, int, int]] = []  # (event, program fd, link fd)
+        self._links: list[tuple[str, int, int]] = []  # (event, program fd, link fd; -1: off)
+        self._detached: list[bytes] = []  # classic tracepoints switch() took off
+        self._detached_raw: list[bytes] = []
         self._bpf: Any = None
         btf_flags: list[str] | None = None
         if btf is not False and not nested:
             try:
-                btf_flags, self._tp_ids = btf_cflags()
+                btf_flags, self._tp_ids = btf_cflags(owners=owners)
             except BtfError as exc:
                 if btf:
                     raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
@@ -137,21 +146,25 @@ class ReqSizeTracer:
             counts = not kernel_counts_misses() if nested is None else nested
             self._load(bcc, source, [*cflags, "-DBTF_TP=0", f"-DNESTED={int(counts)}"])
         self.probes = "tracepoint" if btf_flags is None else "tp_btf"
-        # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
-        self.rows = list(devs or [])[:SLOT_DEVS]
-        if devs:
-            loaded: Any = self._bpf  # close() above may have set it None; _load() set it again
-            table = loaded["devices"]
-            for i, d in enumerate(devs):
-                row = i + 1 if i < SLOT_DEVS else NO_ROW
-                table[ctypes.c_uint32(d)] = ctypes.c_uint32(row)
-        self._views: dict[str, Any] = {}
-        if self.rows:
-            n = len(self.rows)
-            self._views["slots"] = self._view("slots", n * 2 * (SLOT_SECTORS + 1))
-            self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
-            if owners:
-                self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+        try:
+            # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
+            self.rows = list(devs or [])[:SLOT_DEVS]
+            if devs:
+                loaded: Any = self._bpf  # close() above may have set it None; _load() set it again
+                table = loaded["devices"]
+                for i, d in enumerate(devs):
+                    row = i + 1 if i < SLOT_DEVS else NO_ROW
+                    table[ctypes.c_uint32(d)] = ctypes.c_uint32(row)
+            self._views: dict[str, Any] = {}
+            if self.rows:
+                n = len(self.rows)
+                self._views["slots"] = self._view("slots", n * 2 * (SLOT_SECTORS + 1))
+                self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
+                if owners:
+                    self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+        except BaseException:
+            self.close()  # attached: detach before the error leaves
+            raise
 
     def _load(self, bcc: Any, source: Path, cflags: list[str]) -> None:
         log.debug("loading %s with %s", source, cflags)
@@ -186,31 +199,31 @@ class ReqSizeTracer:
         the counts kept: a workload that runs on can be measured with and without them
         (benchmarks/trace_toggle.py)."""
         if self.probes == "tp_btf":
-            links = []
-            for event, prog, was in self._links:
-                now = was
-                if not on and was >= 0:
-                    os.close(was)
-                    now = -1
-                elif on and was < 0:
-                    now = attach(prog)
-                links.append((event, prog, now))
-            self._links = links
+            for i, (event, prog, link) in enumerate(self._links):
+                # one at a time, recorded as it changes: a failure leaves no link unrecorded
+                if not on and link >= 0:
+                    os.close(link)
+                    self._links[i] = (event, prog, -1)
+                elif on and link < 0:
+                    self._links[i] = (event, prog, attach(prog))
             return
         bpf = self._bpf
         if not on:
-            self._detached = [tp for tp in bpf.tracepoint_fds if tp.startswith(b"block:")]
-            self._detached_raw = list(bpf.raw_tracepoint_fds)
-            for tp in self._detached:
+            for tp in [tp for tp in bpf.tracepoint_fds if tp.startswith(b"block:")]:
                 bpf.detach_tracepoint(tp)
-            for tp in self._detached_raw:
+                self._detached.append(tp)
+            for tp in list(bpf.raw_tracepoint_fds):
                 bpf.detach_raw_tracepoint(tp)
+                self._detached_raw.append(tp)
             return
-        for tp in getattr(self, "_detached", []):
+        while self._detached:
+            tp = self._detached[-1]
             bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
-        for tp in getattr(self, "_detached_raw", []):
+            self._detached.pop()
+        while self._detached_raw:
+            tp = self._detached_raw[-1]
             bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
-        self._detached, self._detached_raw = [], []
+            self._detached_raw.pop()
 
     def _view(self, name: str, words: int) -> Any:
         """A read-only numpy view of an mmap-able array map: its counters as the kernel
@@ -335,10 +348,11 @@ class ReqSizeTracer:
             self._bpf = None
 
 
-def btf_cflags(btf: Btf | None = None) -> tuple[list[str], dict[str, int]]:
+def btf_cflags(btf: Btf | None = None, owners: bool = True) -> tuple[list[str], dict[str, int]]:
     """The -D flags that compile the BTF programs for the running kernel (field offsets and
     req_op values), and the BTF ids to attach them by (``attach_type``: BPF_TRACE_RAW_TP).
-    BtfError where the kernel has no BTF or not these fields."""
+    BtfError where the kernel has no BTF, not these fields, or tracepoints whose arguments
+    are not the ones the programs read (before 5.11 the request's came second)."""
     btf = btf or Btf.vmlinux()
     flags = [f"-D{macro}={btf.offset(*where)}" for macro, where in BTF_FIELDS.items()]
     try:
@@ -349,7 +363,16 @@ def btf_cflags(btf: Btf | None = None) -> tuple[list[str], dict[str, int]]:
         if f"REQ_OP_{op}" not in ops:
             raise BtfError(f"the kernel's req_op has no REQ_OP_{op}")
         flags.append(f"-DREQ_OP_{op}_V={ops[f'REQ_OP_{op}']}")
-    ids = {e: btf.find(KIND_TYPEDEF, f"btf_trace_{e}") for e in (*BTF_EVENTS, "block_bio_queue")}
+    ids = {}
+    for event, args in BTF_ARGS.items():
+        if event == "block_bio_queue" and not owners:
+            continue
+        ids[event] = btf.find(KIND_TYPEDEF, f"btf_trace_{event}")
+        got = btf.tracepoint_args(ids[event])
+        if got[: len(args)] != args or len(got) != len(args):
+            raise BtfError(
+                f"the kernel's {event} passes ({', '.join(got)}), not ({', '.join(args)})"
+            )
     ids["attach_type"] = btf.enum("bpf_attach_type")["BPF_TRACE_RAW_TP"]
     return flags, ids
 

@@ -80,9 +80,15 @@ class Btf:
         self._types: list[_Type | None] = [None]  # id 0 is void
         self._by_name: dict[tuple[int, str], int] = {}
         pos, end = hdr_len + type_off, hdr_len + type_off + type_len
+        if end > len(data) or self._strings > len(data):
+            raise BtfError("BTF data is truncated")
         while pos < end:
+            if pos + 12 > end:
+                raise BtfError("BTF data is truncated")
             name_off, info, size = struct.unpack_from("<III", data, pos)
             kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+            if kind > KIND_ENUM64:
+                raise BtfError(f"BTF kind {kind} is newer than this reader")
             self._types.append(_Type(pos, kind, vlen, bool(info >> 31), name_off, size))
             pos += 12 + _FIXED.get(kind, 0) + _PER_MEMBER.get(kind, 0) * vlen
 
@@ -92,10 +98,48 @@ class Btf:
             return cls(path.read_bytes())
         except OSError as exc:
             raise BtfError(f"{path}: {exc.strerror}") from exc
+        except struct.error as exc:
+            raise BtfError(f"{path}: malformed BTF ({exc})") from exc
 
     def _name(self, off: int) -> str:
         start = self._strings + off
-        return self._data[start : self._data.index(b"\0", start)].decode()
+        try:
+            return self._data[start : self._data.index(b"\0", start)].decode()
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BtfError(f"BTF string at {off} is malformed") from exc
+
+    def type_name(self, tid: int) -> str:
+        """A type as C spells it, for the few kinds a tracepoint's arguments use:
+        ``struct request *``, ``unsigned int``, ``blk_status_t``."""
+        t = self._types[tid] if 0 <= tid < len(self._types) else None
+        if t is None:
+            return "void"
+        if t.kind == KIND_PTR:
+            return self.type_name(t.size_or_type) + " *"
+        if t.kind in (KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG):
+            return self.type_name(t.size_or_type)
+        name = self._name(t.name_off)
+        if t.kind == KIND_STRUCT:
+            return f"struct {name}"
+        if t.kind == KIND_UNION:
+            return f"union {name}"
+        return name
+
+    def tracepoint_args(self, typedef: int) -> tuple[str, ...]:
+        """The arguments a tracepoint passes its programs, from its ``btf_trace_*`` typedef
+        (a pointer to ``void (void *, ARGS...)``): the first, the tracepoint's data, left
+        out."""
+        t = self._types[self._resolve(typedef)]
+        if t is None or t.kind != KIND_PTR:
+            raise BtfError(f"type {typedef} is not a btf_trace_* typedef")
+        proto = self._types[self._resolve(t.size_or_type)]
+        if proto is None or proto.kind != KIND_FUNC_PROTO:
+            raise BtfError(f"type {typedef} is not a btf_trace_* typedef")
+        params = [
+            struct.unpack_from("<II", self._data, proto.offset + 12 + 8 * i)[1]
+            for i in range(proto.vlen)
+        ]
+        return tuple(self.type_name(p) for p in params[1:])
 
     def find(self, kind: int, name: str) -> int:
         """The id of the type *name* of *kind*."""

@@ -499,8 +499,10 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
         try:
             sh(*reads)
             tracer.switch(False)
+            tracer.switch(False)  # twice: still off, and on again below
             sh(*reads)
             tracer.switch(True)
+            tracer.switch(True)  # twice: attached once, counted once
             sh(*reads)
             counts, done = tracer.counts(), tracer.done()
         finally:

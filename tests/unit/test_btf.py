@@ -9,7 +9,9 @@ import pytest
 
 from iotune.trace.btf import (
     KIND_ENUM,
+    KIND_FUNC_PROTO,
     KIND_INT,
+    KIND_PTR,
     KIND_STRUCT,
     KIND_TYPEDEF,
     KIND_UNION,
@@ -65,6 +67,13 @@ def sample() -> Btf:
     b.add(KIND_TYPEDEF, "btf_trace_ev", 0, 1, b"")  # 7
     # a bitfield: kind_flag set, offset = size << 24 | bit offset
     b.add(KIND_STRUCT, "bits", 1, 4, b.members(("bf", 1, (3 << 24) | 5)), flag=True)  # 8
+    # a tracepoint's typedef: btf_trace_tp -> pointer -> void (void *, struct outer *, u32)
+    b.add(KIND_PTR, "", 0, 0, b"")  # 9: void *
+    b.add(KIND_PTR, "", 0, 5, b"")  # 10: struct outer *
+    proto = struct.pack("<IIII", 0, 9, 0, 10) + struct.pack("<II", 0, 1)
+    b.add(KIND_FUNC_PROTO, "", 3, 0, proto)  # 11
+    b.add(KIND_PTR, "", 0, 11, b"")  # 12
+    b.add(KIND_TYPEDEF, "btf_trace_tp", 0, 12, b"")  # 13
     return Btf(b.data())
 
 
@@ -83,6 +92,23 @@ def test_enums_and_lookups_by_kind_and_name() -> None:
     assert btf.find(KIND_STRUCT, "outer") == 5
     with pytest.raises(BtfError, match="no btf_trace_other"):
         btf.find(KIND_TYPEDEF, "btf_trace_other")
+
+
+def test_a_tracepoints_arguments_from_its_typedef() -> None:
+    btf = sample()
+    assert btf.tracepoint_args(btf.find(KIND_TYPEDEF, "btf_trace_tp")) == (
+        "struct outer *",
+        "u32",
+    )
+    with pytest.raises(BtfError, match="not a btf_trace_"):
+        btf.tracepoint_args(btf.find(KIND_TYPEDEF, "iter_t"))
+
+
+def test_a_kind_newer_than_the_reader_is_refused() -> None:
+    b = Blob()
+    b.add(20, "future", 0, 0, b"")
+    with pytest.raises(BtfError, match="kind 20"):
+        Btf(b.data())
 
 
 def test_what_is_not_there_is_an_error() -> None:
