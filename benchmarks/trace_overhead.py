@@ -210,6 +210,7 @@ def run_blktrace(dev: str, seconds: int, tmp: Path, drops: list[int]) -> Run:
     tracer is the same in-kernel tracer without debugfs."""
     name = Path(dev).name
     knob = Path(f"/sys/block/{name}/trace/enable")
+    was_on = (TRACEFS / "tracing_on").read_text().strip()
     (TRACEFS / "tracing_on").write_text("0")
     (TRACEFS / "current_tracer").write_text("blk")
     (TRACEFS / "trace").write_text("")
@@ -232,6 +233,7 @@ def run_blktrace(dev: str, seconds: int, tmp: Path, drops: list[int]) -> Run:
         drops.append(overrun)
         knob.write_text("0")
         (TRACEFS / "current_tracer").write_text("nop")
+        (TRACEFS / "tracing_on").write_text(was_on)  # as it was: other users of ftrace
         (tmp / "blk.trace").unlink(missing_ok=True)
 
 

@@ -84,14 +84,13 @@ def check_btf(tree: SysTree) -> Check:
         return Check(
             "BTF",
             Status.PASS,
-            "/sys/kernel/btf/vmlinux present: trace uses BTF tracepoint programs",
+            "/sys/kernel/btf/vmlinux present",
         )
     return Check(
         "BTF",
         Status.WARN,
-        "no /sys/kernel/btf/vmlinux: trace uses classic tracepoints (more CPU per request)",
-        "optional; a kernel built with CONFIG_DEBUG_INFO_BTF=y lets trace read the block "
-        "events with BTF tracepoint programs",
+        "no /sys/kernel/btf/vmlinux",
+        "optional; a kernel built with CONFIG_DEBUG_INFO_BTF=y has it",
     )
 
 

@@ -64,8 +64,7 @@ def traced(vm: Session, raid0: str) -> dict[str, Any]:
 
 
 def test_requests_land_on_the_members_not_on_md(traced: dict[str, Any], vm: Session) -> None:
-    # the guest's kernel (Debian's 6.1) has BTF: the tracer's BTF programs load on it too
-    assert traced["probes"] == "tp_btf"
+    assert traced["probes"] == "tracepoint"
     members = sorted(vm.dev(s).removeprefix("/dev/") for s in MEMBERS)
     devs = {d["name"]: d for d in traced["devices"]}
     md = [d for d in traced["devices"] if d["stacked"]]
@@ -82,10 +81,10 @@ def test_requests_land_on_the_members_not_on_md(traced: dict[str, Any], vm: Sess
         w = devs[name]["write"]
         assert w["sizes"] == {str(64 * K): 16}, (name, w["sizes"])
         assert devs[name]["chunk_bytes"] == 64 * K
-        # exact: a BTF program is not skipped when a completion interrupt lands while
-        # another BPF program runs on the CPU (classic tracepoint programs are)
+        # exact, or apart by no more than the events the kernel skipped delivering (a virtio
+        # completion interrupt that lands while the tracer's issue program runs) and says so
         chk = devs[name]["check"]
-        assert chk["exact"], chk
+        assert chk["exact"] or chk["summary"].startswith("consistent: "), chk
 
 
 def test_array_total_is_the_member_sum(traced: dict[str, Any]) -> None:
