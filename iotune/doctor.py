@@ -81,16 +81,12 @@ def check_kernel() -> Check:
 
 def check_btf(tree: SysTree) -> Check:
     if tree.exists("/sys/kernel/btf/vmlinux"):
-        return Check(
-            "BTF",
-            Status.PASS,
-            "/sys/kernel/btf/vmlinux present",
-        )
+        return Check("BTF", Status.PASS, "/sys/kernel/btf/vmlinux present")
     return Check(
         "BTF",
         Status.WARN,
         "no /sys/kernel/btf/vmlinux",
-        "optional; a kernel built with CONFIG_DEBUG_INFO_BTF=y has it",
+        "optional for bcc; a kernel built with CONFIG_DEBUG_INFO_BTF=y enables CO-RE loaders",
     )
 
 

@@ -94,7 +94,7 @@ class ReqSizeTracer:
         devs: list[int] | None,
         owners: bool = False,
         nested: bool | None = None,
-        btf: bool | None = None,
+        btf: bool = False,
     ) -> None:
         # before the programs attach: what runs between attaching and the first sample
         # widens the window in which bios are counted and requests are not
@@ -125,34 +125,25 @@ class ReqSizeTracer:
         self._detached: list[bytes] = []  # classic tracepoints switch() took off
         self._detached_raw: list[bytes] = []
         self._bpf: Any = None
-        btf_flags: list[str] | None = None
         if btf and not nested:
             try:
                 btf_flags, self._tp_ids = btf_cflags(owners=owners)
-            except BtfError as exc:
-                if btf:
-                    raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
-                log.debug("classic tracepoints: %s", exc)
-        if btf_flags is not None:
-            try:
                 self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
                 self._attach_btf(bcc, owners)
             except (BtfError, IotuneError) as exc:
-                self.close()
-                if btf:
-                    raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
-                log.info("BTF tracepoints did not load (%s); using classic tracepoints", exc)
-                btf_flags = None
-        if btf_flags is None:
+                self.close()  # what attached before the failure
+                raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
+            self.probes = "tp_btf"
+        else:
             # the raw tracepoints counting skipped events: where the kernel does not
             counts = not kernel_counts_misses() if nested is None else nested
             self._load(bcc, source, [*cflags, "-DBTF_TP=0", f"-DNESTED={int(counts)}"])
-        self.probes = "tracepoint" if btf_flags is None else "tp_btf"
+            self.probes = "tracepoint"
         try:
             # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
             self.rows = list(devs or [])[:SLOT_DEVS]
             if devs:
-                loaded: Any = self._bpf  # close() above may have set it None; _load() set it again
+                loaded: Any = self._bpf  # set by _load() (mypy saw it None above)
                 table = loaded["devices"]
                 for i, d in enumerate(devs):
                     row = i + 1 if i < SLOT_DEVS else NO_ROW
@@ -307,7 +298,9 @@ class ReqSizeTracer:
         issue) is skipped. Kernels from 6.7 count that in the program's recursion_misses
         (``block:block_rq_complete`` …); on every kernel, the events that fired while one of
         this tracer's programs ran are counted by raw tracepoints (``nested:block_rq_issue``,
-        ``nested:block_rq_complete``). Both are cumulative since the tracer was loaded."""
+        ``nested:block_rq_complete``). BTF tracepoint programs are skipped only when one would
+        run inside itself on a CPU, which every kernel that has them counts in their
+        recursion_misses. All are cumulative since the tracer was loaded."""
         out = {}
         progs = [
             (name.decode().removeprefix("tracepoint__").replace("__", ":"), fn.fd)
@@ -315,7 +308,6 @@ class ReqSizeTracer:
             # the raw tracepoints: they count, they are not counted
             if name.startswith(b"tracepoint__")
         ]
-        # a BTF program is skipped only when it would run inside itself on one CPU
         progs += [(f"block:{event}", prog) for event, prog, _ in self._links]
         for label, fd in progs:
             try:
