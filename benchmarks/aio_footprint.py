@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sweep_aio import directory, ram_volume
+from sweep_aio import directory, ram_volume, round_line
 
 from iotune.sweep.fio import measure_ceiling
 from iotune.units import parse_size
@@ -104,12 +104,7 @@ def main() -> None:
                     res[name].append(io_size / timed(fn))
                 f = measure_ceiling(target, opname, bs, qd, io_size, jobs=th)
                 res["fio"].append(float(f["bw_bytes_s"]))
-                print(
-                    f"{opname} round {r + 1}: "
-                    + ", ".join(f"{k} {v[-1] / GIB:.2f}" for k, v in res.items()),
-                    file=sys.stderr,
-                    flush=True,
-                )
+                round_line(f"{opname} round {r + 1}", res)
             got[opname] = res
         os.unlink(path)
     where = args.target or f"ext4 on a direct-I/O loop device over {args.ram_mib} MiB of /dev/shm"

@@ -160,14 +160,18 @@ def confirm(
                 for name, (bs, qd, jobs) in fio.items():
                     res = measure_ceiling(target, op, bs, qd, io_size, jobs=jobs)
                     got[name].append(float(res["bw_bytes_s"]))
-                print(
-                    f"   confirm {op} round {r + 1}: "
-                    + ", ".join(f"{k} {v[-1] / GIB:.2f}" for k, v in got.items()),
-                    file=sys.stderr,
-                    flush=True,
-                )
+                round_line(f"   confirm {op} round {r + 1}", got)
             out[op] = got
     return out
+
+
+def round_line(prefix: str, got: dict[str, list[float]]) -> None:
+    """One line on stderr: each candidate's latest measurement in GiB/s."""
+    print(
+        f"{prefix}: " + ", ".join(f"{k} {v[-1] / GIB:.2f}" for k, v in got.items()),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def fio_label(bs: int, qd: int, jobs: int) -> str:

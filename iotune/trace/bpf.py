@@ -83,10 +83,11 @@ class ReqSizeTracer:
 
     The block events are read by classic tracepoint programs, which cost the kernel a
     filled event record per request before they run, or with ``btf`` True by BTF tracepoint
-    programs (an error where the kernel has no BTF). These are not the default yet: one CI
-    run of a two-rank training trace saw a read completion that they did not count, and
-    no recursion miss for it. :attr:`probes` says which ran: ``"tp_btf"`` or
-    ``"tracepoint"``. ``nested`` (classic programs only) counts
+    programs (an error where the kernel has no BTF). These are not the default yet: making
+    them so needs a fallback to the classic programs where the kernel has no BTF. (The read
+    completion one CI run saw them miss is one the kernel counts without delivering it to
+    either kind: benchmarks/trace_completions.py.) :attr:`probes` says which ran:
+    ``"tp_btf"`` or ``"tracepoint"``. ``nested`` (classic programs only) counts
     events skipped on a CPU busy with the tracer; None: on kernels that do not count them."""
 
     def __init__(
