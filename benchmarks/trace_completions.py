@@ -60,7 +60,10 @@ def main() -> None:
         time.sleep(2)
         ma, mi = map(int, Path(f"/sys/block/{dev}/dev").read_text().split(":"))
         kd = kernel_dev(ma, mi)
-        tracers = {"tp_btf": ReqSizeTracer([kd], btf=True), "tracepoint": ReqSizeTracer([kd])}
+        tracers = {
+            "tp_btf": ReqSizeTracer([kd], btf=True),
+            "tracepoint": ReqSizeTracer([kd], btf=False),
+        }
 
         def kernel() -> tuple[int, int]:
             f = Path(f"/sys/block/{dev}/stat").read_text().split()

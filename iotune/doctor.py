@@ -81,12 +81,15 @@ def check_kernel() -> Check:
 
 def check_btf(tree: SysTree) -> Check:
     if tree.exists("/sys/kernel/btf/vmlinux"):
-        return Check("BTF", Status.PASS, "/sys/kernel/btf/vmlinux present")
+        return Check(
+            "BTF", Status.PASS, "/sys/kernel/btf/vmlinux present (trace: BTF tracepoint programs)"
+        )
     return Check(
         "BTF",
         Status.WARN,
-        "no /sys/kernel/btf/vmlinux",
-        "optional for bcc; a kernel built with CONFIG_DEBUG_INFO_BTF=y enables CO-RE loaders",
+        "no /sys/kernel/btf/vmlinux: trace falls back to classic tracepoint programs",
+        "optional: a kernel built with CONFIG_DEBUG_INFO_BTF=y spares each traced request the "
+        "kernel's event record",
     )
 
 

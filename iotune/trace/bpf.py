@@ -81,22 +81,24 @@ class ReqSizeTracer:
     attributed to the workload (processes added with :meth:`add_workload` and everything they
     start) or to their other submitters.
 
-    The block events are read by classic tracepoint programs, which cost the kernel a
-    filled event record per request before they run, or with ``btf`` True by BTF tracepoint
-    programs (an error where the kernel has no BTF). These are not the default yet: making
-    them so needs a fallback to the classic programs where the kernel has no BTF. (The read
-    completion one CI run saw them miss is one the kernel counts without delivering it to
-    either kind: benchmarks/trace_completions.py.) :attr:`probes` says which ran:
-    ``"tp_btf"`` or ``"tracepoint"``. ``nested`` (classic programs only) counts
-    events skipped on a CPU busy with the tracer; None: on kernels that do not count them."""
+    The block events are read by BTF tracepoint programs where the kernel has BTF and the
+    tracepoints' arguments are the ones they read (``btf`` None, the default), otherwise by
+    classic tracepoint programs, which cost the kernel a filled event record per request
+    before they run (:attr:`fallback` says why they were used). ``btf`` True asks for the BTF
+    programs (an error where they cannot load), False for the classic ones. :attr:`probes`
+    says which ran: ``"tp_btf"`` or ``"tracepoint"``. ``nested`` (classic programs only)
+    counts events skipped on a CPU busy with the tracer; None: on kernels that do not count
+    them."""
 
     def __init__(
         self,
         devs: list[int] | None,
         owners: bool = False,
         nested: bool | None = None,
-        btf: bool = False,
+        btf: bool | None = None,
     ) -> None:
+        if btf and nested:
+            raise ValueError("nested counting is done by the classic programs: not with btf=True")
         # before the programs attach: what runs between attaching and the first sample
         # widens the window in which bios are counted and requests are not
         import numpy  # noqa: F401 - imported here for _view, before the attach
@@ -126,25 +128,33 @@ class ReqSizeTracer:
         self._detached: list[bytes] = []  # classic tracepoints switch() took off
         self._detached_raw: list[bytes] = []
         self._bpf: Any = None
-        if btf and not nested:
+        #: why the classic programs read the events where BTF ones were wanted (None: they
+        #: were not wanted, or the BTF ones run)
+        self.fallback: str | None = None
+        self.probes = "tracepoint"
+        if btf is None and nested:
+            btf = False
+        if btf is not False:
             try:
                 btf_flags, self._tp_ids = btf_cflags(owners=owners)
                 self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
                 self._attach_btf(bcc, owners)
+                self.probes = "tp_btf"
             except (BtfError, IotuneError) as exc:
                 self.close()  # what attached before the failure
-                raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
-            self.probes = "tp_btf"
-        else:
+                if btf:
+                    raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
+                self.fallback = str(exc)
+                log.info("classic tracepoint programs: BTF ones did not load (%s)", exc)
+        if self.probes == "tracepoint":
             # the raw tracepoints counting skipped events: where the kernel does not
             counts = not kernel_counts_misses() if nested is None else nested
             self._load(bcc, source, [*cflags, "-DBTF_TP=0", f"-DNESTED={int(counts)}"])
-            self.probes = "tracepoint"
         try:
             # the first SLOT_DEVS devices get a row of the arrays (no hash lookup per request)
             self.rows = list(devs or [])[:SLOT_DEVS]
             if devs:
-                loaded: Any = self._bpf  # set by _load() (mypy saw it None above)
+                loaded: Any = self._bpf  # set by _load() (close() above may have unset it)
                 table = loaded["devices"]
                 for i, d in enumerate(devs):
                     row = i + 1 if i < SLOT_DEVS else NO_ROW

@@ -101,6 +101,7 @@ class Tracer:
         self.samples: list[Sample] = []
         self.bpf: Any = None
         self.probes: str | None = None  # the tracer's kind of programs: tp_btf or tracepoint
+        self.probes_fallback: str | None = None  # why classic ones where BTF ones were wanted
         self.start = 0.0
         self.exit_code: int | None = None
         self.interrupted: str | None = None
@@ -201,7 +202,7 @@ class Tracer:
 
                 # bios are attributed to submitters when there is a workload to tell apart
                 self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
-                self.probes = self.bpf.probes
+                self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             self.start = time.monotonic()
             self.sample("start")
@@ -378,6 +379,7 @@ class Tracer:
             "focus_size": req.focus,
             "backend": req.backend,
             "probes": self.probes,
+            "probes_fallback": self.probes_fallback,
             "duration_s": round(last.t - first.t, 3),
             "command": req.command,
             "devices": devices,

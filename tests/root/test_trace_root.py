@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.root.conftest import IOTUNE, iotune, sh
 
 K = 1024
@@ -60,8 +62,8 @@ def test_prime_count_of_512k_writes_and_reads(
         *fio(dev, "--rw=write", "--bs=512k", f"--size={23 * 512}k"),
     )
     assert code == 0 and doc["exit_code"] == 0 and doc["backend"] == "bcc"
-    # classic tracepoint programs by default (the BTF ones are asked for explicitly)
-    assert doc["probes"] == "tracepoint"
+    # BTF tracepoint programs where the kernel has BTF (this host's kernel has)
+    assert doc["probes"] == "tp_btf" and doc["probes_fallback"] is None
     d = dev_entry(doc, dev)
     assert d["write"]["sizes"] == {"524288": 23}
     assert d["write"]["focus_requests"] == 23 and d["write"]["other_requests"] == 0
@@ -509,3 +511,31 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
             tracer.close()
         assert counts == {(kdev, 0, 64 * K): 20}, (btf, counts)
         assert done[(kdev, 0)] == (20, 20 * 128), btf
+
+
+def test_without_btf_the_classic_programs_count(
+    loop_device: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has no BTF the tracer falls back to the classic programs and says
+    why; asked for BTF programs there, it fails with one error."""
+    from iotune.errors import IotuneError
+    from iotune.trace import btf
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.targets import kernel_dev
+
+    dev = loop_device()
+    st = os.stat(dev)
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    monkeypatch.setattr(btf, "VMLINUX", tmp_path / "no-btf")
+    tracer = ReqSizeTracer([kdev])
+    try:
+        assert tracer.probes == "tracepoint"
+        assert tracer.fallback is not None and "no-btf" in tracer.fallback
+        sh(*fio(dev, "--rw=read", "--bs=64k", "--size=640k"))
+        counts, done = tracer.counts(), tracer.done()
+    finally:
+        tracer.close()
+    assert counts == {(kdev, 0, 64 * K): 10}
+    assert done[(kdev, 0)] == (10, 10 * 128)
+    with pytest.raises(IotuneError, match=r"BTF tracepoints: .*no-btf"):
+        ReqSizeTracer([kdev], btf=True)

@@ -4,6 +4,7 @@ here (the kernel's own is read by the root tier)."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,20 @@ def test_what_is_not_there_is_an_error() -> None:
         Btf(b"\0" * 32)
     with pytest.raises(BtfError, match="truncated"):
         Btf(b"\x9f\xeb")
+
+
+def test_btf_programs_do_not_count_nested_events() -> None:
+    """Counting events skipped on a busy CPU is the classic programs' (refused before
+    anything loads)."""
+    from iotune.trace.bpf import ReqSizeTracer
+
+    with pytest.raises(ValueError, match="nested"):
+        ReqSizeTracer([1], btf=True, nested=True)
+
+
+def test_a_missing_vmlinux_btf_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from iotune.trace import btf as module
+
+    monkeypatch.setattr(module, "VMLINUX", tmp_path / "vmlinux")
+    with pytest.raises(BtfError, match="vmlinux: No such file"):
+        Btf.vmlinux()
