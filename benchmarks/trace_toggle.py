@@ -8,12 +8,23 @@ tracer costs. Here one fio job (4 KiB random reads, io_uring, iodepth 32, on a l
 device over a file in /dev/shm) runs for the whole time, and the tracer's block programs
 are attached and detached in turn every --slice seconds (A B B A, so a steady drift
 cancels). A slice's throughput is the reads the drive completed in it
-(/sys/block/DEV/stat), its CPU the host's busy time (/proc/stat). Each traced slice is
-compared with the mean of the untraced slices either side of it; the script prints the
-median and quartiles of those ratios, for iotune's BTF tracepoint programs, for the same
-tracer on classic tracepoints, and for a control that switches nothing (the tracer loaded,
-never attached: what the method reads where there is nothing to find), one after the other
-(--probes picks), each with its counters read every second as `iotune trace` does.
+(/sys/block/DEV/stat), its CPU the host's busy time (/proc/stat). In each cycle the two
+traced slices are compared with the two untraced ones around them; the script prints the
+median of the cycles' ratios with its 95% confidence interval (distribution-free, from the
+order statistics) and quartiles, one after the other (--probes picks) for:
+- ``tp_btf``: iotune's BTF tracepoint programs (what ``iotune trace`` loads where the
+  kernel has BTF), its counters read every second as ``iotune trace`` does;
+- ``tracepoint``: the same tracer on classic tracepoints;
+- ``empty``: two programs that do nothing, attached the way the BTF ones are (raw
+  tracepoints on issue and completion: the same dispatch): what any BPF tracer of these
+  two events costs at least;
+- ``none``: a control that switches nothing (the tracer loaded, never attached): what the
+  method reads where there is nothing to find.
+
+With --cost-seconds, each kind's programs then run that long with the kernel's BPF
+statistics on (kernel.bpf_stats_enabled): their time per request by the kernel's clock
+(which adds a clock read per program run, to every kind alike), and that time as a share of
+the host's CPU per request without them.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,22 +52,95 @@ def reads_done(name: str) -> int:
     return int(Path(f"/sys/block/{name}/stat").read_text().split()[0])
 
 
-def measure(
-    dev: str, probes: str, seconds: float, slice_s: float
-) -> tuple[list[tuple[float, float]], float]:
-    """(traced/untraced throughput, traced/untraced CPU per request) per traced slice, and
-    the untraced slices' median IOPS."""
-    name = Path(dev).name
+EMPTY = b"""
+RAW_TRACEPOINT_PROBE(block_rq_issue) { return 0; }
+RAW_TRACEPOINT_PROBE(block_rq_complete) { return 0; }
+"""
+
+
+class Empty:
+    """Two programs that do nothing on issue and completion, switched like the tracer's."""
+
+    EVENTS = (b"block_rq_issue", b"block_rq_complete")
+
+    def __init__(self) -> None:
+        import bcc
+
+        self.bpf = bcc.BPF(text=EMPTY)  # attached on load
+        self.probes = "empty"
+
+    def switch(self, on: bool) -> None:
+        for tp in self.EVENTS:
+            attached = tp in self.bpf.raw_tracepoint_fds
+            if on and not attached:
+                self.bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
+            elif not on and attached:
+                self.bpf.detach_raw_tracepoint(tp)
+
+    def prog_fds(self) -> list[int]:
+        return [self.bpf.funcs[b"raw_tracepoint__" + tp].fd for tp in self.EVENTS]
+
+    def counts(self) -> None:
+        pass
+
+    def done(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.bpf.cleanup()
+
+
+def tracer_for(dev: str, probes: str) -> Any:
+    if probes == "empty":
+        return Empty()
     st = os.stat(dev)
     tracer = ReqSizeTracer(
         [kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))], btf=probes != "tracepoint"
     )
-    control = probes == "none"  # loaded, never attached: what the method itself reads
-    if not control and tracer.probes != probes:
+    if probes not in ("none", tracer.probes):
         raise SystemExit(f"asked for {probes} programs, the tracer loaded {tracer.probes}")
+    return tracer
+
+
+def prog_fds(tracer: Any) -> list[int]:
+    """The block event programs' fds (the raw tracepoints that count skips left out)."""
+    if isinstance(tracer, Empty):
+        return tracer.prog_fds()
+    if tracer.probes == "tp_btf":
+        return [prog for _, prog, _ in tracer._links]
+    return [
+        fn.fd for name, fn in tracer._bpf.funcs.items() if name.startswith(b"tracepoint__block")
+    ]
+
+
+def prog_stats(fds: list[int]) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) summed over programs, from their fdinfo."""
+    ns = cnt = 0
+    for fd in fds:
+        for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "run_time_ns":
+                ns += int(value)
+            elif key == "run_cnt":
+                cnt += int(value)
+    return ns, cnt
+
+
+def measure(
+    dev: str, probes: str, seconds: float, slice_s: float
+) -> tuple[list[tuple[float, float]], float, float]:
+    """(traced/untraced throughput, traced/untraced CPU per request) per cycle, and the
+    untraced slices' median IOPS and host CPU ns per request."""
+    name = Path(dev).name
+    tracer = tracer_for(dev, probes)
+    control = probes == "none"  # loaded, never attached: what the method itself reads
     tracer.switch(False)
+    # switching and sampling add to every slice: fio runs on well past the slices' time,
+    # and is stopped when they are done
     fio = subprocess.Popen(
-        fio_argv(dev, int(seconds) + 5), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        fio_argv(dev, int(seconds * 1.5) + 10),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     slices: list[tuple[bool, float, float]] = []  # (traced, IOPS, CPU ns per request)
     try:
@@ -71,40 +156,78 @@ def measure(
                 tracer.counts()  # as iotune samples its counters
                 tracer.done()
             r1, c1, t1 = reads_done(name), cpu_busy_ns(), time.monotonic()
+            if fio.poll() is not None:
+                raise SystemExit(f"fio ended after {i} slices: slices took longer than it ran")
             reqs = max(r1 - r0, 1)
             slices.append((on, reqs / (t1 - t0), (c1 - c0) / reqs))
     finally:
         fio.send_signal(signal.SIGINT)
         fio.wait(timeout=30)
         tracer.close()
+    # one ratio per A B B A cycle (the two traced slices against the two untraced ones
+    # around them): cycles share no slice, so their ratios are independent samples
     out = []
-    for i, (on, iops, cpu) in enumerate(slices):
-        if not on:
-            continue
-        # the nearest untraced slice before and after
-        before = next((s for s in reversed(slices[:i]) if not s[0]), None)
-        after = next((s for s in slices[i + 1 :] if not s[0]), None)
-        near = [s for s in (before, after) if s is not None]
-        if not near:
-            continue
-        base_iops = statistics.fmean(s[1] for s in near)
-        base_cpu = statistics.fmean(s[2] for s in near)
-        out.append((iops / base_iops, cpu / base_cpu))
-    return out, statistics.median(s[1] for s in slices if not s[0])
+    for c in range(0, len(slices) - 3, 4):
+        off, on_ = (slices[c], slices[c + 3]), slices[c + 1 : c + 3]
+        out.append(
+            (
+                statistics.fmean(s[1] for s in on_) / statistics.fmean(s[1] for s in off),
+                statistics.fmean(s[2] for s in on_) / statistics.fmean(s[2] for s in off),
+            )
+        )
+    untraced = [s for s in slices if not s[0]]
+    return out, statistics.median(s[1] for s in untraced), statistics.median(s[2] for s in untraced)
+
+
+def bpf_ns(dev: str, probes: str, seconds: float) -> tuple[float, float]:
+    """(ns of BPF per request, program runs per request) of *probes* under the fio job, with
+    the kernel's BPF statistics on."""
+    name = Path(dev).name
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    was = stats.read_text()
+    tracer = tracer_for(dev, probes)
+    fio = subprocess.Popen(
+        fio_argv(dev, int(seconds) + 5), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(2)
+        stats.write_text("1\n")
+        fds = prog_fds(tracer)
+        (ns0, n0), r0 = prog_stats(fds), reads_done(name)
+        time.sleep(seconds)
+        (ns1, n1), r1 = prog_stats(fds), reads_done(name)
+    finally:
+        stats.write_text(was)
+        fio.send_signal(signal.SIGINT)
+        fio.wait(timeout=30)
+        tracer.close()
+    reqs = max(r1 - r0, 1)
+    return (ns1 - ns0) / reqs, (n1 - n0) / reqs
+
+
+def median_ci(values: list[float]) -> tuple[float, float]:
+    """A 95% confidence interval of the median from the order statistics (no assumption
+    about the distribution): ranks n/2 ± 0.98 sqrt(n)."""
+    v = sorted(values)
+    n = len(v)
+    k = max(int((n - 1.96 * n**0.5) / 2), 0)
+    return v[k], v[min(n - 1 - k, n - 1)]
 
 
 def summary(values: list[float]) -> str:
     m = statistics.median(values)
+    lo, hi = median_ci(values)
     q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{m:.4f} ({q1:.4f}..{q3:.4f})"
+    return f"{m:.4f} [{lo:.4f}..{hi:.4f}] ({q1:.4f}..{q3:.4f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=120.0, help="per kind of programs")
     ap.add_argument("--slice", type=float, default=1.0)
-    ap.add_argument("--probes", default="tp_btf,tracepoint,none")
+    ap.add_argument("--probes", default="tp_btf,tracepoint,empty,none")
     ap.add_argument("--rounds", type=int, default=1, help="kinds alternate round by round")
+    ap.add_argument("--cost-seconds", type=float, default=0.0)
     args = ap.parse_args()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     tmp = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="iotune-toggle-"))
@@ -117,31 +240,49 @@ def main() -> None:
     ).stdout.strip()
     kinds = args.probes.split(",")
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    costs: dict[str, tuple[float, float]] = {}
+    base_cpu: list[float] = []  # untraced host CPU ns per request, per measurement
     try:
         for r in range(args.rounds):
             for kind in kinds:
-                pairs, untraced = measure(dev, kind, args.seconds, args.slice)
+                pairs, untraced, cpu = measure(dev, kind, args.seconds, args.slice)
                 results[kind] += pairs
+                base_cpu.append(cpu)
                 print(
-                    f"round {r + 1}: {kind}: untraced {untraced:,.0f} IOPS; "
-                    f"{len(pairs)} traced slices, throughput "
+                    f"round {r + 1}: {kind}: untraced {untraced:,.0f} IOPS, {cpu:,.0f} ns of "
+                    f"host CPU per request; {len(pairs)} cycles, throughput "
                     f"{summary([p[0] for p in pairs])}, CPU/request "
                     f"{summary([p[1] for p in pairs])}",
                     flush=True,
                 )
+        if args.cost_seconds:
+            for kind in (k for k in kinds if k != "none"):
+                costs[kind] = bpf_ns(dev, kind, args.cost_seconds)
+                print(f"{kind}: {costs[kind][0]:.0f} ns of BPF per request", flush=True)
     finally:
         subprocess.run(["losetup", "-d", dev], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(
-        f"{'programs':<12} {'slices':>6}  {'throughput traced/untraced':>30}  "
-        f"{'CPU per request traced/untraced':>32}   (median, quartiles)"
+        f"{'programs':<12} {'cycles':>6}  {'throughput traced/untraced':>40}  "
+        f"{'CPU per request traced/untraced':>40}"
     )
+    print(f"{'':<12} {'':>6}  {'median [95% CI] (quartiles)':>40}  {'':>40}")
     for kind, pairs in results.items():
         print(
-            f"{kind:<12} {len(pairs):>6}  {summary([p[0] for p in pairs]):>30}  "
-            f"{summary([p[1] for p in pairs]):>32}"
+            f"{kind:<12} {len(pairs):>6}  {summary([p[0] for p in pairs]):>40}  "
+            f"{summary([p[1] for p in pairs]):>40}"
         )
+    if costs:
+        cpu = statistics.median(base_cpu)
+        print()
+        print(f"untraced: {cpu:,.0f} ns of the host's CPU per request (median)")
+        print(
+            f"{'programs':<12} {'BPF ns/request':>15} {'runs/request':>13} "
+            f"{'of untraced CPU':>16}  (kernel's clock)"
+        )
+        for kind, (ns, runs) in costs.items():
+            print(f"{kind:<12} {ns:>15.0f} {runs:>13.2f} {100 * ns / cpu:>15.2f}%")
 
 
 if __name__ == "__main__":
