@@ -16,12 +16,15 @@ step that stays.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
-import tempfile
+import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.loopdev import loop_device
 from iotune.trace.bpf import ReqSizeTracer
 from iotune.trace.targets import kernel_dev
 
@@ -36,16 +39,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--size-mib", type=int, default=2048)
     args = ap.parse_args()
-    fd, name = tempfile.mkstemp(dir=args.dir, prefix="iotune-completions-", suffix=".img")
-    os.close(fd)
-    img = Path(name)
-    os.truncate(img, args.size_mib << 20)
-    loop = subprocess.run(
-        ["losetup", "--direct-io=on", "--show", "-f", str(img)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    stack = ExitStack()
+    loop = stack.enter_context(loop_device(args.dir, args.size_mib, filled=False, direct_io=True))
     dev = Path(loop).name
     fio = subprocess.Popen(
         ["fio", "--name=mix", f"--filename={loop}", "--direct=1", "--ioengine=libaio",
@@ -76,7 +71,9 @@ def main() -> None:
         k0 = kernel()
         d0 = {n: done(t) for n, t in tracers.items()}
         m0 = {n: t.misses() for n, t in tracers.items()}
-        print(f"{dev} over {img}; traced minus kernel completions since the start (read, write)")
+        print(
+            f"{dev} over a file in {args.dir}; traced minus kernel completions since the start (read, write)"
+        )
         print(
             f"{'s':>3} {'kernel reads':>12} {'writes':>8}  "
             + "  ".join(f"{n:>14}" for n in tracers)
@@ -99,8 +96,7 @@ def main() -> None:
             t.close()
         fio.terminate()
         fio.wait()
-        subprocess.run(["losetup", "-d", loop], check=False)
-        img.unlink(missing_ok=True)
+        stack.close()
 
 
 if __name__ == "__main__":

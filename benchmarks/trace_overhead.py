@@ -40,10 +40,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.loopdev import loop_device
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 
@@ -251,18 +255,11 @@ def main() -> None:
     # the tracers stop on SIGINT; a shell that started this in the background had it ignored,
     # and an ignored signal stays ignored across exec
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    tmp = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="iotune-bench-"))
-    img = tmp / "ram.img"
-    with img.open("wb") as fh:
-        fh.truncate(1 << 30)
-    subprocess.run(
-        ["dd", "if=/dev/zero", f"of={img}", "bs=1M", "count=1024", "status=none"], check=True
-    )
-    dev = subprocess.run(
-        ["losetup", "--find", "--show", str(img)], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    stack = ExitStack()  # closed at the end: the loop device and the runs' folder go
+    dev = stack.enter_context(loop_device())
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir="/dev/shm")))
     drops: list[int] = []
-    tracers = {
+    tracers: dict[str, Callable[[], Run]] = {
         "iotune trace -- CMD (exact, owners)": lambda: run_iotune(dev, args.seconds, tmp / "trace"),
         "iotune trace --duration (exact)": lambda: run_with_tool(
             iotune_beside(dev, args.seconds, tmp / f"dur-{time.monotonic_ns()}"), dev, args.seconds
@@ -321,8 +318,7 @@ def main() -> None:
         finally:
             stats.write_text(stats_was)
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        stack.close()
     print()
     print(f"untraced median: {statistics.median(base_all):,.0f} IOPS ({len(base_all)} runs)")
     print(f"{'tracer':<36} {'median traced/untraced':>24} {'overhead':>9}  (quartiles; min..max)")

@@ -31,18 +31,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.loopdev import loop_device
 from benchmarks.trace_overhead import cpu_busy_ns, fio_argv
 from iotune.trace.bpf import ReqSizeTracer
 from iotune.trace.targets import kernel_dev
@@ -230,14 +230,8 @@ def main() -> None:
     ap.add_argument("--cost-seconds", type=float, default=0.0)
     args = ap.parse_args()
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    tmp = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="iotune-toggle-"))
-    img = tmp / "ram.img"
-    subprocess.run(
-        ["dd", "if=/dev/zero", f"of={img}", "bs=1M", "count=1024", "status=none"], check=True
-    )
-    dev = subprocess.run(
-        ["losetup", "--find", "--show", str(img)], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    stack = ExitStack()
+    dev = stack.enter_context(loop_device())
     kinds = args.probes.split(",")
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     costs: dict[str, tuple[float, float]] = {}
@@ -260,8 +254,7 @@ def main() -> None:
                 costs[kind] = bpf_ns(dev, kind, args.cost_seconds)
                 print(f"{kind}: {costs[kind][0]:.0f} ns of BPF per request", flush=True)
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        stack.close()
     print()
     print(
         f"{'programs':<12} {'cycles':>6}  {'throughput traced/untraced':>40}  "
