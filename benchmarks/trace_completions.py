@@ -39,26 +39,25 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--size-mib", type=int, default=2048)
     args = ap.parse_args()
-    stack = ExitStack()
+    stack = ExitStack()  # closed last: the loop device goes after fio and the tracers
     loop = stack.enter_context(loop_device(args.dir, args.size_mib, filled=False, direct_io=True))
     dev = Path(loop).name
-    fio = subprocess.Popen(
-        ["fio", "--name=mix", f"--filename={loop}", "--direct=1", "--ioengine=libaio",
-         "--iodepth=16", "--rw=randrw", "--rwmixread=70",
-         "--bssplit=4k/30:64k/20:512k/40:1m/10", "--time_based", "--runtime=100000",
-         "--numjobs=2", "--group_reporting"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    fio = None
     tracers: dict[str, ReqSizeTracer] = {}
     try:
+        fio = subprocess.Popen(
+            ["fio", "--name=mix", f"--filename={loop}", "--direct=1", "--ioengine=libaio",
+             "--iodepth=16", "--rw=randrw", "--rwmixread=70",
+             "--bssplit=4k/30:64k/20:512k/40:1m/10", "--time_based", "--runtime=100000",
+             "--numjobs=2", "--group_reporting"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
         time.sleep(2)
         ma, mi = map(int, Path(f"/sys/block/{dev}/dev").read_text().split(":"))
         kd = kernel_dev(ma, mi)
-        tracers = {
-            "tp_btf": ReqSizeTracer([kd], btf=True),
-            "tracepoint": ReqSizeTracer([kd], btf=False),
-        }
+        for kind, btf in (("tp_btf", True), ("tracepoint", False)):
+            tracers[kind] = ReqSizeTracer([kd], btf=btf)  # each closed below if the next fails
 
         def kernel() -> tuple[int, int]:
             f = Path(f"/sys/block/{dev}/stat").read_text().split()
@@ -94,8 +93,9 @@ def main() -> None:
     finally:
         for t in tracers.values():
             t.close()
-        fio.terminate()
-        fio.wait()
+        if fio is not None:
+            fio.terminate()
+            fio.wait()
         stack.close()
 
 

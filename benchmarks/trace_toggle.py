@@ -30,6 +30,7 @@ the host's CPU per request without them.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -205,20 +206,29 @@ def bpf_ns(dev: str, probes: str, seconds: float) -> tuple[float, float]:
     return (ns1 - ns0) / reqs, (n1 - n0) / reqs
 
 
-def median_ci(values: list[float]) -> tuple[float, float]:
+def median_ci(values: list[float]) -> tuple[float, float] | None:
     """A 95% confidence interval of the median from the order statistics (no assumption
-    about the distribution): ranks n/2 ± 0.98 sqrt(n)."""
+    about the distribution): the k-th smallest and largest values, k the largest with
+    P(Binomial(n, 1/2) < k) <= 2.5%. None where n is too small for one (n < 6)."""
     v = sorted(values)
     n = len(v)
-    k = max(int((n - 1.96 * n**0.5) / 2), 0)
-    return v[k], v[min(n - 1 - k, n - 1)]
+    k, tail = 0, 0.0
+    while k < n:
+        nxt = tail + math.comb(n, k) / 2**n
+        if nxt > 0.025:
+            break
+        tail, k = nxt, k + 1
+    return None if k == 0 else (v[k - 1], v[n - k])
 
 
 def summary(values: list[float]) -> str:
+    if len(values) < 2:
+        return "n/a (fewer than 2 cycles)"
     m = statistics.median(values)
-    lo, hi = median_ci(values)
+    ci = median_ci(values)
     q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{m:.4f} [{lo:.4f}..{hi:.4f}] ({q1:.4f}..{q3:.4f})"
+    interval = f"[{ci[0]:.4f}..{ci[1]:.4f}]" if ci else "[n/a]"
+    return f"{m:.4f} {interval} ({q1:.4f}..{q3:.4f})"
 
 
 def main() -> None:

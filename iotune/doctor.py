@@ -80,16 +80,30 @@ def check_kernel() -> Check:
 
 
 def check_btf(tree: SysTree) -> Check:
-    if tree.exists("/sys/kernel/btf/vmlinux"):
+    """Whether trace can use its BTF tracepoint programs: the kernel's BTF has the fields they
+    read and its block tracepoints pass the arguments they expect (5.11 and later)."""
+    from iotune.trace.bpf import btf_cflags
+    from iotune.trace.btf import Btf, BtfError
+
+    if not tree.exists("/sys/kernel/btf/vmlinux"):
         return Check(
-            "BTF", Status.PASS, "/sys/kernel/btf/vmlinux present (trace: BTF tracepoint programs)"
+            "BTF",
+            Status.WARN,
+            "no /sys/kernel/btf/vmlinux: trace falls back to classic tracepoint programs",
+            "optional: a kernel built with CONFIG_DEBUG_INFO_BTF=y spares each traced request "
+            "the kernel's event record",
+        )
+    try:
+        btf_cflags(Btf.vmlinux(tree.root / "sys/kernel/btf/vmlinux"), owners=True)
+    except BtfError as exc:
+        return Check(
+            "BTF",
+            Status.WARN,
+            f"trace falls back to classic tracepoint programs: {exc}",
+            "optional: the BTF programs need a kernel from 5.11 on",
         )
     return Check(
-        "BTF",
-        Status.WARN,
-        "no /sys/kernel/btf/vmlinux: trace falls back to classic tracepoint programs",
-        "optional: a kernel built with CONFIG_DEBUG_INFO_BTF=y spares each traced request the "
-        "kernel's event record",
+        "BTF", Status.PASS, "/sys/kernel/btf/vmlinux present (trace: BTF tracepoint programs)"
     )
 
 

@@ -7,6 +7,7 @@ import logging
 import mmap
 import os
 import re
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -357,8 +358,15 @@ def btf_cflags(btf: Btf | None = None, owners: bool = True) -> tuple[list[str], 
     """The -D flags that compile the BTF programs for the running kernel (field offsets and
     req_op values), and the BTF ids to attach them by (``attach_type``: BPF_TRACE_RAW_TP).
     BtfError where the kernel has no BTF, not these fields, or tracepoints whose arguments
-    are not the ones the programs read (before 5.11 the request's came second)."""
-    btf = btf or Btf.vmlinux()
+    are not the ones the programs read (before 5.11 the request's came second), or BTF data
+    this reader cannot make sense of."""
+    try:
+        return _btf_cflags(btf or Btf.vmlinux(), owners)
+    except (IndexError, KeyError, ValueError, UnicodeDecodeError, struct.error) as exc:
+        raise BtfError(f"malformed BTF data ({type(exc).__name__}: {exc})") from exc
+
+
+def _btf_cflags(btf: Btf, owners: bool) -> tuple[list[str], dict[str, int]]:
     flags = [f"-D{macro}={btf.offset(*where)}" for macro, where in BTF_FIELDS.items()]
     try:
         ops = btf.enum("req_op")

@@ -52,6 +52,10 @@ class Blob:
 
 
 def sample() -> Btf:
+    return Btf(sample_blob())
+
+
+def sample_blob() -> bytes:
     b = Blob()
     b.add(KIND_INT, "u32", 0, 4, struct.pack("<I", 32))  # 1
     b.add(KIND_STRUCT, "iter", 2, 8, b.members(("bi_sector", 1, 0), ("bi_size", 1, 32)))  # 2
@@ -75,7 +79,7 @@ def sample() -> Btf:
     b.add(KIND_FUNC_PROTO, "", 3, 0, proto)  # 11
     b.add(KIND_PTR, "", 0, 11, b"")  # 12
     b.add(KIND_TYPEDEF, "btf_trace_tp", 0, 12, b"")  # 13
-    return Btf(b.data())
+    return b.data()
 
 
 def test_member_offsets_through_anonymous_unions_and_typedefs() -> None:
@@ -139,3 +143,36 @@ def test_a_missing_vmlinux_btf_is_named(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(module, "VMLINUX", tmp_path / "vmlinux")
     with pytest.raises(BtfError, match="vmlinux: No such file"):
         Btf.vmlinux()
+
+
+def test_doctor_says_when_trace_falls_back_to_classic_programs(tmp_path: Path) -> None:
+    """No BTF, BTF without the fields the programs read, data that is not BTF: a warning
+    naming the classic programs and why."""
+    from iotune.doctor import Status, check_btf
+    from iotune.probes.sysfs import SysTree
+
+    tree = SysTree(tmp_path)
+    got = check_btf(tree)
+    assert got.status == Status.WARN and "no /sys/kernel/btf/vmlinux" in got.found
+    vmlinux = tmp_path / "sys/kernel/btf/vmlinux"
+    vmlinux.parent.mkdir(parents=True)
+    vmlinux.write_bytes(sample_blob())  # BTF, but no struct request
+    got = check_btf(tree)
+    assert got.status == Status.WARN, got
+    assert got.found == (
+        "trace falls back to classic tracepoint programs: the kernel's BTF has no request"
+    )
+    vmlinux.write_bytes(b"\0" * 64)
+    assert "not BTF data" in check_btf(tree).found
+
+
+def test_malformed_btf_is_a_btf_error() -> None:
+    """What the reader cannot make sense of falls back, never escapes as another error."""
+    from iotune.trace.bpf import btf_cflags
+
+    class Broken(Btf):  # BTF whose types point where nothing is
+        def offset(self, struct_name: str, path: str) -> int:
+            raise IndexError("list index out of range")
+
+    with pytest.raises(BtfError, match=r"malformed BTF data \(IndexError"):
+        btf_cflags(Broken(sample_blob()))
