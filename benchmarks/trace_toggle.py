@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
 from benchmarks.trace_overhead import cpu_busy_ns, fio_argv
-from iotune.trace.bpf import ReqSizeTracer
+from iotune.trace.bpf import ReqSizeTracer, prog_info
 from iotune.trace.targets import kernel_dev
 
 
@@ -107,24 +107,13 @@ def prog_fds(tracer: Any) -> list[int]:
     """The block event programs' fds (the raw tracepoints that count skips left out)."""
     if isinstance(tracer, Empty):
         return tracer.prog_fds()
-    if tracer.probes == "tp_btf":
-        return [prog for _, prog, _ in tracer._links]
-    return [
-        fn.fd for name, fn in tracer._bpf.funcs.items() if name.startswith(b"tracepoint__block")
-    ]
+    return [fd for label, fd in tracer.programs() if label.startswith("block:")]
 
 
 def prog_stats(fds: list[int]) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) summed over programs, from their fdinfo."""
-    ns = cnt = 0
-    for fd in fds:
-        for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key == "run_time_ns":
-                ns += int(value)
-            elif key == "run_cnt":
-                cnt += int(value)
-    return ns, cnt
+    """(run_time_ns, run_cnt) summed over programs."""
+    infos = [prog_info(fd) for fd in fds]
+    return sum(i.get("run_time_ns", 0) for i in infos), sum(i.get("run_cnt", 0) for i in infos)
 
 
 def measure(

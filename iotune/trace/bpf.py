@@ -133,9 +133,9 @@ class ReqSizeTracer:
         #: were not wanted, or the BTF ones run)
         self.fallback: str | None = None
         self.probes = "tracepoint"
-        if btf is None and nested:
-            btf = False
-        if btf is not False:
+        # by default BTF programs, unless nested counting (the classic programs') is asked for
+        want_btf = btf if btf is not None else not nested
+        if want_btf:
             try:
                 btf_flags, self._tp_ids = btf_cflags(owners=owners)
                 self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
@@ -314,25 +314,25 @@ class ReqSizeTracer:
         run inside itself on a CPU, which every kernel that has them counts in their
         recursion_misses. All are cumulative since the tracer was loaded."""
         out = {}
-        progs = [
-            (name.decode().removeprefix("tracepoint__").replace("__", ":"), fn.fd)
-            for name, fn in self._bpf.funcs.items()
-            # the raw tracepoints: they count, they are not counted
-            if name.startswith(b"tracepoint__")
-        ]
-        progs += [(f"block:{event}", prog) for event, prog, _ in self._links]
-        for label, fd in progs:
-            try:
-                with open(f"/proc/self/fdinfo/{fd}") as fh:
-                    for line in fh:
-                        if line.startswith("recursion_misses:"):
-                            out[label] = int(line.split()[1])
-            except OSError:
-                continue
+        for label, fd in self.programs():
+            info = prog_info(fd)
+            if "recursion_misses" in info:
+                out[label] = info["recursion_misses"]
         t = self._bpf["nested"]
         for i, event in enumerate(("block_rq_issue", "block_rq_complete")):
             out[f"nested:{event}"] = int(t[ctypes.c_int(i)].value)
         return out
+
+    def programs(self) -> list[tuple[str, int]]:
+        """(event, program fd) of the programs run at the traced events
+        (``block:block_rq_issue`` …, ``sched:sched_process_fork``); the raw tracepoints that
+        count skipped events are left out: they count, they are not counted."""
+        progs = [
+            (name.decode().removeprefix("tracepoint__").replace("__", ":"), fn.fd)
+            for name, fn in self._bpf.funcs.items()
+            if name.startswith(b"tracepoint__")
+        ]
+        return progs + [(f"block:{event}", prog) for event, prog, _ in self._links]
 
     def dropped(self) -> tuple[int, int, int, int]:
         t = self._bpf["dropped"]
@@ -352,6 +352,22 @@ class ReqSizeTracer:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+
+def prog_info(fd: int) -> dict[str, int]:
+    """The numeric fields of a BPF program's /proc/self/fdinfo (``run_time_ns``,
+    ``run_cnt``, ``recursion_misses`` where the kernel has them); empty where it cannot be
+    read."""
+    try:
+        text = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().isdigit():
+            out[key] = int(value)
+    return out
 
 
 def btf_cflags(btf: Btf | None = None, owners: bool = True) -> tuple[list[str], dict[str, int]]:
