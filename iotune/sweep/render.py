@@ -4,6 +4,7 @@ the thread sweep's table."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,17 @@ def run_with_progress(sweep: Sweep, *, quiet: bool) -> tuple[list[dict[str, Any]
             return list(sweep.records.values()), True
 
 
+def phase_label(r: Any) -> str:
+    """A point's phase, with the race's round for a finalist ("final 2"); records from
+    before rounds, and DataFrame rows without one (NaN), show the phase alone."""
+    n = r.get("round")
+    return (
+        f"{r['phase']} {int(n)}"
+        if isinstance(n, (int, float)) and not math.isnan(n) and n
+        else str(r["phase"])
+    )
+
+
 def sweep_table(df: Any) -> Table:
     """Every point, one row each (a DataFrame sorted by the caller)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -93,7 +105,7 @@ def sweep_table(df: Any) -> Table:
             str(r["threads"]),
             str(bool(r["single_submit"])).lower(),
             str(bool(r["overlap_events"])).lower(),
-            r["phase"],
+            phase_label(r),
             f"{r['bw_bytes_s'] / GIB:.2f}" if ok else "-",
             f"{r['bw_min'] / GIB:.2f}-{r['bw_max'] / GIB:.2f}" if ok else "-",
             f"{r['pct_of_fio']:.0f}%"

@@ -338,7 +338,7 @@ class Sweep:
         s = self.spec.space
         if self.spec.strategy == "grid":
             return s.size() + 2
-        per_op = sum(len(getattr(s, c)) for c in sp.COORDS) * 2 - len(sp.COORDS) + 3
+        per_op = sum(len(getattr(s, c)) for c in sp.COORDS) * 2 - len(sp.COORDS) + sp.race_points()
         return per_op * len(s.ops) + 2
 
     # ---------------------------------------------------------------- the run

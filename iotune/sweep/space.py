@@ -6,10 +6,11 @@ via ``send``, a mapping from point key to bandwidth (None for a failed point).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from iotune.errors import UsageError
@@ -56,12 +57,14 @@ class Point:
     single_submit: bool
     overlap_events: bool
     repeats: int = 3
-    phase: str = "sweep"  # "sweep" | "final" (finalists re-measured) | "cross" (balanced)
+    phase: str = "sweep"  # "sweep" | "final" (the finalists' race) | "cross" (balanced)
+    round: int = 0  # the race's round (1, 2, ...) of a "final" point
 
     def key(self) -> str:
         return (
             f"{self.op}/bs={self.block_size}/qd={self.queue_depth}/t={self.threads}/"
             f"ss={int(self.single_submit)}/oe={int(self.overlap_events)}/r={self.repeats}/{self.phase}"
+            + (f"/{self.round}" if self.round else "")
         )
 
     def config(self) -> tuple[int, int, int, bool, bool]:
@@ -106,40 +109,79 @@ def _start(space: Space) -> dict[str, Any]:
     return out
 
 
-def adaptive(space: Space, repeats: int, finalists: int = 3, passes: int = 2) -> Strategy:
-    """Coordinate search per op, then the best few re-measured with twice the repeats.
+#: the adaptive search's race: its finalists, and the rounds they are measured again in
+FINALISTS = 4
+RACE_ROUNDS = 3
+
+
+def race_points(finalists: int = FINALISTS, rounds: int = RACE_ROUNDS) -> int:
+    """Points a race measures: every finalist in its first round, then the survivors (the
+    better half, at least two) in each further round."""
+    points, alive = 0, finalists
+    for r in range(rounds):
+        points += alive
+        if r < rounds - 1:
+            alive = min(alive, max(2, alive // 2))
+    return points
+
+
+def _median_of(seen: Mapping[Any, list[float]], cfg: Any) -> float:
+    return float(statistics.median(seen[cfg]))
+
+
+def adaptive(
+    space: Space,
+    repeats: int,
+    finalists: int = FINALISTS,
+    rounds: int = RACE_ROUNDS,
+    passes: int = 2,
+) -> Strategy:
+    """Coordinate search per op, then a race among the best few.
 
     One coordinate at a time is swept with the others held at the best so far; passes
     repeat until nothing changes. About sum(len(values)) points per pass instead of
-    their product.
+    their product. Then the *finalists* best configurations are measured again in turn,
+    round after round (phase ``final``, ``round`` 1, 2, ...): what drifts during the run
+    touches a round's finalists alike; after each round but the last only the better half
+    (at least two) by the median of all their measurements go on. The survivors carry the
+    most measurements, and :func:`best_per_op` picks among those.
     """
     for op in space.ops:
         cur = _start(space)
-        seen: dict[str, tuple[Point, float | None]] = {}
+        seen: dict[tuple[int, int, int, bool, bool], list[float]] = {}
+        value = functools.partial(_median_of, seen)
+
         for _ in range(passes):
             changed = False
             for c in COORDS:
                 cands = [Point(op, repeats=repeats, **{**cur, c: v}) for v in getattr(space, c)]
-                todo = [p for p in cands if p.key() not in seen]
+                todo = [p for p in cands if p.config() not in seen]
                 if todo:
                     res = yield todo
                     for p in todo:
-                        seen[p.key()] = (p, res.get(p.key()))
-                scored = [(seen[p.key()][1], p) for p in cands if seen[p.key()][1] is not None]
+                        bw = res.get(p.key())
+                        seen[p.config()] = [] if bw is None else [bw]
+                scored = [p for p in cands if seen[p.config()]]
                 if not scored:
                     continue
-                best = max(scored, key=lambda s: s[0] or 0.0)[1]
+                best = max(scored, key=lambda p: value(p.config()))
                 if getattr(best, c) != cur[c]:
                     cur[c] = getattr(best, c)
                     changed = True
             if not changed:
                 break
-        ranked = sorted(
-            (v for v in seen.values() if v[1] is not None), key=lambda v: -(v[1] or 0.0)
-        )
-        top = [replace(p, repeats=repeats * 2, phase="final") for p, _ in ranked[:finalists]]
-        if top:
-            yield top
+        alive = sorted((c for c in seen if seen[c]), key=value, reverse=True)[:finalists]
+        for r in range(1, rounds + 1):
+            if not alive:
+                break
+            batch = [Point(op, *cfg, repeats=repeats, phase="final", round=r) for cfg in alive]
+            res = yield batch
+            for p in batch:
+                bw = res.get(p.key())
+                if bw is not None:
+                    seen[p.config()].append(bw)
+            if r < rounds:
+                alive = sorted(alive, key=value, reverse=True)[: max(2, len(alive) // 2)]
 
 
 def measurements(r: Mapping[str, Any]) -> list[float]:
@@ -160,18 +202,21 @@ def by_config(
 
 def pooled(recs: Sequence[dict[str, Any]]) -> float:
     """A configuration's bandwidth: the median of every measurement of it, whatever phase
-    (sweep, finalists' re-measurement, cross) took it."""
+    (sweep, the finalists' race, cross) took it."""
     return float(statistics.median(v for r in recs for v in measurements(r)))
 
 
 def best_per_op(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per op, the configuration with the best median over all its measurements, as its
-    latest record with ``bw_bytes_s`` (and ``pct_of_fio``) replaced by that median and the
-    number of measurements and phases behind it. A configuration is never reported with
-    less than the median of what was seen of it, nor chosen on a single lucky repeat."""
+    """Per op, among the configurations measured in the most points (all of a grid's; the
+    survivors of an adaptive search's race), the one with the best median over all its
+    measurements, as its latest record with ``bw_bytes_s`` (and ``pct_of_fio``) replaced by
+    that median and the number of measurements and phases behind it. A configuration is
+    never reported with less than the median of what was seen of it, nor chosen on a single
+    lucky repeat, nor over the race's winner on the strength of fewer measurements."""
     out: dict[str, dict[str, Any]] = {}
     for op, cfgs in by_config(records).items():
-        recs = max(cfgs.values(), key=pooled)
+        most = max(len(rs) for rs in cfgs.values())
+        recs = max((rs for rs in cfgs.values() if len(rs) == most), key=pooled)
         best = dict(recs[-1])
         best["bw_bytes_s"] = pooled(recs)
         best["measurements"] = sum(len(measurements(r)) for r in recs)
