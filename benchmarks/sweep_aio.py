@@ -15,8 +15,12 @@
                                                  [--block-size 256K,1M,4M]
                                                  [--queue-depth 4,16,64] [--threads 1,2]
                                                  [--confirm-rounds 5] [--reuse DIR]
+                                                 [--grid-from DIR]
 
 --reuse DIR takes the sweeps an earlier run kept with --keep DIR and only confirms.
+--grid-from DIR takes only the grid of such a run (same space, same kind of target) and runs
+the adaptive sweeps and the confirmation anew: the grid is the long part, and the
+confirmation measures its winner again beside theirs.
 
 With --ram-mib (the default) the target is an ext4 volume on a loop device with direct I/O
 over a file in /dev/shm: RAM behind the whole block layer, so what differs between AIO and
@@ -200,6 +204,7 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--keep", help="keep the sweeps' records in this directory")
     ap.add_argument("--reuse", help="the records of an earlier --keep: confirm only")
+    ap.add_argument("--grid-from", help="the grid of an earlier --keep: adaptive and confirm")
     ap.add_argument("--confirm-rounds", type=int, default=5)
     args = ap.parse_args()
     space = ["--block-size", args.block_size, "--queue-depth", args.queue_depth]
@@ -217,7 +222,10 @@ def main() -> None:
                 json.loads(p.read_text()) for p in sorted(work.glob("adaptive-*/result.json"))
             ]
         else:
-            grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
+            if args.grid_from:
+                grid = json.loads((Path(args.grid_from) / "grid" / "result.json").read_text())
+            else:
+                grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
             adaptive = [
                 sweep(
                     target, work / f"adaptive-{i}", "adaptive", args.io_size, fio=False, space=space
