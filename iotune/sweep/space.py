@@ -112,6 +112,9 @@ def _start(space: Space) -> dict[str, Any]:
 #: the adaptive search's race: its finalists, and the rounds they are measured again in
 FINALISTS = 4
 RACE_ROUNDS = 3
+#: the share of an op's configurations the adaptive search measures at most after its
+#: first pass (the race included)
+ADAPTIVE_SHARE = 0.25
 
 
 def race_points(finalists: int = FINALISTS, rounds: int = RACE_ROUNDS) -> int:
@@ -135,27 +138,35 @@ def adaptive(
     finalists: int = FINALISTS,
     rounds: int = RACE_ROUNDS,
     passes: int = 2,
+    share: float = ADAPTIVE_SHARE,
 ) -> Strategy:
     """Coordinate search per op, then a race among the best few.
 
     One coordinate at a time is swept with the others held at the best so far; passes
-    repeat until nothing changes. About sum(len(values)) points per pass instead of
-    their product. Then the *finalists* best configurations are measured again in turn,
+    repeat until nothing changes, or until the next coordinate's points would take the
+    search (race included) past *share* of the op's configurations: the first pass always
+    completes. About sum(len(values)) points per pass instead of their product. Then the
+    *finalists* best configurations are measured again in turn,
     round after round (phase ``final``, ``round`` 1, 2, ...): what drifts during the run
     touches a round's finalists alike; after each round but the last only the better half
     (at least two) by the median of all their measurements go on. The survivors carry the
     most measurements, and :func:`best_per_op` picks among those.
     """
+    budget = share * space.size() / len(space.ops) - race_points(finalists, rounds)
     for op in space.ops:
         cur = _start(space)
         seen: dict[tuple[int, int, int, bool, bool], list[float]] = {}
         value = functools.partial(_median_of, seen)
 
-        for _ in range(passes):
+        over = False
+        for n in range(passes):
             changed = False
             for c in COORDS:
                 cands = [Point(op, repeats=repeats, **{**cur, c: v}) for v in getattr(space, c)]
                 todo = [p for p in cands if p.config() not in seen]
+                over = n > 0 and len(seen) + len(todo) > budget
+                if over:
+                    break
                 if todo:
                     res = yield todo
                     for p in todo:
@@ -168,7 +179,7 @@ def adaptive(
                 if getattr(best, c) != cur[c]:
                     cur[c] = getattr(best, c)
                     changed = True
-            if not changed:
+            if over or not changed:
                 break
         alive = sorted((c for c in seen if seen[c]), key=value, reverse=True)[:finalists]
         for r in range(1, rounds + 1):
