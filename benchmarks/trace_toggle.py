@@ -18,6 +18,10 @@ order statistics) and quartiles, one after the other (--probes picks) for:
 - ``empty``: two programs that do nothing, attached the way the BTF ones are (raw
   tracepoints on issue and completion: the same dispatch): what any BPF tracer of these
   two events costs at least;
+- ``issue``: iotune's BTF program on the issue event alone (completion and requeue left
+  off): what counting request sizes would cost without the completions that check them;
+- ``empty1``: one program that does nothing, on the issue event: the floor of ``issue``
+  (and of any tracer of one event, bpftrace's bitesize.bt among them);
 - ``none``: a control that switches nothing (the tracer loaded, never attached): what the
   method reads where there is nothing to find.
 
@@ -62,7 +66,7 @@ RAW_TRACEPOINT_PROBE(block_rq_complete) { return 0; }
 class Empty:
     """Two programs that do nothing on issue and completion, switched like the tracer's."""
 
-    EVENTS = (b"block_rq_issue", b"block_rq_complete")
+    EVENTS: tuple[bytes, ...] = (b"block_rq_issue", b"block_rq_complete")
 
     def __init__(self) -> None:
         import bcc
@@ -91,13 +95,50 @@ class Empty:
         self.bpf.cleanup()
 
 
+class EmptyIssue(Empty):
+    """One program that does nothing, on the issue event."""
+
+    EVENTS = (b"block_rq_issue",)
+
+
+class IssueOnly:
+    """iotune's BTF programs with only the issue program switched on."""
+
+    EVENTS = ("block_rq_issue",)
+
+    def __init__(self, tracer: ReqSizeTracer) -> None:
+        self.tracer = tracer
+        tracer.switch(False)
+        self.switch(True)  # attached on construction, as the others are
+        self.probes = "issue"
+
+    def switch(self, on: bool) -> None:
+        self.tracer.switch(on, events=self.EVENTS)
+
+    def prog_fds(self) -> list[int]:
+        return [fd for label, fd in self.tracer.programs() if label == "block:block_rq_issue"]
+
+    def counts(self) -> None:
+        self.tracer.counts()
+
+    def done(self) -> None:
+        self.tracer.done()
+
+    def close(self) -> None:
+        self.tracer.close()
+
+
 def tracer_for(dev: str, probes: str) -> Any:
     if probes == "empty":
         return Empty()
+    if probes == "empty1":
+        return EmptyIssue()
     st = os.stat(dev)
     tracer = ReqSizeTracer(
         [kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))], btf=probes != "tracepoint"
     )
+    if probes == "issue":
+        return IssueOnly(tracer)
     if probes not in ("none", tracer.probes):
         raise SystemExit(f"asked for {probes} programs, the tracer loaded {tracer.probes}")
     return tracer
@@ -105,7 +146,7 @@ def tracer_for(dev: str, probes: str) -> Any:
 
 def prog_fds(tracer: Any) -> list[int]:
     """The block event programs' fds (the raw tracepoints that count skips left out)."""
-    if isinstance(tracer, Empty):
+    if isinstance(tracer, (Empty, IssueOnly)):
         return tracer.prog_fds()
     return [fd for label, fd in tracer.programs() if label.startswith("block:")]
 

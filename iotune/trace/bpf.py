@@ -8,7 +8,7 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +199,17 @@ class ReqSizeTracer:
             )
             self._links.append((event, prog, link))
 
-    def switch(self, on: bool) -> None:
+    def switch(self, on: bool, events: Collection[str] | None = None) -> None:
         """Detach the block event programs (``on`` False) or attach them again, the maps and
         the counts kept: a workload that runs on can be measured with and without them
-        (benchmarks/trace_toggle.py)."""
+        (benchmarks/trace_toggle.py). ``events`` (BTF programs only) switches just these
+        (``block_rq_issue`` ...)."""
+        if events is not None and self.probes != "tp_btf":
+            raise ValueError("switching single events is for the BTF programs")
         if self.probes == "tp_btf":
             for i, (event, prog, link) in enumerate(self._links):
+                if events is not None and event not in events:
+                    continue
                 # one at a time, recorded as it changes: a failure leaves no link unrecorded
                 if not on and link >= 0:
                     os.close(link)

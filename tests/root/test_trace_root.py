@@ -511,6 +511,23 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
             tracer.close()
         assert counts == {(kdev, 0, 64 * K): 20}, (btf, counts)
         assert done[(kdev, 0)] == (20, 20 * 128), btf
+    # the BTF programs one event at a time: issue alone counts sizes, no completion
+    tracer = ReqSizeTracer([kdev], btf=True)
+    try:
+        tracer.switch(False)
+        tracer.switch(True, events=("block_rq_issue",))
+        sh(*reads)
+        counts, done = tracer.counts(), tracer.done()
+    finally:
+        tracer.close()
+    assert counts == {(kdev, 0, 64 * K): 10}, counts
+    assert done.get((kdev, 0), (0, 0)) == (0, 0), done
+    classic = ReqSizeTracer([kdev], btf=False)
+    try:
+        with pytest.raises(ValueError, match="BTF programs"):
+            classic.switch(True, events=("block_rq_issue",))
+    finally:
+        classic.close()
 
 
 def test_without_btf_the_classic_programs_count(

@@ -1,0 +1,236 @@
+"""How often the adaptive search chooses as well as the full grid, over many draws of the
+measurement noise, on a bandwidth surface fitted to a recorded grid.
+
+    .venv/bin/python benchmarks/adaptive_replay.py RUN [RUN ...] [--draws 1000]
+                                                    [--variant FINALISTS:ROUNDS:SHARE ...]
+
+RUN: a directory `benchmarks/sweep_aio.py --keep` wrote (or its records.tgz). The first with
+grid/points.jsonl gives the grid; adaptive-*/points.jsonl of every RUN give the noise between
+runs.
+
+- The surface: per op, log bandwidth fitted by the five settings' main effects and pairwise
+  interactions (least squares) to the grid's medians. The medians carry the noise of their
+  measurement; the fit keeps their structure (its residual is printed beside the noise).
+- The noise: per repeat, from the spread of each grid point's repeats; per point (shared by
+  its repeats: what drifts between points), from how an adaptive run's median of a
+  configuration differs from the grid's, less the repeats' part.
+- Each draw measures the grid once and runs each strategy (the real generators of
+  iotune.sweep.space and its best_per_op) with fresh noise on the same surface, and
+  compares the *surface's* bandwidth at their choices. A choice compared with the grid's
+  measured best (the largest of many noisy medians, biased upward) looks worse than it is;
+  this comparison is fair. A second grid is the baseline: how often the grid agrees with
+  itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import statistics
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iotune.sweep import space as sp
+from iotune.sweep.space import COORDS, Space, best_per_op, config_of
+
+Cfg = tuple[int, int, int, bool, bool]
+Surface = dict[tuple[str, Cfg], float]
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [r for r in rows if r.get("status") == "ok"]
+
+
+def unpack(run: Path, tmp: Path) -> Path:
+    """A RUN directory as it is, or a records.tgz unpacked (its records/ directory)."""
+    if run.is_file():
+        out = tmp / f"run{len(list(tmp.iterdir()))}"
+        with tarfile.open(run) as t:
+            t.extractall(out, filter="data")
+        return out / "records"
+    return run
+
+
+def fit(grid: Sequence[dict[str, Any]]) -> tuple[Surface, dict[str, float]]:
+    """The fitted surface and, per op, the fit's residual (log) standard deviation."""
+    surface: Surface = {}
+    residual: dict[str, float] = {}
+    for op in sorted({r["op"] for r in grid}):
+        rs = [r for r in grid if r["op"] == op]
+        cfgs = [config_of(r) for r in rs]
+        levels = [sorted({c[i] for c in cfgs}) for i in range(len(COORDS))]
+        varied = [i for i in range(len(COORDS)) if len(levels[i]) > 1]
+
+        def features(
+            c: Cfg, levels: list[list[Any]] = levels, varied: list[int] = varied
+        ) -> list[float]:
+            hot = {i: [1.0 if c[i] == v else 0.0 for v in levels[i][1:]] for i in varied}
+            f = [1.0, *(x for i in varied for x in hot[i])]
+            for i, j in itertools.combinations(varied, 2):
+                f += [a * b for a in hot[i] for b in hot[j]]
+            return f
+
+        x = np.array([features(c) for c in cfgs])
+        y = np.log([r["bw_bytes_s"] for r in rs])
+        beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+        res = y - x @ beta
+        residual[op] = float(np.sqrt((res**2).sum() / max(len(y) - x.shape[1], 1)))
+        for c, v in zip(cfgs, x @ beta, strict=True):
+            surface[(op, c)] = float(math.exp(v))
+    return surface, residual
+
+
+def noise(
+    grid: Sequence[dict[str, Any]], adaptive: Sequence[dict[str, Any]]
+) -> tuple[float, float]:
+    """(per repeat, per point) log standard deviations."""
+    pairs = [math.log(a[0] / a[1]) for r in grid if len(a := r.get("bw_bytes_s_all") or []) == 2]
+    per_repeat = statistics.pstdev(pairs) / math.sqrt(2) if pairs else 0.0
+    med = {(r["op"], config_of(r)): r["bw_bytes_s"] for r in grid}
+    diffs = [
+        math.log(r["bw_bytes_s"] / med[(r["op"], config_of(r))])
+        for r in adaptive
+        if r.get("phase", "sweep") == "sweep" and (r["op"], config_of(r)) in med
+    ]
+    # a difference of two medians of two repeats: 2 * (point^2 + repeat^2 / 2)
+    per_median = statistics.pstdev(diffs) / math.sqrt(2) if len(diffs) > 1 else 0.0
+    return per_repeat, math.sqrt(max(per_median**2 - per_repeat**2 / 2, 0.0))
+
+
+def drive(
+    strategy: sp.Strategy, measure: Callable[[sp.Point], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    try:
+        batch = next(strategy)
+        while True:
+            got = {}
+            for p in batch:
+                rec = measure(p)
+                records.append(rec)
+                got[p.key()] = rec["bw_bytes_s"]
+            batch = strategy.send(got)
+    except StopIteration:
+        pass
+    return records
+
+
+def variant(space: Space, repeats: int, spec: str) -> Callable[[], sp.Strategy]:
+    """An adaptive search with FINALISTS:ROUNDS:SHARE instead of its defaults."""
+    f, r, s = spec.split(":")
+    return lambda: sp.adaptive(space, repeats, finalists=int(f), rounds=int(r), share=float(s))
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(int(q * len(s)), len(s) - 1)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=2, help="repeats per point, as the runs")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="FINALISTS:ROUNDS:SHARE, an adaptive search with other settings",
+    )
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmpdir:
+        runs = [unpack(r, Path(tmpdir)) for r in args.runs]
+        with_grid = [i for i, r in enumerate(runs) if (r / "grid" / "points.jsonl").exists()]
+        if not with_grid:
+            raise SystemExit("no RUN has grid/points.jsonl")
+        grid_dir = runs[with_grid[0]]
+        grid = load(grid_dir / "grid" / "points.jsonl")
+        adaptive = [
+            rec for r in runs for p in sorted(r.glob("adaptive-*/points.jsonl")) for rec in load(p)
+        ]
+    surface, residual = fit(grid)
+    per_repeat, per_point = noise(grid, adaptive)
+    ops = tuple(sorted({op for op, _ in surface}))
+    values = {c: tuple(sorted({cfg[i] for _, cfg in surface})) for i, c in enumerate(COORDS)}
+    space = Space(ops=ops, **values)  # type: ignore[arg-type]
+    print(
+        f"grid: {args.runs[with_grid[0]]}; {len(surface) // len(ops)} configurations per op; "
+        f"fit residual {', '.join(f'{op} {v:.3f}' for op, v in residual.items())} (log sd)"
+    )
+    print(
+        f"noise (log sd): {per_repeat:.3f} per repeat, {per_point:.3f} per point "
+        f"(from {len(adaptive)} adaptive records); {args.draws} draws, {args.repeats} repeats"
+    )
+    strategies: dict[str, Callable[[], sp.Strategy]] = {
+        "second grid": lambda: sp.grid(space, args.repeats),
+        f"adaptive ({sp.FINALISTS}:{sp.RACE_ROUNDS}:{sp.ADAPTIVE_SHARE})": lambda: sp.adaptive(
+            space, args.repeats
+        ),
+    }
+    for v in args.variant:
+        strategies[f"adaptive ({v})"] = variant(space, args.repeats, v)
+    top = {op: max(v for (o, _), v in surface.items() if o == op) for op in ops}
+    ratio: dict[str, dict[str, list[float]]] = {n: {op: [] for op in ops} for n in strategies}
+    of_top: dict[str, dict[str, list[float]]] = {
+        n: {op: [] for op in ops} for n in ["grid", *strategies]
+    }
+    points: dict[str, list[int]] = {n: [] for n in strategies}
+    for draw in range(args.draws):
+        rng = random.Random(draw)  # noqa: S311 - a seeded draw, not a secret
+
+        def measure(p: sp.Point, rng: random.Random = rng) -> dict[str, Any]:
+            true = surface[(p.op, p.config())] * math.exp(rng.gauss(0.0, per_point))
+            xs = [true * math.exp(rng.gauss(0.0, per_repeat)) for _ in range(p.repeats)]
+            return {
+                **p.as_dict(),
+                "status": "ok",
+                "bw_bytes_s": statistics.median(xs),
+                "bw_bytes_s_all": xs,
+            }
+
+        base = best_per_op(drive(sp.grid(space, args.repeats), measure))
+        for op in ops:
+            of_top["grid"][op].append(surface[(op, config_of(base[op]))] / top[op])
+        for name, make in strategies.items():
+            recs = drive(make(), measure)
+            points[name].append(len(recs))
+            best = best_per_op(recs)
+            for op in ops:
+                chosen = surface[(op, config_of(best[op]))]
+                ratio[name][op].append(chosen / surface[(op, config_of(base[op]))])
+                of_top[name][op].append(chosen / top[op])
+    n_grid = space.size()
+    print(
+        "\nthe surface's bandwidth at a strategy's choice / at the grid's choice "
+        "(median, 10th percentile, share of draws at 0.97 or more); its choice / the "
+        "surface's best (median)"
+    )
+    for name in strategies:
+        pts = points[name]
+        print(
+            f"{name:<24} points {statistics.median(pts):.0f} of {n_grid} "
+            f"({statistics.median(pts) / n_grid:.0%}; {quantile(pts, 0.1) / n_grid:.0%}.."
+            f"{quantile(pts, 0.9) / n_grid:.0%})"
+        )
+        for op in ops:
+            xs = ratio[name][op]
+            print(
+                f"   {op:<5} median {statistics.median(xs):.3f}  p10 {quantile(xs, 0.1):.3f}  "
+                f">=0.97 in {sum(x >= 0.97 for x in xs) / len(xs):.0%}  "
+                f"(of the best {statistics.median(of_top[name][op]):.3f}; the grid's "
+                f"{statistics.median(of_top['grid'][op]):.3f})"
+            )
+
+
+if __name__ == "__main__":
+    main()
