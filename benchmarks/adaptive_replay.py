@@ -20,12 +20,19 @@ runs.
   measured best (the largest of many noisy medians, biased upward) looks worse than it is;
   this comparison is fair. A second grid is the baseline: how often the grid agrees with
   itself.
+
+What it leaves out: noise that drifts over a run (each point's is drawn on its own, so the
+race's measuring its finalists side by side gains nothing here that it would not on a
+drive), and any structure of the surface beyond pairs of settings (which a search one
+setting at a time would find harder). The fit also takes up part of the noise of the
+medians it is fitted to (38 parameters per op on 90 configurations).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import random
 import statistics
@@ -45,8 +52,6 @@ Surface = dict[tuple[str, Cfg], float]
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    import json
-
     rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
     return [r for r in rows if r.get("status") == "ok"]
 
@@ -93,18 +98,30 @@ def fit(grid: Sequence[dict[str, Any]]) -> tuple[Surface, dict[str, float]]:
 def noise(
     grid: Sequence[dict[str, Any]], adaptive: Sequence[dict[str, Any]]
 ) -> tuple[float, float]:
-    """(per repeat, per point) log standard deviations."""
-    pairs = [math.log(a[0] / a[1]) for r in grid if len(a := r.get("bw_bytes_s_all") or []) == 2]
-    per_repeat = statistics.pstdev(pairs) / math.sqrt(2) if pairs else 0.0
-    med = {(r["op"], config_of(r)): r["bw_bytes_s"] for r in grid}
-    diffs = [
-        math.log(r["bw_bytes_s"] / med[(r["op"], config_of(r))])
-        for r in adaptive
-        if r.get("phase", "sweep") == "sweep" and (r["op"], config_of(r)) in med
+    """(per repeat, per point) log standard deviations: the repeats' pooled variance within
+    the grid's points; the point's part from how an adaptive run's median differs from the
+    grid's for the same configuration, less what the repeats put into both medians."""
+    within = [
+        (statistics.variance(logs), len(logs) - 1)
+        for r in grid
+        if len(logs := [math.log(v) for v in r.get("bw_bytes_s_all") or []]) > 1
     ]
-    # a difference of two medians of two repeats: 2 * (point^2 + repeat^2 / 2)
-    per_median = statistics.pstdev(diffs) / math.sqrt(2) if len(diffs) > 1 else 0.0
-    return per_repeat, math.sqrt(max(per_median**2 - per_repeat**2 / 2, 0.0))
+    dof = sum(d for _, d in within)
+    per_repeat = math.sqrt(sum(v * d for v, d in within) / dof) if dof else 0.0
+    med = {(r["op"], config_of(r)): r for r in grid}
+    diffs, repeat_part = [], []
+    for r in adaptive:
+        g = med.get((r["op"], config_of(r)))
+        if g is None or r.get("phase", "sweep") != "sweep":
+            continue
+        diffs.append(math.log(r["bw_bytes_s"] / g["bw_bytes_s"]))
+        # a median of k repeats carries about per_repeat^2 / k of their variance
+        ks = (len(x.get("bw_bytes_s_all") or [0]) for x in (r, g))
+        repeat_part.append(sum(per_repeat**2 / k for k in ks))
+    if len(diffs) < 2:
+        return per_repeat, 0.0
+    point_var = (statistics.pvariance(diffs) - statistics.fmean(repeat_part)) / 2
+    return per_repeat, math.sqrt(max(point_var, 0.0))
 
 
 def drive(
@@ -132,8 +149,8 @@ def variant(space: Space, repeats: int, spec: str) -> Callable[[], sp.Strategy]:
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(int(q * len(s)), len(s) - 1)]
+    """The q-th quantile (0 < q < 1) by linear interpolation between order statistics."""
+    return statistics.quantiles(xs, n=1000, method="inclusive")[round(q * 1000) - 1]
 
 
 def main() -> None:

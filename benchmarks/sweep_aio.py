@@ -223,7 +223,12 @@ def main() -> None:
             ]
         else:
             if args.grid_from:
-                grid = json.loads((Path(args.grid_from) / "grid" / "result.json").read_text())
+                # kept beside the new runs, so that --reuse of this --keep finds it
+                if Path(args.grid_from).resolve() != work.resolve():
+                    shutil.copytree(
+                        Path(args.grid_from) / "grid", work / "grid", dirs_exist_ok=True
+                    )
+                grid = json.loads((work / "grid" / "result.json").read_text())
             else:
                 grid = sweep(target, work / "grid", "grid", args.io_size, fio=True, space=space)
             adaptive = [
@@ -250,6 +255,11 @@ def main() -> None:
             f"settings fio did {r['fio_bw_bytes_s'] / GIB:.2f} GiB/s ({r['pct_of_fio']:.1f}%)"
         )
     print(f"\n2. adaptive ({len(adaptive)} runs) against the full grid")
+    if args.grid_from:
+        print(
+            f"   (the grid from {args.grid_from}, measured at another time: its values and "
+            "these runs' are not side by side; 3 is)"
+        )
     pts = [a["points"] / grid["points"] for a in adaptive]
     print(
         f"   points measured: adaptive {[a['points'] for a in adaptive]}, grid {grid['points']} "

@@ -368,16 +368,18 @@ class Sweep:
 
     def cross_measure(self) -> None:
         """Balanced choice needs configurations measured for both ops: measure each op's
-        best configuration on the other op when the strategy did not."""
+        best configuration on the other op where the strategy did not."""
         recs = list(self.records.values())
-        if sp.balanced(recs) is not None or not {"read", "write"} <= set(self.spec.space.ops):
+        if not {"read", "write"} <= set(self.spec.space.ops):
             return
         best = sp.best_per_op(recs)
+        measured = sp.by_config(recs)
         extra = []
         for op, other in (("read", "write"), ("write", "read")):
-            if op in best:
+            if op in best and sp.config_of(best[op]) not in measured.get(other, {}):
                 r = best[op]
                 extra.append(
                     sp.Point(other, *sp.config_of(r), repeats=self.spec.repeats, phase="cross")
                 )
-        self.measure(extra)
+        if extra:
+            self.measure(extra)

@@ -146,13 +146,13 @@ def adaptive(
     repeat until nothing changes, or until the next coordinate's points would take the
     search (race included) past *share* of the op's configurations: the first pass always
     completes. About sum(len(values)) points per pass instead of their product. Then the
-    *finalists* best configurations are measured again in turn,
-    round after round (phase ``final``, ``round`` 1, 2, ...): what drifts during the run
-    touches a round's finalists alike; after each round but the last only the better half
-    (at least two) by the median of all their measurements go on. The survivors carry the
-    most measurements, and :func:`best_per_op` picks among those.
+    *finalists* best configurations (two at least; no race for one) are measured again in
+    turn, round after round (phase ``final``, ``round`` 1, 2, ...): what drifts during the
+    run touches a round's finalists alike. A finalist whose point fails is out; after each
+    round but the last only the better half (at least two) by the median of all their
+    measurements go on. :func:`best_per_op` picks among those measured in the last round.
     """
-    budget = share * space.size() / len(space.ops) - race_points(finalists, rounds)
+    budget = share * space.size() / max(len(space.ops), 1) - race_points(finalists, rounds)
     for op in space.ops:
         cur = _start(space)
         seen: dict[tuple[int, int, int, bool, bool], list[float]] = {}
@@ -183,14 +183,16 @@ def adaptive(
                 break
         alive = sorted((c for c in seen if seen[c]), key=value, reverse=True)[:finalists]
         for r in range(1, rounds + 1):
-            if not alive:
+            if len(alive) < 2:  # nothing left to race
                 break
             batch = [Point(op, *cfg, repeats=repeats, phase="final", round=r) for cfg in alive]
             res = yield batch
+            alive = []
             for p in batch:
                 bw = res.get(p.key())
                 if bw is not None:
                     seen[p.config()].append(bw)
+                    alive.append(p.config())
             if r < rounds:
                 alive = sorted(alive, key=value, reverse=True)[: max(2, len(alive) // 2)]
 
@@ -217,17 +219,26 @@ def pooled(recs: Sequence[dict[str, Any]]) -> float:
     return float(statistics.median(v for r in recs for v in measurements(r)))
 
 
+def contenders(
+    cfgs: Mapping[tuple[int, int, int, bool, bool], Sequence[dict[str, Any]]],
+) -> list[tuple[int, int, int, bool, bool]]:
+    """Of one op's configurations (successful records), those a best is chosen from: the
+    ones measured in the race's last round that has a successful point (every one of a
+    grid's, and of runs from before the race, whose points have no round)."""
+    last = max(int(r.get("round") or 0) for rs in cfgs.values() for r in rs)
+    return [c for c, rs in cfgs.items() if any(int(r.get("round") or 0) == last for r in rs)]
+
+
 def best_per_op(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per op, among the configurations measured in the most points (all of a grid's; the
-    survivors of an adaptive search's race), the one with the best median over all its
-    measurements, as its latest record with ``bw_bytes_s`` (and ``pct_of_fio``) replaced by
-    that median and the number of measurements and phases behind it. A configuration is
-    never reported with less than the median of what was seen of it, nor chosen on a single
-    lucky repeat, nor over the race's winner on the strength of fewer measurements."""
+    """Per op, among its :func:`contenders` (all of a grid's configurations; the survivors
+    of an adaptive search's race), the one with the best median over all its measurements,
+    as its latest record with ``bw_bytes_s`` (and ``pct_of_fio``) replaced by that median
+    and the number of measurements and phases behind it. A configuration is never reported
+    with less than the median of what was seen of it, nor chosen on a single lucky repeat,
+    nor over the race's survivors on the strength of fewer measurements."""
     out: dict[str, dict[str, Any]] = {}
     for op, cfgs in by_config(records).items():
-        most = max(len(rs) for rs in cfgs.values())
-        recs = max((rs for rs in cfgs.values() if len(rs) == most), key=pooled)
+        recs = max((cfgs[c] for c in contenders(cfgs)), key=pooled)
         best = dict(recs[-1])
         best["bw_bytes_s"] = pooled(recs)
         best["measurements"] = sum(len(measurements(r)) for r in recs)
@@ -252,22 +263,23 @@ def balanced(
     records: Sequence[dict[str, Any]],
 ) -> tuple[tuple[int, int, int, bool, bool], float] | None:
     """The configuration with the best geometric mean of read and write bandwidth, each
-    relative to that op's best, among configurations measured for both. Every bandwidth is
-    a configuration's median over all its measurements, the bests included, so the score is
-    at most 1."""
+    relative to the best of that op among the candidates: the :func:`contenders` of either
+    op (all of a grid's; an adaptive search's race survivors) measured for both ops. Every
+    bandwidth is a configuration's median over all its measurements, so the score is at
+    most 1. None where no candidate is measured for both ops."""
     cfgs = by_config(records)
     if not {"read", "write"} <= set(cfgs):
         return None
-    bw = {op: {c: pooled(rs) for c, rs in cfgs[op].items()} for op in ("read", "write")}
-    top = {op: max(bw[op].values()) for op in ("read", "write")}
-    scored = [
-        (((bw["read"][c] / top["read"]) * (bw["write"][c] / top["write"])) ** 0.5, c)
-        for c in bw["read"]
-        if c in bw["write"]
-    ]
-    if not scored:
+    ops = ("read", "write")
+    cands = set(contenders(cfgs["read"])) | set(contenders(cfgs["write"]))
+    cands &= set(cfgs["read"]) & set(cfgs["write"])
+    if not cands:
         return None
-    score, cfg = max(scored)
+    bw = {op: {c: pooled(cfgs[op][c]) for c in cands} for op in ops}
+    top = {op: max(bw[op].values()) for op in ops}
+    score, cfg = max(
+        (((bw["read"][c] / top["read"]) * (bw["write"][c] / top["write"])) ** 0.5, c) for c in cands
+    )
     return cfg, score
 
 

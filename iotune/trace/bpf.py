@@ -204,8 +204,12 @@ class ReqSizeTracer:
         the counts kept: a workload that runs on can be measured with and without them
         (benchmarks/trace_toggle.py). ``events`` (BTF programs only) switches just these
         (``block_rq_issue`` ...)."""
-        if events is not None and self.probes != "tp_btf":
-            raise ValueError("switching single events is for the BTF programs")
+        if events is not None:
+            if self.probes != "tp_btf":
+                raise ValueError("switching single events is for the BTF programs")
+            known = [event for event, _, _ in self._links]
+            if isinstance(events, str) or not set(events) <= set(known):
+                raise ValueError(f"not events of the BTF programs: {events!r} (they: {known})")
         if self.probes == "tp_btf":
             for i, (event, prog, link) in enumerate(self._links):
                 if events is not None and event not in events:

@@ -515,6 +515,9 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
     tracer = ReqSizeTracer([kdev], btf=True)
     try:
         tracer.switch(False)
+        for wrong in ("block_rq_issue", ("block_rq",)):  # a name, not a collection; no event
+            with pytest.raises(ValueError, match="not events"):
+                tracer.switch(True, events=wrong)
         tracer.switch(True, events=("block_rq_issue",))
         sh(*reads)
         counts, done = tracer.counts(), tracer.done()

@@ -1,6 +1,7 @@
 """Sweep space and strategy logic, fio JSON parsing (recorded), config merging, the picks and
 result.json, and the thread sweep's rules."""
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -149,7 +150,10 @@ def test_the_race_drops_a_lucky_finalist_and_picks_among_its_survivors() -> None
     with pytest.raises(StopIteration):
         while True:
             got = {p.key(): bws[p.block_size][p.round] for p in batch}
-            records += [rec("read", p.config(), got[p.key()], phase=p.phase) for p in batch]
+            records += [
+                {**rec("read", p.config(), got[p.key()], phase=p.phase), "round": p.round}
+                for p in batch
+            ]
             batch = gen.send(got)
     finals = [r["block_size"] for r in records if r["phase"] == "final"]
     assert sorted(finals) == sorted([256 * K, 512 * K, M, 4 * M, 512 * K, M, 512 * K, M])
@@ -157,6 +161,97 @@ def test_the_race_drops_a_lucky_finalist_and_picks_among_its_survivors() -> None
     # M: 8.0, 7.5, 6.0, 6.0 (6.75); 512K: 6.35; the dropped 4M: 9.0, 5.0 (7.0)
     assert sp.config_of(best) == (M, 8, 1, False, True)
     assert best["measurements"] == 4 and best["bw_bytes_s"] == pytest.approx(6.75)
+
+
+def race(space: sp.Space, bw: Any, fail: Any = lambda p: False) -> list[dict[str, Any]]:
+    """Records of an adaptive search: bw(point) -> GiB/s; fail(point) -> a failed point."""
+    records: list[dict[str, Any]] = []
+    gen = sp.adaptive(space, repeats=2)
+    batch = next(gen)
+    with pytest.raises(StopIteration):
+        while True:
+            got = {p.key(): None if fail(p) else bw(p) for p in batch}
+            records += [
+                {
+                    **rec(p.op, p.config(), got[p.key()] or 0.0, phase=p.phase),
+                    "round": p.round,
+                    "status": "failed" if got[p.key()] is None else "ok",
+                }
+                for p in batch
+            ]
+            batch = gen.send(got)
+    return records
+
+
+ONE_AXIS = sp.Space(
+    block_size=(256 * K, 512 * K, M, 4 * M),
+    queue_depth=(8,),
+    threads=(1,),
+    single_submit=(False,),
+    overlap_events=(True,),
+    ops=("read",),
+)
+
+
+def test_a_finalist_whose_point_fails_is_out_of_the_race() -> None:
+    """1M is the fastest in every point it finishes, but its round-3 point fails: the best
+    is chosen among the configurations that finished the last round; and a finalist that
+    fails in round 1 takes no survivor's place."""
+    speed = {256 * K: 5.0, 512 * K: 6.0, M: 9.0, 4 * M: 7.0}
+    records = race(
+        ONE_AXIS,
+        lambda p: speed[p.block_size],
+        fail=lambda p: (
+            (p.block_size == M and p.round == 3) or (p.block_size == 4 * M and p.round == 1)
+        ),
+    )
+    rounds = {r: sorted(x["block_size"] for x in records if x.get("round") == r) for r in (1, 2, 3)}
+    assert rounds[1] == [256 * K, 512 * K, M, 4 * M]
+    assert rounds[2] == rounds[3] == [512 * K, M]  # 4M failed: 512K took the second place
+    assert sp.config_of(sp.best_per_op(records)["read"])[0] == 512 * K
+    # every point of the last round fails: the round before decides
+    records = race(ONE_AXIS, lambda p: speed[p.block_size], fail=lambda p: p.round == 3)
+    assert sp.config_of(sp.best_per_op(records)["read"])[0] == M
+
+
+def test_no_race_for_a_single_configuration() -> None:
+    space = sp.Space(
+        block_size=(M,),
+        queue_depth=(8,),
+        threads=(1,),
+        single_submit=(False,),
+        overlap_events=(True,),
+        ops=("read",),
+    )
+    records = race(space, lambda p: 5.0)
+    assert [r["phase"] for r in records] == ["sweep"]
+    assert list(sp.adaptive(dataclasses.replace(space, ops=()), repeats=2)) == []
+
+
+def test_records_from_before_the_race_choose_among_all() -> None:
+    """A run recorded before rounds existed (finals without a round, twice the repeats):
+    every configuration is a contender, as then."""
+    records = [rec("read", A, 5.0), rec("read", B, 6.0), rec("read", A, 5.5, phase="final")]
+    assert sp.config_of(sp.best_per_op(records)["read"]) == B
+
+
+def test_balanced_chooses_among_the_race_survivors() -> None:
+    """C, measured once per op in the sweep at a lucky high, is no candidate: the balanced
+    choice is made among the ops' survivors, measured for both ops (cross)."""
+    C = (4 * M, 64, 1, False, False)
+    records = [
+        rec("read", C, 9.0),
+        rec("write", C, 9.0),
+        {**rec("read", A, 7.0, phase="final"), "round": 3},
+        {**rec("write", B, 6.0, phase="final"), "round": 3},
+        {**rec("read", B, 6.0, phase="final"), "round": 1},
+        rec("write", A, 5.0, phase="cross"),
+        rec("read", B, 6.5, phase="cross"),
+    ]
+    cfg, score = sp.balanced(records)  # type: ignore[misc]
+    assert cfg in (A, B) and 0 < score <= 1.0
+    # read: A 7.0, B 6.25; write: A 5.0, B 6.0 -> B: (6.25/7 * 1) ** 0.5 > A: (5/6) ** 0.5
+    assert cfg == B and score == pytest.approx((6.25 / 7.0) ** 0.5)
 
 
 def rec(
