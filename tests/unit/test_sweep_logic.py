@@ -254,6 +254,31 @@ def test_balanced_chooses_among_the_race_survivors() -> None:
     assert cfg == B and score == pytest.approx((6.25 / 7.0) ** 0.5)
 
 
+def test_each_ops_best_is_measured_on_the_other_op_where_the_search_did_not() -> None:
+    """Sweep.cross_measure (the choice of points only; measuring is the worker's): the
+    read race's winner A was never measured for writes, the write winner B was measured
+    for reads: one cross point, A on writes."""
+    from iotune.sweep.runner import Sweep
+
+    records = [
+        {**rec("read", A, 7.0, phase="final"), "round": 3},
+        {**rec("write", B, 6.0, phase="final"), "round": 3},
+        rec("read", B, 5.0),
+    ]
+    asked: list[sp.Point] = []
+    fake = SimpleNamespace(
+        records={str(i): r for i, r in enumerate(records)},
+        spec=SimpleNamespace(space=sp.Space(), repeats=2),
+        measure=asked.extend,
+    )
+    Sweep.cross_measure(fake)  # type: ignore[arg-type]
+    assert [(p.op, p.config(), p.phase) for p in asked] == [("write", A, "cross")]
+    asked.clear()
+    fake.records["x"] = rec("write", A, 5.0, phase="cross")
+    Sweep.cross_measure(fake)  # type: ignore[arg-type]
+    assert asked == []
+
+
 def rec(
     op: str,
     cfg: tuple[int, int, int, bool, bool],
