@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import random
 import statistics
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from iotune.records import read_records
 from iotune.sweep import space as sp
 from iotune.sweep.space import COORDS, Space, best_per_op, config_of
 
@@ -52,8 +52,7 @@ Surface = dict[tuple[str, Cfg], float]
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return [r for r in rows if r.get("status") == "ok"]
+    return [r for r in read_records(path) if r.get("status") == "ok"]
 
 
 def unpack(run: Path, tmp: Path) -> Path:
@@ -124,21 +123,18 @@ def noise(
     return per_repeat, math.sqrt(max(point_var, 0.0))
 
 
-def drive(
+def records_of(
     strategy: sp.Strategy, measure: Callable[[sp.Point], dict[str, Any]]
 ) -> list[dict[str, Any]]:
+    """The records of *strategy* run to its end with each point measured by *measure*."""
     records: list[dict[str, Any]] = []
-    try:
-        batch = next(strategy)
-        while True:
-            got = {}
-            for p in batch:
-                rec = measure(p)
-                records.append(rec)
-                got[p.key()] = rec["bw_bytes_s"]
-            batch = strategy.send(got)
-    except StopIteration:
-        pass
+
+    def batch(points: list[sp.Point]) -> dict[str, float | None]:
+        recs = [measure(p) for p in points]
+        records.extend(recs)
+        return {p.key(): r["bw_bytes_s"] for p, r in zip(points, recs, strict=True)}
+
+    sp.drive(strategy, batch)
     return records
 
 
@@ -215,11 +211,11 @@ def main() -> None:
                 "bw_bytes_s_all": xs,
             }
 
-        base = best_per_op(drive(sp.grid(space, args.repeats), measure))
+        base = best_per_op(records_of(sp.grid(space, args.repeats), measure))
         for op in ops:
             of_top["grid"][op].append(surface[(op, config_of(base[op]))] / top[op])
         for name, make in strategies.items():
-            recs = drive(make(), measure)
+            recs = records_of(make(), measure)
             points[name].append(len(recs))
             best = best_per_op(recs)
             for op in ops:

@@ -349,10 +349,7 @@ class Sweep:
             self.spec.space, self.spec.repeats
         )
         try:
-            with contextlib.suppress(StopIteration):
-                batch = next(gen)
-                while True:
-                    batch = gen.send(self.measure(batch))
+            sp.drive(gen, self.measure)
             self.cross_measure()
         except BaseException:
             self.close(kill=True)  # Ctrl-C, a signal: the point in flight is not waited for
@@ -376,10 +373,8 @@ class Sweep:
         measured = sp.by_config(recs)
         extra = []
         for op, other in (("read", "write"), ("write", "read")):
-            if op in best and sp.config_of(best[op]) not in measured.get(other, {}):
-                r = best[op]
-                extra.append(
-                    sp.Point(other, *sp.config_of(r), repeats=self.spec.repeats, phase="cross")
-                )
+            cfg = sp.config_of(best[op]) if op in best else None
+            if cfg is not None and cfg not in measured.get(other, {}):
+                extra.append(sp.Point(other, *cfg, repeats=self.spec.repeats, phase="cross"))
         if extra:
             self.measure(extra)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import statistics
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -82,6 +82,16 @@ class Point:
 
 Results = Mapping[str, float | None]
 Strategy = Generator[list[Point], Results, None]
+
+
+def drive(strategy: Strategy, measure: Callable[[list[Point]], Results]) -> None:
+    """Run *strategy* to its end: every batch it yields is measured, the results sent back."""
+    try:
+        batch = next(strategy)
+        while True:
+            batch = strategy.send(measure(batch))
+    except StopIteration:
+        return
 
 
 def grid(space: Space, repeats: int) -> Strategy:

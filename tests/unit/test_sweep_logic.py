@@ -36,17 +36,19 @@ def synthetic(p: sp.Point) -> float:
     return score * (1.1 if p.op == "read" else 1.0)
 
 
-def drive(strategy: sp.Strategy, fail: set[str] = frozenset()) -> list[sp.Point]:  # type: ignore[assignment]
+def drive(
+    strategy: sp.Strategy,
+    fail: set[str] = frozenset(),  # type: ignore[assignment]
+    bw: Any = synthetic,
+) -> list[sp.Point]:
+    """Every point *strategy* asks for, measured by bw(point) (None for keys in *fail*)."""
     measured: list[sp.Point] = []
-    try:
-        batch = next(strategy)
-        while True:
-            measured += batch
-            batch = strategy.send(
-                {p.key(): None if p.key() in fail else synthetic(p) for p in batch}
-            )
-    except StopIteration:
-        pass
+
+    def measure(batch: list[sp.Point]) -> dict[str, float | None]:
+        measured.extend(batch)
+        return {p.key(): None if p.key() in fail else bw(p) for p in batch}
+
+    sp.drive(strategy, measure)
     return measured
 
 
@@ -96,13 +98,7 @@ def test_adaptive_stays_within_a_quarter_of_the_grid_after_its_first_pass() -> N
     counts = []
     for seed in range(200):
         rng = random.Random(seed)  # noqa: S311 - a seeded draw, not a secret
-        measured: list[sp.Point] = []
-        gen = sp.adaptive(space, repeats=2)
-        with pytest.raises(StopIteration):
-            batch = next(gen)
-            while True:
-                measured += batch
-                batch = gen.send({p.key(): rng.uniform(3.0, 4.0) for p in batch})
+        measured = drive(sp.adaptive(space, repeats=2), bw=lambda p, r=rng: r.uniform(3.0, 4.0))
         for op in ("read", "write"):
             n = len([p for p in measured if p.op == op])
             assert n <= per_op / 4
@@ -128,20 +124,20 @@ def test_adaptive_survives_failed_points() -> None:
 def race(space: sp.Space, bw: Any, fail: Any = lambda p: False) -> list[dict[str, Any]]:
     """Records of an adaptive search: bw(point) -> GiB/s; fail(point) -> a failed point."""
     records: list[dict[str, Any]] = []
-    gen = sp.adaptive(space, repeats=2)
-    batch = next(gen)
-    with pytest.raises(StopIteration):
-        while True:
-            got = {p.key(): None if fail(p) else bw(p) for p in batch}
-            records += [
-                {
-                    **rec(p.op, p.config(), got[p.key()] or 0.0, phase=p.phase),
-                    "round": p.round,
-                    "status": "failed" if got[p.key()] is None else "ok",
-                }
-                for p in batch
-            ]
-            batch = gen.send(got)
+
+    def measure(batch: list[sp.Point]) -> dict[str, float | None]:
+        got = {p.key(): None if fail(p) else bw(p) for p in batch}
+        records.extend(
+            {
+                **rec(p.op, p.config(), got[p.key()] or 0.0, phase=p.phase),
+                "round": p.round,
+                "status": "failed" if got[p.key()] is None else "ok",
+            }
+            for p in batch
+        )
+        return got
+
+    sp.drive(sp.adaptive(space, repeats=2), measure)
     return records
 
 
