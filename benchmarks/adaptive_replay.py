@@ -138,10 +138,24 @@ def records_of(
     return records
 
 
-def variant(space: Space, repeats: int, spec: str) -> Callable[[], sp.Strategy]:
-    """An adaptive search with FINALISTS:ROUNDS:SHARE instead of its defaults."""
-    f, r, s = spec.split(":")
-    return lambda: sp.adaptive(space, repeats, finalists=int(f), rounds=int(r), share=float(s))
+def variant_spec(text: str) -> tuple[int, int, float]:
+    """--variant FINALISTS:ROUNDS:SHARE, e.g. 4:3:0.25."""
+    try:
+        f, r, s = text.split(":")
+        out = int(f), int(r), float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want FINALISTS:ROUNDS:SHARE, e.g. 4:3:0.25"
+        ) from None
+    if out[0] < 1 or out[1] < 1 or not 0 < out[2] <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: FINALISTS, ROUNDS >= 1; 0 < SHARE <= 1")
+    return out
+
+
+def variant(space: Space, repeats: int, spec: tuple[int, int, float]) -> Callable[[], sp.Strategy]:
+    """An adaptive search with FINALISTS, ROUNDS and SHARE instead of its defaults."""
+    f, r, s = spec
+    return lambda: sp.adaptive(space, repeats, finalists=f, rounds=r, share=s)
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
@@ -158,10 +172,14 @@ def main() -> None:
         "--variant",
         action="append",
         default=[],
+        type=variant_spec,
         help="FINALISTS:ROUNDS:SHARE, an adaptive search with other settings",
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
+        missing = [str(r) for r in args.runs if not r.exists()]
+        if missing:
+            ap.error(f"no such RUN: {', '.join(missing)}")
         runs = [unpack(r, Path(tmpdir)) for r in args.runs]
         with_grid = [i for i, r in enumerate(runs) if (r / "grid" / "points.jsonl").exists()]
         if not with_grid:
@@ -191,7 +209,7 @@ def main() -> None:
         ),
     }
     for v in args.variant:
-        strategies[f"adaptive ({v})"] = variant(space, args.repeats, v)
+        strategies[f"adaptive ({v[0]}:{v[1]}:{v[2]})"] = variant(space, args.repeats, v)
     top = {op: max(v for (o, _), v in surface.items() if o == op) for op in ops}
     ratio: dict[str, dict[str, list[float]]] = {n: {op: [] for op in ops} for n in strategies}
     of_top: dict[str, dict[str, list[float]]] = {

@@ -207,6 +207,8 @@ def main() -> None:
     ap.add_argument("--grid-from", help="the grid of an earlier --keep: adaptive and confirm")
     ap.add_argument("--confirm-rounds", type=int, default=5)
     args = ap.parse_args()
+    if args.grid_from and not (Path(args.grid_from) / "grid" / "result.json").is_file():
+        ap.error(f"--grid-from {args.grid_from}: no grid/result.json (a --keep DIR of a run)")
     space = ["--block-size", args.block_size, "--queue-depth", args.queue_depth]
     space += ["--threads", args.threads, *FIXED]
     if args.keep or args.reuse:
