@@ -55,11 +55,15 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
 
 def host_facts() -> dict[str, Any]:
     """Facts stored beside every measurement so records from different hosts can be compared."""
+    from iotune.probes.cpu import bf16_support
+
     uname = platform.uname()
     return {
         "host": socket.gethostname(),
         "kernel": uname.release,
         "machine": uname.machine,
+        "cpus": os.cpu_count(),
+        "bf16": bf16_support().why,  # CPU timings differ ~50x with emulated bf16
         "python": platform.python_version(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -77,7 +77,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from iotune.train.presets import Preset, min_aio_bytes
+from iotune.train.presets import Preset, min_aio_bytes, model_element_size
 from iotune.units import GIB
 
 #: torch + DeepSpeed + transformers in one process, before the model: the worker's RSS at its
@@ -112,6 +112,7 @@ class HostRam:
     init_transient: int  # pinning copy of the gradient partitions
     step_transient: int  # the first step's pageable moments and the bf16 staging
     collectives: int = 0  # several ranks: gathered parameters, shared-memory allreduce
+    dtype: str = "bf16"  # the model's: gradients, parameter buffers and staging are in it
 
     @property
     def steady(self) -> int:
@@ -132,14 +133,14 @@ class HostRam:
     def terms(self) -> list[tuple[str, int]]:
         return [
             ("process (interpreter, torch, DeepSpeed; with CUDA its context)", self.process),
-            ("gradient partitions (bf16, pinned)", self.gradients),
+            (f"gradient partitions ({self.dtype}, pinned)", self.gradients),
             ("optimizer state in RAM (fp32 master, gradients, Adam moments)", self.optimizer_state),
             ("optimizer swap buffers (locked)", self.swap_buffers),
             ("parameter swap buffers and CPU cache (locked)", self.param_buffers),
             ("model and activations (CPU run)", self.model),
             ("several ranks: gathered parameters, allreduce workspaces", self.collectives),
             ("peak at initialisation: pinning copy of the gradients", self.init_transient),
-            ("peak at the first step: new Adam moments, bf16 staging", self.step_transient),
+            (f"peak at the first step: new Adam moments, {self.dtype} staging", self.step_transient),
         ]
 
 
@@ -218,7 +219,8 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
     layout = swap_layout(preset, cfg)  # empty unless the optimizer state is on NVMe
     n_s = sum(s for s, _ in layout)
     n_g = sum(sum(gs) for _, gs in layout)
-    n_p = sum(n for n in tensors if 2 * n >= min_bytes) if par_nvme else 0
+    eb = model_element_size(cfg)
+    n_p = sum(n for n in tensors if eb * n >= min_bytes) if par_nvme else 0
     return Swapped(
         n=sum(tensors),
         n_s=n_s,
@@ -229,17 +231,18 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
     )
 
 
-def activation_bytes(preset: Preset) -> int:
-    """GPU (or CPU) memory for activations with gradient checkpointing, bf16: each layer's
-    input kept for recomputation, one layer's working set during its recomputation, and the
-    logits with their fp32 copy and gradient (the largest single item at vocab 128256)."""
+def activation_bytes(preset: Preset, eb: int = 2) -> int:
+    """GPU (or CPU) memory for activations with gradient checkpointing, in the model's dtype
+    of *eb* bytes: each layer's input kept for recomputation, one layer's working set during
+    its recomputation, and the logits with their fp32 copy and gradient (the largest single
+    item at vocab 128256)."""
     g = preset.geometry
     tokens = preset.micro_batch * preset.seq_len
-    checkpoints = g.num_hidden_layers * tokens * g.hidden_size * 2
+    checkpoints = g.num_hidden_layers * tokens * g.hidden_size * eb
     if not preset.gradient_checkpointing:
         checkpoints *= 16
-    layer = tokens * (16 * g.hidden_size + 4 * g.intermediate_size) * 2
-    logits = tokens * g.vocab_size * (2 + 4 + 4 + 2)
+    layer = tokens * (16 * g.hidden_size + 4 * g.intermediate_size) * eb
+    logits = tokens * g.vocab_size * (eb + 4 + 4 + eb)
     return checkpoints + layer + logits
 
 
@@ -252,6 +255,7 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     zo = cfg.get("zero_optimization", {})
     n, n_s, n_g, n_p = sw.n, sw.n_s, sw.n_g, sw.n_p
     ga = int(cfg.get("gradient_accumulation_steps", 1))
+    eb = model_element_size(cfg)  # a parameter file's element: 2 in bf16, 4 in float32
     init = first = steady = IoVolume(0, 0)
     nvme = 0
     if n_s or n_g:
@@ -261,21 +265,21 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         steady += IoVolume(12 * n_s + 4 * n_g, 12 * n_s + 4 * n_g)
     if n_p:
         reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
-        per_micro = 2 * n_p + 2 * max(0, n_p - reuse)
-        recording = (6 if preset.gradient_checkpointing else 4) * n_p
-        nvme += 2 * n_p
-        init += IoVolume(4 * n_p, 2 * n_p + 2 * n_p)
+        per_micro = eb * n_p + eb * max(0, n_p - reuse)
+        recording = (3 if preset.gradient_checkpointing else 2) * eb * n_p
+        nvme += eb * n_p
+        init += IoVolume(2 * eb * n_p, 2 * eb * n_p)
         g = preset.geometry
-        orphan = 2 * -(-g.vocab_size * g.hidden_size // max(1, preset.world))
+        orphan = eb * -(-g.vocab_size * g.hidden_size // max(1, preset.world))
         if g.tie_word_embeddings and orphan >= min_aio_bytes(cfg):
             # zero.Init partitions and swaps out lm_head's own weight before transformers
             # ties it to the embedding: its file stays on the drive, unused
             nvme += orphan
             init += IoVolume(0, orphan)
-        first += IoVolume(recording + (ga - 1) * per_micro, 2 * n_p)
-        steady += IoVolume(ga * per_micro, 2 * n_p)
+        first += IoVolume(recording + (ga - 1) * per_micro, eb * n_p)
+        steady += IoVolume(ga * per_micro, eb * n_p)
 
-    acts = activation_bytes(preset)
+    acts = activation_bytes(preset, eb)
     s = preset.strategy
     host = host_ram(preset, cfg, sw, acts)
     gpu: int | None = None
@@ -357,14 +361,15 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
     # the cpu accelerator's pin_memory returns the tensor as it is: no rounding, no copy
     pin = pinned if cuda else (lambda b: b)
     s_max = sw.largest_subgroup
+    eb = model_element_size(cfg)
     grads = optimizer = swap = params = 0
     init_t = step_t = 0
     if off_opt.get("device") in ("cpu", "nvme"):
-        g = 2 * n
+        g = eb * n
         pin_grads = bool(off_opt.get("pin_memory", False))
         grads = pin(g) if pin_grads else g
         init_t = g if pin_grads and cuda else 0
-        step_t = 2 * s_max
+        step_t = eb * s_max
         if off_opt["device"] == "nvme":
             swap = int(off_opt.get("buffer_count", 4)) * 4 * s_max
             step_t += 8 * s_max
@@ -377,20 +382,20 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
     if off_par.get("device") == "nvme":
         count = int(off_par.get("buffer_count", 5))
         size = int(off_par.get("buffer_size", 100_000_000))
-        cache = 2 * min(n, int(off_par.get("max_in_cpu", 1_000_000_000)))
-        params = 2 * count * size + (pin(cache) if cache > 2 else 0) + 2 * s_max
+        cache = eb * min(n, int(off_par.get("max_in_cpu", 1_000_000_000)))
+        params = eb * count * size + (pin(cache) if cache > eb else 0) + eb * s_max
     elif off_par.get("device") == "cpu":
-        params = pin(2 * n)
+        params = pin(eb * n)
     # a CPU run keeps what a GPU would hold in RAM too: the bf16 parameters (unless they are
     # on NVMe), the gradient bucket they reduce through, and the activations
-    model = 0 if cuda else (2 * n if off_par.get("device") != "nvme" else 0) + 2 * n + acts
+    model = 0 if cuda else (eb * n if off_par.get("device") != "nvme" else 0) + eb * n + acts
     collectives = 0
     world = max(1, preset.world)
     if world > 1 and not cuda:
         # a CPU rank gathers whole parameters from the others' partitions (bf16, beside its
         # own), and DeepSpeed's shared-memory allreduce maps every local rank's workspace
         # of 2 x 1 MiB + 2 x 32 MiB (ops/csrc/cpu/comm/shm.cpp) into each rank
-        collectives = 2 * (preset.geometry.param_count() - n) + preset.ranks * SHM_WORKSPACE
+        collectives = eb * (preset.geometry.param_count() - n) + preset.ranks * SHM_WORKSPACE
     return HostRam(
         process=PROCESS_BASE + (CUDA_HOST if cuda else 0),
         gradients=grads,
@@ -401,6 +406,7 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
         init_transient=init_t,
         step_transient=step_t,
         collectives=collectives,
+        dtype="bf16" if eb == 2 else "fp32",
     )
 
 

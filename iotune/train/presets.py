@@ -12,6 +12,7 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.paths import data_dir
+from iotune.probes.cpu import Bf16Support, bf16_support
 
 #: Llama-3.1-8B's settings that every size shares unless its table says otherwise
 LLAMA31 = {
@@ -124,6 +125,7 @@ class Preset:
     gradient_checkpointing: bool = True
     ranks: int = 1  # training processes on each node (one per GPU), DeepSpeed's launcher
     nodes: int = 1  # nodes (a DeepSpeed hostfile's hosts)
+    dtype: str = "auto"  # auto | bf16 | fp32: the model's (forward/backward) dtype
 
     @property
     def world(self) -> int:
@@ -239,6 +241,7 @@ _FIELDS = {
     "gradient_checkpointing": bool,
     "ranks": int,
     "nodes": int,
+    "dtype": str,
 }
 
 
@@ -313,6 +316,11 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
                 + ", ".join(_FIELDS)
                 + "; model.FIELD for the geometry; ds.a.b for the DeepSpeed config",
             )
+    if "dtype" in changes and changes["dtype"] not in DTYPES:
+        raise PresetError(
+            f"dtype must be {', '.join(DTYPES)}, got {changes['dtype']!r}",
+            hint="--set dtype=fp32 (auto: bf16 on a GPU and on a CPU that computes it natively)",
+        )
     if "accelerator" in changes and changes["accelerator"] not in ("cuda", "cpu"):
         raise PresetError(
             f"accelerator must be cuda or cpu, got {changes['accelerator']!r}",
@@ -327,7 +335,61 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
 _DS_OWNED = {
     "ds.gradient_accumulation_steps": "ga",
     "ds.train_micro_batch_size_per_gpu": "micro_batch",
+    "ds.bf16.enabled": "dtype",
 }
+
+#: the model dtypes a preset can train in (--set dtype=...)
+DTYPES = ("auto", "bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Dtype:
+    """The dtype a preset's model computes in, and why."""
+
+    name: str  # bf16 | fp32
+    why: str
+    native_bf16: bool | None = None  # a CPU run: what the host's CPU does (None: not asked)
+    cpu: dict[str, Any] | None = None  # a CPU run: the flags behind that answer
+
+    @property
+    def element_size(self) -> int:
+        return 2 if self.name == "bf16" else 4
+
+    @property
+    def emulated_bf16(self) -> bool:
+        """bf16 on a CPU that emulates it: a user forced it (about 50x slower)."""
+        return self.name == "bf16" and self.native_bf16 is False
+
+
+def resolve_dtype(preset: Preset, bf16: Bf16Support | None = None) -> Dtype:
+    """auto is bf16 on a GPU and on a CPU with native bf16 (AVX-512 BF16, AMX, Arm BF16),
+    float32 on any other CPU: there bf16 is emulated about 50x slower, and float32 swaps the
+    same optimizer state (DeepSpeed keeps the fp32 master and Adam moments whatever the model
+    dtype). *bf16* is the host's answer (probed here when not given)."""
+    if preset.accelerator != "cpu":
+        if preset.dtype == "fp32":
+            return Dtype("fp32", "set with --set dtype=fp32")
+        if preset.dtype == "bf16":
+            return Dtype("bf16", "set with --set dtype=bf16")
+        return Dtype("bf16", "a GPU computes bf16 natively")
+    bf16 = bf16 or bf16_support()
+    facts = bf16.to_dict()
+    if preset.dtype == "auto":
+        if bf16.native:
+            return Dtype("bf16", f"this CPU computes bf16 natively: {bf16.why}", True, facts)
+        return Dtype(
+            "fp32",
+            f"bf16 would be {bf16.why}; float32 runs at native speed and swaps the same "
+            "optimizer state",
+            False,
+            facts,
+        )
+    return Dtype(
+        preset.dtype,
+        f"set with --set dtype={preset.dtype}; bf16 here is {bf16.why}",
+        bf16.native,
+        facts,
+    )
 
 
 def check_geometry(g: Geometry) -> Geometry:
@@ -427,6 +489,7 @@ def ds_config(
         zo["overlap_comm"] = True
         zo["contiguous_gradients"] = True
     cfg["zero_optimization"] = zo
+    cfg["bf16"] = {**cfg.get("bf16", {}), "enabled": resolve_dtype(preset).name == "bf16"}
     if s.uses_nvme and aio_block:
         cfg["aio"] = dict(aio_block)
     for dotted, value in preset.ds_set.items():
@@ -533,6 +596,15 @@ def check_ds_config(cfg: dict[str, Any], name: str = "this config") -> None:
             f"{name}: parameter offload needs ZeRO stage 3, got stage {stage}",
             hint="use --set ds.zero_optimization.stage=3",
         )
+
+
+def model_element_size(cfg: dict[str, Any]) -> int:
+    """Bytes per element of the model's parameters and gradients: 2 with bf16 or fp16
+    enabled, else 4. DeepSpeed swaps parameters in this dtype (partitioned_param_swapper.py
+    swap_element_size) and accumulates gradients in it (engine.py get_data_types); the fp32
+    master and Adam's moments are fp32 whatever it is."""
+    on = any(isinstance(cfg.get(k), dict) and cfg[k].get("enabled") for k in ("bf16", "fp16"))
+    return 2 if on else 4
 
 
 def min_aio_bytes(cfg: dict[str, Any]) -> int:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from iotune.trace.render import other_io_line
 from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
-from iotune.train.presets import Preset, study_differences
+from iotune.train.presets import Preset, model_element_size, resolve_dtype, study_differences
 from iotune.train.study import StudyRow, study_row
 from iotune.units import GIB, binary_size, format_size
 
@@ -90,12 +90,15 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
 
     n = e.params
     sw = e.swapped
+    dt = "bf16" if model_element_size(cfg) == 2 else "fp32"
     say(f"[bold]{p.name}[/]: {p.strategy.about}")
     say(
         f"  model     Llama {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
         f"micro-batch {p.micro_batch} x {p.seq_len} tokens, accumulation {p.ga}, "
-        f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}bf16, Adam, {p.accelerator}"
+        f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}{dt}, Adam, {p.accelerator}"
     )
+    if p.accelerator == "cpu":
+        say(f"  dtype     {dt}: {resolve_dtype(p).why}")
     zo = cfg["zero_optimization"]
     where = {
         "optimizer": zo.get("offload_optimizer", {}).get("device", "accelerator"),
@@ -109,7 +112,7 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
     if sw.n_s or sw.n_p:
         say(
             f"  swapped   optimizer sub-groups N_s = {sw.n_s:,}, gradients N_g = {sw.n_g:,}"
-            + (f", bf16 parameters N_p = {sw.n_p:,}" if sw.n_p else "")
+            + (f", {dt} parameters N_p = {sw.n_p:,}" if sw.n_p else "")
         )
     t = Table(
         box=None, pad_edge=False, header_style="bold", title="NVMe I/O model (GiB = 2^30 bytes)"

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iotune.errors import IotuneError, UsageError
+from iotune import proc
+from iotune.errors import CommandFailed, IotuneError, UsageError
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import read_records, to_jsonable
@@ -32,7 +33,7 @@ from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate, IoVolume, estimate
 from iotune.train.launch import Launch, place
 from iotune.train.predict import AdamRate, Bandwidth, Baseline, predict
-from iotune.train.presets import Preset, ds_config
+from iotune.train.presets import Dtype, Preset, ds_config, resolve_dtype
 from iotune.units import GIB
 from iotune.workers import worker_env
 
@@ -293,6 +294,7 @@ class Prepared:
     nvme_paths: list[Path] = field(default_factory=list)  # the offload directories given
     swap_dirs: list[Path] = field(default_factory=list)  # one per rank of this node
     placement: str = "round robin"  # how ranks were given directories: or "numa"
+    dtype: Dtype | None = None  # the model's dtype and why
 
 
 def _nvme_paths(req: RunRequest) -> list[Path]:
@@ -375,6 +377,9 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     swap_dir = swap_dirs[0] if swap_dirs else None
     cfg = ds_config(p, str(swap_dir) if swap_dir else None, req.aio)
     est = estimate(p, cfg)
+    dtype = resolve_dtype(p)
+    if dtype.emulated_bf16:
+        req.notes.append(emulated_bf16_note(dtype))
     targets = Targets(disks=())
     raid_level = None
     if behind:
@@ -421,7 +426,30 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
             hint="free space or memory, pick a smaller preset, or --force to try anyway",
         )
     req.notes.extend(f"{p.name} needs {s.describe()} (run with --force)" for s in short)
-    return Prepared(p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs, placement)
+    return Prepared(
+        p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs, placement, dtype
+    )
+
+
+def emulated_bf16_note(dtype: Dtype) -> str:
+    """The warning for bf16 forced on a CPU that emulates it, with the cost measured here."""
+    cost = None
+    try:
+        done = proc.run(
+            [sys.executable, "-m", "iotune.workers.torch_probe", "--bf16"],
+            timeout=300,
+            env=worker_env(),
+        )
+        cost = proc.worker_json(done).get("bf16_cost")
+    except CommandFailed:
+        pass  # the warning stands without the figure
+    measured = (
+        f"; measured here, a bf16 matmul + backward takes {cost}x float32's time" if cost else ""
+    )
+    return (
+        f"bf16 is {dtype.why.split('bf16 here is ', 1)[-1]}{measured}: "
+        "steps will be that much slower than with --set dtype=auto (float32 here)"
+    )
 
 
 def worker_spec(
@@ -862,6 +890,8 @@ def build_result(
         "steps_requested": p.steps,
         "steps_done": len(steps),
         "accelerator": p.accelerator,
+        "dtype": to_jsonable(asdict(prep.dtype)) if prep.dtype else None,
+        "torch_cpu": ready.get("cpu") if ready else None,
         "nvme_path": str(prep.nvme_path) if prep.nvme_path else None,
         "swap_dir": str(prep.swap_dir) if prep.swap_dir else None,
         "nvme_paths": [str(x) for x in prep.nvme_paths],

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.workers import die_with_parent, stdout_to_stderr
+from iotune.workers.torch_probe import cpu_bf16
 
 
 def _free_port() -> int:
@@ -204,10 +205,14 @@ def main() -> None:
     if spec.get("cpu_threads"):
         torch.set_num_threads(int(spec["cpu_threads"]))
     deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), verbose=False)
+    bf16 = bool(spec["ds_config"].get("bf16", {}).get("enabled", False))
     rss, rss_peak = _rss()
     events.emit(
         {
             "event": "ready",
+            "dtype": "bf16" if bf16 else "fp32",
+            # torch's own view of the CPU (oneDNN's native bf16, ATen's vector level)
+            "cpu": None if cuda else cpu_bf16(torch, measure=False),
             "import_s": round(time.perf_counter() - t_start, 4),
             "pid": os.getpid(),
             "local_rank": local_rank,
@@ -220,7 +225,6 @@ def main() -> None:
     swap_dir = rank_swap_dir(spec, local_rank)
     ds_config = with_nvme_path(spec["ds_config"], swap_dir)
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
-    bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
     mcfg = LlamaConfig(**spec["model"])
     mcfg.use_cache = False
     dtype = torch.bfloat16 if bf16 else torch.float32

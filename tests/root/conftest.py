@@ -38,8 +38,17 @@ def sh(*argv: str, input: str | None = None) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True, input=input).stdout
 
 
-def iotune(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([IOTUNE, *args], capture_output=True, text=True, check=False, timeout=600)
+def iotune(
+    *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(
+        [IOTUNE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, **env} if env else None,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"iotune {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
     return p

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
+from iotune.probes.cpu import Bf16Support, bf16_support
+from iotune.probes.sysfs import SysTree
 from iotune.train import data as tdata
 from iotune.train.estimate import estimate
 from iotune.train.presets import (
@@ -24,6 +26,7 @@ from iotune.train.presets import (
     load_presets,
     parse_sets,
     preset_with,
+    resolve_dtype,
 )
 from iotune.train.runner import Resources, Shortfall, preflight
 
@@ -210,6 +213,81 @@ def test_small_tensors_stay_in_ram() -> None:
     assert e.params - e.swapped.n_g == 4 * (2 * 512 * 256 + 2 * 512) + 512
     big = apply_sets(p, {"ds.aio.block_size": 4 * 2**20})
     assert estimate(big, ds_config(big)).swapped.n_g < e.swapped.n_g
+
+
+NATIVE = Bf16Support(True, ("avx512_bf16",), ("avx2", "avx512f"), "native (avx512_bf16)")
+EMULATED = Bf16Support(False, (), ("avx2",), "emulated: avx2, no avx512_bf16 or amx_bf16")
+
+
+def test_cpu_dtype_follows_the_cpu_and_gpu_presets_stay_bf16() -> None:
+    tiny, gpu = get_preset("tiny_opt_nvme"), get_preset("opt_nvme_1b")
+    assert tiny.dtype == gpu.dtype == "auto"
+    assert resolve_dtype(tiny, NATIVE).name == "bf16"
+    auto = resolve_dtype(tiny, EMULATED)
+    assert (auto.name, auto.native_bf16, auto.emulated_bf16) == ("fp32", False, False)
+    assert "emulated: avx2" in auto.why and "float32" in auto.why
+    forced = resolve_dtype(apply_sets(tiny, {"dtype": "bf16"}), EMULATED)
+    assert forced.name == "bf16" and forced.emulated_bf16 and "--set dtype=bf16" in forced.why
+    # GPU presets: bf16 whatever the CPU
+    assert resolve_dtype(gpu, EMULATED).name == "bf16"
+    assert ds_config(gpu)["bf16"] == {"enabled": True}
+    fp32 = apply_sets(tiny, {"dtype": "fp32"})
+    assert ds_config(fp32)["bf16"] == {"enabled": False}
+    assert ds_config(apply_sets(tiny, {"dtype": "bf16"}))["bf16"] == {"enabled": True}
+    with pytest.raises(PresetError, match="dtype must be"):
+        apply_sets(tiny, {"dtype": "fp16"})
+    with pytest.raises(PresetError, match="set from the preset"):
+        apply_sets(tiny, {"ds.bf16.enabled": False})
+
+
+def test_fp32_swaps_the_same_optimizer_state_and_4_byte_parameter_files() -> None:
+    """DeepSpeed keeps the fp32 master, moments and gradients whatever the model dtype; a
+    parameter file holds the model's dtype (partitioned_param_swapper.py swap_element_size),
+    so in float32 every file doubles and more tensors reach the 1 MiB minimum."""
+    p = get_preset("tiny_opt_nvme")
+    bf, fp = (
+        estimate(q, ds_config(q)) for q in (apply_sets(p, {"dtype": d}) for d in ("bf16", "fp32"))
+    )
+    assert (bf.nvme_bytes, bf.steady_step, bf.init_first) == (
+        fp.nvme_bytes,
+        fp.steady_step,
+        fp.init_first,
+    )
+    q = get_preset("tiny_params_opt_nvme")
+    bf, fp = (
+        estimate(x, ds_config(x)) for x in (apply_sets(q, {"dtype": d}) for d in ("bf16", "fp32"))
+    )
+    # bf16: gate/up/down (512 x 1536 = 1.5 MiB) and the embedding; float32 adds q_proj and
+    # o_proj (512 x 512 = 1 MiB)
+    assert bf.swapped.n_p == 4 * 3 * 512 * 1536 + 32000 * 512
+    assert fp.swapped.n_p == bf.swapped.n_p + 4 * 2 * 512 * 512
+    orphan = 32000 * 512  # lm_head's own file, written once before tying
+    opt = bf.nvme_bytes - 2 * bf.swapped.n_p - 2 * orphan
+    assert fp.nvme_bytes == opt + 4 * fp.swapped.n_p + 4 * orphan
+    assert fp.steady_step.write - 4 * fp.swapped.n_p == bf.steady_step.write - 2 * bf.swapped.n_p
+    assert fp.host is not None and bf.host is not None
+    assert fp.host.gradients == 2 * bf.host.gradients  # accumulated in the model dtype
+
+
+def test_cpu_flags_decide_native_bf16(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    info = tmp_path / "proc" / "cpuinfo"
+    tree = SysTree(tmp_path)
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    epyc = bf16_support(tree, env={}, machine="x86_64")
+    assert not epyc.native and epyc.found == () and epyc.simd == ("avx2",)
+    assert epyc.why == "emulated: avx2, no avx512_bf16 or amx_bf16 in /proc/cpuinfo"
+    info.write_text("flags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n")
+    spr = bf16_support(tree, env={}, machine="x86_64")
+    assert spr.native and spr.found == ("avx512_bf16", "amx_bf16")
+    # oneDNN capped below its bf16 instructions emulates bf16 on any CPU
+    capped = bf16_support(tree, env={"ONEDNN_MAX_CPU_ISA": "avx2"}, machine="x86_64")
+    assert not capped.native and "ONEDNN_MAX_CPU_ISA=AVX2" in capped.why
+    assert bf16_support(
+        tree, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, machine="x86_64"
+    ).native
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16 sve\n")
+    assert bf16_support(tree, env={}, machine="aarch64").native
 
 
 def test_preflight_names_every_shortfall() -> None:
