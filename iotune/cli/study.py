@@ -35,7 +35,7 @@ def plan_table(rows: list[dict[str, Any]]) -> Table:
             else "-"
         )
         t.add_row(
-            r["preset"],
+            r.get("run") or r["preset"],
             str(r["steps"]),
             _gib(r["nvme_bytes"]) if r["nvme_bytes"] else "-",
             rw,
@@ -64,7 +64,7 @@ def result_table(records: list[dict[str, Any]]) -> Table:
         m, e = r.get("measured") or {}, r.get("estimate") or {}
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error')}"
         t.add_row(
-            r["preset"],
+            r.get("run") or r["preset"],
             status,
             num(m.get("step_s")),
             num(predicted(r, "step_s")),
@@ -100,6 +100,15 @@ def _gpu(items: list[Any]) -> Gpus | None:
 @click.option("--steps", type=click.IntRange(1, 100000), help="Optimizer steps of every run.")
 @click.option("--nvme-path", type=click.Path(), help="Offload directory of the NVMe strategies.")
 @click.option("--raid-path", type=click.Path(), help="Offload directory of the *_raid0 ones.")
+@click.option(
+    "--volume",
+    "volumes",
+    multiple=True,
+    metavar="NAME=DIR[,aio=SWEEP]",
+    help="An offload volume: every NVMe run runs on each (repeat it), with that volume's "
+    "sweep-aio run if given.",
+)
+@click.option("--force", is_flag=True, help="Allow a --volume on the root drive.")
 @click.option(
     "--aio-config",
     type=click.Path(),
@@ -137,6 +146,8 @@ def study_cmd(
     steps: int | None,
     nvme_path: str | None,
     raid_path: str | None,
+    volumes: tuple[str, ...],
+    force: bool,
     aio_config: str | None,
     threads_config: str | None,
     backend: str,
@@ -151,6 +162,8 @@ def study_cmd(
     \b
     iotune study --sizes 1b --strategies opt_ram,opt_nvme --ga 1,4 --nvme-path /mnt/nvme
     iotune study --presets tiny_opt_ram,tiny_opt_nvme --ga 1,2 --steps 2
+    iotune study --sizes 1b --strategies opt_ram,opt_nvme,params_opt_nvme \\
+        --volume single=/mnt/nvme0 --volume raid0x4=/mnt/md0,aio=results/sweep-md0
     iotune study --resume results/study-20261122-101500
     iotune report results/study-20261122-101500
 
@@ -161,6 +174,11 @@ def study_cmd(
     as it ends, so after Ctrl-C, a kill or a crash '--resume DIR' keeps every finished
     run and redoes the one in flight. With --aio-config SWEEP_RUN and --threads-config
     THREADS_RUN every run also prints its predicted step time.
+
+    With --volume the study runs every NVMe strategy on each volume (a single drive, an
+    md RAID0, ...): each record says the drives behind it, its RAID level, chunk and
+    member count, and 'iotune report' puts the volumes side by side with a figure of
+    step time against the number of drives.
     """
     from iotune.cli.trace import _backend
     from iotune.study import plan as sp
@@ -177,6 +195,7 @@ def study_cmd(
                 ("--steps", steps),
                 ("--nvme-path", nvme_path),
                 ("--raid-path", raid_path),
+                ("--volume", volumes),
                 ("--aio-config", aio_config),
                 ("--threads-config", threads_config),
                 ("--ranks", ranks),
@@ -200,6 +219,21 @@ def study_cmd(
             list(comma_list(names, str, "--presets")) if names else None,
             steps,
         )
+        vols = []
+        if volumes:
+            from iotune.study.volumes import volumes_from_options
+
+            if nvme_path or raid_path:
+                raise UsageError(
+                    "--volume names every offload directory: drop --nvme-path and --raid-path",
+                    hint="iotune study ... --volume single=/mnt/nvme0 --volume raid0=/mnt/md0",
+                )
+            vols = volumes_from_options(volumes, force=force)
+            if not any(it.preset.strategy.uses_nvme for it in items):
+                raise UsageError(
+                    "--volume given, but no run of the study offloads to NVMe",
+                    hint="add an NVMe strategy, e.g. --strategies opt_ram,opt_nvme",
+                )
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out_dir = (Path(out) if out else Path("results") / f"study-{stamp}").resolve()
         if (out_dir / "study.json").exists():
@@ -214,6 +248,7 @@ def study_cmd(
             aio_config=str(Path(aio_config).resolve()) if aio_config else None,
             threads_config=str(Path(threads_config).resolve()) if threads_config else None,
             ranks=ranks or 1,
+            volumes=[v.to_json() for v in vols],
         )
         items = spec.presets()
     gpu = _gpu(items)
@@ -225,6 +260,10 @@ def study_cmd(
             console().print(plan_table(rows))
         return
     if not STATE.json:
+        from iotune.study.volumes import Volume
+
+        for v in spec.volumes:
+            click.echo(f"iotune: volume {Volume.from_json(v).describe()}", err=True)
         err_console().print(plan_table(rows))
         click.echo(
             f"iotune: study of {len(items)} run(s), {sum(r['fits'] for r in rows)} fit this "
@@ -261,6 +300,6 @@ def study_cmd(
     if failed:
         raise IotuneError(
             f"{len(failed)} of {len(records)} run(s) failed: "
-            + ", ".join(r["preset"] for r in failed),
+            + ", ".join(r.get("run") or r["preset"] for r in failed),
             hint=f"their errors are in {out_dir}/runs.jsonl; each run's output in {out_dir}/runs/",
         )

@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
-from iotune.errors import UsageError
+from iotune.errors import IotuneError, UsageError
 from iotune.render import console, emit_json, err_console, warn
+from iotune.units import GIB
 
 if TYPE_CHECKING:
+    from iotune.train.drives import Limit
+    from iotune.train.estimate import Estimate
+    from iotune.train.predict import AdamRate, Bandwidth, Baseline
+    from iotune.train.presets import Preset
     from iotune.train.runner import Prepared
 
 
@@ -217,6 +222,28 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     type=click.Path(),
     help="A run of the same size and accumulation (e.g. opt_ram) for forward + backward.",
 )
+@click.option(
+    "--drives",
+    metavar="K,K,...",
+    help="Plan drives: the step on a RAID0 of each K drives like the one --aio-config swept.",
+)
+@click.option(
+    "--target-step",
+    type=float,
+    metavar="SECONDS",
+    help="With --drives: the fewest drives whose predicted step is at most SECONDS.",
+)
+@click.option(
+    "--link",
+    metavar="'16.0 GT/s x4'",
+    help="Each drive's PCIe link for --drives (default: read from the swept drive).",
+)
+@click.option(
+    "--memory-bw",
+    type=float,
+    metavar="GIB_S",
+    help="The host's memory bandwidth in GiB/s, a ceiling for --drives (default: none).",
+)
 @json_option
 def estimate_cmd(
     preset: str,
@@ -224,6 +251,10 @@ def estimate_cmd(
     aio_config: str | None,
     threads_config: str | None,
     baseline: str | None,
+    drives: str | None,
+    target_step: float | None,
+    link: str | None,
+    memory_bw: float | None,
 ) -> None:
     """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
 
@@ -256,6 +287,9 @@ def estimate_cmd(
     e = estimate(p, cfg)
     bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
+    plan = None
+    if drives or target_step is not None:
+        plan = _plan_drives(p, e, bw, adam, base, aio_config, drives, target_step, link, memory_bw)
     if STATE.json:
         emit_json(
             {
@@ -264,12 +298,127 @@ def estimate_cmd(
                 **asdict(e),
                 "init_first": asdict(e.init_first),
                 "prediction": pred.to_json() if pred else None,
+                **({"drives": plan} if plan else {}),
             }
         )
     else:
         print_estimate(console(), p, e, cfg)
         if pred:
             print_prediction(console(), pred.to_json())
+        if plan:
+            from iotune.train.render import print_drive_plan
+
+            print_drive_plan(console(), plan)
+
+
+def _plan_drives(
+    p: Preset,
+    e: Estimate,
+    bw: Bandwidth | None,
+    adam: AdamRate | None,
+    base: Baseline | None,
+    aio_config: str | None,
+    drives: str | None,
+    target: float | None,
+    link: str | None,
+    memory_bw: float | None,
+) -> dict[str, Any]:
+    """--drives / --target-step: the plan as JSON (and what it was made from)."""
+    from iotune.train.drives import Limit, link_bandwidth, plan_drives, smallest_for
+
+    if bw is None:
+        raise UsageError(
+            "--drives plans from one drive's measured bandwidth: --aio-config must name a "
+            "sweep-aio run of an offload strategy's preset",
+            hint="iotune sweep-aio --target /mnt/nvme0 --out SWEEP; then --aio-config SWEEP",
+        )
+    ks = _drive_counts(drives or "1,2,4,8")
+    if target is not None and target <= 0:
+        raise UsageError(f"--target-step must be positive, got {target}", hint="--target-step 30")
+    lim = None
+    if link:
+        v = link_bandwidth(link)
+        if v is None:
+            raise UsageError(f"--link {link!r} is not a PCIe link", hint="--link '16.0 GT/s x4'")
+        lim = Limit(f"PCIe link {link} per drive", v, "B/s", "--link")
+    else:
+        lim = _swept_link(aio_config)
+    mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
+    plans = plan_drives(p, e, bw, adam, base, ks, lim, mem)
+    limits = [
+        Limit("one drive, read", bw.read, "B/s", bw.source),
+        Limit("one drive, write", bw.write, "B/s", bw.source),
+    ]
+    limits += [x for x in (lim, mem) if x is not None]
+    fixed = next((pl for pl in plans if pl.compute_s is not None), None)
+    if fixed is not None:
+        for what, sec in fixed.prediction.terms:
+            if not what.startswith(("read ", "write ", "gradients ")):
+                limits.append(Limit(what.split(" (")[0], sec, "s", _source(what)))
+    out: dict[str, Any] = {
+        "plans": [pl.to_json() for pl in plans],
+        "limits": [{**asdict(x), "text": x.describe()} for x in limits],
+        "missing": [] if lim else ["PCIe link: not reported for the swept drive (--link sets it)"],
+    }
+    if mem is None:
+        out["missing"].append("host memory bandwidth: not known (--memory-bw sets it)")
+    if target is not None:
+        k, why = smallest_for(p, e, bw, adam, base, target, lim, mem)
+        out["target"] = {"step_s": target, "drives": k, "answer": why}
+    from iotune.train.study import study_row
+
+    study = study_row(p)
+    if study is not None:
+        out["study"] = {"case": study.case, "step_s": study.step_s}
+    return out
+
+
+def _source(what: str) -> str:
+    return what.split(" (", 1)[1].rstrip(")") if " (" in what else "measured"
+
+
+def _drive_counts(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if not ks or any(k < 1 for k in ks):
+        raise UsageError(
+            f"--drives {text!r} is not a list of drive counts", hint="--drives 1,2,4,8"
+        )
+    return sorted(set(ks))
+
+
+def _swept_link(aio_config: str | None) -> Limit | None:
+    """The PCIe link of the drive the sweep measured, when its target is on this host."""
+    from iotune.probes.blockdev import read_disk
+    from iotune.probes.host import LiveHost
+    from iotune.probes.sysfs import SysTree
+    from iotune.trace.targets import resolve_path
+    from iotune.train.drives import Limit, link_bandwidth
+
+    if not aio_config:
+        return None
+    d = Path(aio_config)
+    spec = (d if d.is_dir() else d.parent) / "sweep.json"
+    try:
+        target = json.loads(spec.read_text())["spec"]["target"]
+        host = LiveHost()
+        disks = resolve_path(SysTree("/"), target).disks
+        links = [read_disk(host, n).pcie for n in disks]
+    except (OSError, ValueError, KeyError, IotuneError):
+        return None
+    speeds = [(link_bandwidth(f"{x.current_speed} x{x.current_width}"), x) for x in links if x]
+    known = [(v, x) for v, x in speeds if v]
+    if not known or len(known) != len(disks):
+        return None
+    v, x = min(known, key=lambda t: t[0])
+    return Limit(
+        f"PCIe link {x.current_speed} x{x.current_width} per drive",
+        v,
+        "B/s",
+        f"sysfs of {', '.join(disks)}",
+    )
 
 
 @click.command("run")

@@ -35,7 +35,7 @@ def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Sec
     drawn = {d.name: d for d in fg.draw_all(data, study_threads)}
     for size in tb.sizes(data.runs):
         out.append(Section(f"Model size {size}", table=tb.size_table(data.runs, size)))
-    for name in ("step_time", "optimizer_share", "nvme_bytes", "request_sizes"):
+    for name in ("step_time", "step_vs_drives", "optimizer_share", "nvme_bytes", "request_sizes"):
         if name in drawn:
             out.append(Section(drawn[name].title, figure=drawn[name]))
     header, rows = tb.prediction_table(data.runs)

@@ -270,7 +270,7 @@ def request_sizes(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | Non
         if d.get("chunk_bytes"):
             limits.append(f"RAID chunk {binary_size(int(d['chunk_bytes']))}")
         ax.set_title(
-            f"{r['preset']} on {d['name']} ({', '.join(limits)})",
+            f"{r.get('run') or r['preset']} on {d['name']} ({', '.join(limits)})",
             fontsize=9,
         )
         ax.legend(fontsize=7, ncols=2)
@@ -379,9 +379,110 @@ def adam_threads(docs: Sequence[dict[str, Any]], study: dict[str, Any] | None) -
     )
 
 
+def step_vs_drives(runs: Sequence[dict[str, Any]]) -> Drawn | None:
+    """(6) A study over volumes: step time against the number of drives behind each volume,
+    measured (filled) and predicted (hollow) per strategy, the optimizer's part dotted; the
+    first volume where the step no longer waits on its drives more than on the rest (the
+    prediction's terms say) is marked."""
+    ok = [
+        r
+        for r in _ok(runs)
+        if tb.volume_members(r) and (r.get("measured") or {}).get("step_s") is not None
+    ]
+    if len({tb.volume_members(r) for r in ok}) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    series = sorted({(r.get("strategy") or "", r.get("size") or "", r["ga"]) for r in ok})
+    notes = []
+    for i, key in enumerate(series):
+        mine = sorted(
+            (r for r in ok if (r.get("strategy") or "", r.get("size") or "", r["ga"]) == key),
+            key=tb.volume_members,
+        )
+        ks = [tb.volume_members(r) for r in mine]
+        label = f"{key[0]} {key[1]}" + (f" ga{key[2]}" if key[2] != 1 else "")
+        colour = PALETTE[i % len(PALETTE)]
+        ax.plot(
+            ks,
+            [r["measured"]["step_s"] for r in mine],
+            "o-",
+            color=colour,
+            label=f"{label}, measured",
+            gid=f"measured-{key[0]}",
+        )
+        ax.plot(
+            ks,
+            [r["measured"].get("optimizer_s") or 0 for r in mine],
+            ":",
+            color=colour,
+            label=f"{label}, optimizer step",
+            gid=f"optimizer-{key[0]}",
+        )
+        pred = [(k, tb.predicted(r, "step_s")) for k, r in zip(ks, mine, strict=True)]
+        pts = [(k, v) for k, v in pred if v is not None]
+        if pts:
+            ax.plot(
+                [k for k, _ in pts],
+                [v for _, v in pts],
+                "o--",
+                mfc="none",
+                color=colour,
+                label=f"{label}, predicted",
+                gid=f"predicted-{key[0]}",
+            )
+        bound = [(k, _drive_bound(r)) for k, r in zip(ks, mine, strict=True)]
+        free = next((k for k, b in bound if b is False), None)
+        if free is not None and any(b for _, b in bound):
+            y = next(r["measured"]["step_s"] for r in mine if tb.volume_members(r) == free)
+            ax.annotate(
+                "no longer drive-bound",
+                (free, y),
+                xytext=(0, 18),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+                arrowprops={"arrowstyle": "->"},
+            )
+            notes.append(f"{label} stops being drive-bound at {free} drives")
+    ax.set_xscale("log", base=2)
+    ks_all = sorted({tb.volume_members(r) for r in ok})
+    ax.set_xticks(ks_all)
+    ax.set_xticklabels([str(k) for k in ks_all])
+    ax.set_xlabel("drives behind the offload volume (RAID0 members)")
+    ax.set_ylabel("step time, s")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return Drawn(
+        "step_vs_drives",
+        "Step time against the number of drives",
+        "Each strategy on every volume of the study: measured step (filled), its optimizer "
+        "step (dotted) and the predicted step from the volume's sweep (hollow). A step is "
+        "drive-bound while it waits longer on its drives' reads and writes than on forward, "
+        "backward and CPU Adam" + (": " + "; ".join(notes) if notes else "") + ".",
+        fig,
+    )
+
+
+def _drive_bound(r: dict[str, Any]) -> bool | None:
+    """From the prediction's terms: do the swaps take at least as long as the rest?"""
+    terms = (r.get("prediction") or {}).get("terms") or []
+    if not terms:
+        return None
+    io = sum(
+        float(t["seconds"])
+        for t in terms
+        if t["what"].startswith(("read ", "write ", "gradients "))
+    )
+    rest = sum(float(t["seconds"]) for t in terms) - io
+    return io >= rest
+
+
 def draw_all(data: ReportData, study_threads: dict[str, Any] | None) -> list[Drawn]:
     out = [
         step_time(data.runs),
+        step_vs_drives(data.runs),
         optimizer_share(data.runs),
         nvme_bytes(data.runs),
         request_sizes(data.runs),

@@ -34,11 +34,32 @@ def sorted_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """By size, then strategy in the presets file's order, then accumulation; a preset
     recorded twice (a study and its run directory) keeps its last record."""
     order = {s: i for i, s in enumerate(strategy_order())}
-    last = {r["preset"]: r for r in runs}
+    last = {r.get("run") or r["preset"]: r for r in runs}
     return sorted(
         last.values(),
-        key=lambda r: (_size_key(r.get("size")), order.get(r.get("strategy") or "", 99), r["ga"]),
+        key=lambda r: (
+            _size_key(r.get("size")),
+            order.get(r.get("strategy") or "", 99),
+            r["ga"],
+            volume_members(r),
+        ),
     )
+
+
+def volume_members(r: dict[str, Any]) -> int:
+    """The drives behind a run's volume (0: no --volume axis)."""
+    v = r.get("volume") or {}
+    return int(v.get("members") or len(v.get("drives") or ()))
+
+
+def volume_label(r: dict[str, Any]) -> str | None:
+    """'raid0x4 (raid0, 4 drives)' for a run of a study over volumes, else None."""
+    v = r.get("volume")
+    if not v:
+        return None
+    k = volume_members(r)
+    what = f"{v['level']}, {k} drives" if v.get("level") else f"{k} drive" + ("s" if k > 1 else "")
+    return f"{v['name']} ({what})"
 
 
 def sizes(runs: Sequence[dict[str, Any]]) -> list[str]:
@@ -106,9 +127,10 @@ def size_table(runs: Sequence[dict[str, Any]], size: str) -> Table:
         m, e = r.get("measured") or {}, r.get("estimate") or {}
         sh = share(r)
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error') or ''}"
+        label = volume_label(r)
         rows.append(
             [
-                r.get("strategy") or r["preset"],
+                (r.get("strategy") or r["preset"]) + (f" on {label}" if label else ""),
                 str(r["ga"]),
                 status,
                 num(m.get("step_s")),
@@ -177,7 +199,7 @@ def prediction_table(runs: Sequence[dict[str, Any]]) -> Table:
         po, ps = predicted(r, "optimizer_s"), predicted(r, "step_s")
         rows.append(
             [
-                r["preset"],
+                r.get("run") or r["preset"],
                 num(po),
                 num(m.get("optimizer_s")),
                 _err(po, m.get("optimizer_s")),

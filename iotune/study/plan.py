@@ -15,10 +15,12 @@ class Item:
     """One run of the study: the preset as it will run (name includes the accumulation)."""
 
     preset: Preset
+    volume: str | None = None  # --volume NAME the run offloads to (None: the study's path)
 
     @property
     def name(self) -> str:
-        return self.preset.name
+        """The run's name in the study: the preset, @ its volume where volumes are an axis."""
+        return self.preset.name + (f"@{self.volume}" if self.volume else "")
 
 
 def grid_values(presets: dict[str, Preset]) -> tuple[list[str], list[str], list[int]]:
@@ -119,6 +121,8 @@ def plan_row(item: Item, est: Estimate | None, reason: str | None) -> dict[str, 
     p = item.preset
     return {
         "preset": p.name,
+        "run": item.name,
+        "volume": item.volume,
         "size": p.size,
         "strategy": p.strategy.name,
         "ga": p.ga,

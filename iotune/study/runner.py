@@ -17,6 +17,7 @@ from iotune.errors import IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, base_name, eta, plan_row, weight, with_ga
+from iotune.study.volumes import Volume
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
@@ -44,16 +45,29 @@ class StudySpec:
     aio_config: str | None = None
     threads_config: str | None = None
     ranks: int = 1  # every run on this many ranks of this node (DeepSpeed's launcher)
+    # --volume: each NVMe run once per volume (Volume.to_json), RAM runs once
+    volumes: list[dict[str, Any]] = field(default_factory=list)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     host: dict[str, Any] = field(default_factory=host_facts)
 
     @staticmethod
     def of(items: list[Item], backend: str, **kw: Any) -> StudySpec:
         rows = []
+        names = [v["name"] for v in kw.get("volumes") or []]
         for it in items:
             p = it.preset
-            rows.append({"preset": p.name, "base": base_name(p.name), "ga": p.ga, "steps": p.steps})
+            row = {"preset": p.name, "base": base_name(p.name), "ga": p.ga, "steps": p.steps}
+            for v in names if p.strategy.uses_nvme and names else [None]:
+                rows.append({**row, "volume": v})
         return StudySpec(rows, backend, **kw)
+
+    def volume(self, name: str | None) -> Volume | None:
+        return next((Volume.from_json(v) for v in self.volumes if v["name"] == name and name), None)
+
+    def aio_config_for(self, volume: str | None) -> str | None:
+        """The sweep of the run's volume, else the study's --aio-config."""
+        v = self.volume(volume)
+        return (v.aio_config if v else None) or self.aio_config
 
     def presets(self) -> list[Item]:
         out = []
@@ -65,7 +79,7 @@ class StudySpec:
                     f"{SPEC}: run {r['preset']} no longer matches preset {r['base']}",
                     hint="the presets file changed since the study started: start a new study",
                 )
-            out.append(Item(p))
+            out.append(Item(p, r.get("volume")))
         return out
 
     def save(self, out: Path) -> None:
@@ -88,15 +102,23 @@ class StudySpec:
             raise UsageError(f"{f}: unreadable ({exc})", hint="start a new study") from exc
 
 
+def run_name(r: dict[str, Any]) -> str:
+    """A record's run: preset@volume where volumes are an axis, else the preset."""
+    return str(r.get("run") or r["preset"])
+
+
 def finished(out: Path) -> dict[str, dict[str, Any]]:
-    """The runs with a record (ok, failed or skipped), by preset name."""
+    """The runs with a record (ok, failed or skipped), by run name."""
     f = out / RUNS
-    return {r["preset"]: r for r in read_records(f)} if f.exists() else {}
+    return {run_name(r): r for r in read_records(f)} if f.exists() else {}
 
 
-def nvme_path_for(p: Preset, spec: StudySpec) -> Path | None:
+def nvme_path_for(p: Preset, spec: StudySpec, volume: str | None = None) -> Path | None:
     if not p.strategy.uses_nvme:
         return None
+    v = spec.volume(volume)
+    if v is not None:
+        return Path(v.path)
     given = spec.raid_path if p.strategy.raid else spec.nvme_path
     return Path(given) if given else None
 
@@ -115,21 +137,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clear_in_flight(out: Path, p: Preset, nvme: Path | None) -> list[str]:
+def clear_in_flight(out: Path, p: Preset, nvme: Path | None, run: str | None = None) -> list[str]:
     """What a run killed in flight left: its directory (kept aside under runs/.partial/) and
     its swap directory on the offload path (removed unless its process still lives)."""
     from iotune.train.runner import SWAP_PREFIX
 
     said = []
-    d = out / "runs" / p.name
+    run = run or p.name
+    d = out / "runs" / run
     if d.exists():
-        aside = out / "runs" / ".partial" / f"{p.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside = out / "runs" / ".partial" / f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
         aside.parent.mkdir(parents=True, exist_ok=True)
         d.rename(aside)
-        said.append(f"kept the interrupted {p.name} aside in {aside}")
+        said.append(f"kept the interrupted {run} aside in {aside}")
     root = nvme or (Path(p.nvme_path) if p.nvme_path else None)
     if root and root.is_dir():
-        for swap in root.glob(f"{SWAP_PREFIX}{p.name}-*"):
+        for swap in root.glob(f"{SWAP_PREFIX}{run}-*"):
             pid = swap.name.rsplit("-", 1)[-1]
             if pid.isdigit() and not _pid_alive(int(pid)):
                 shutil.rmtree(swap, ignore_errors=True)
@@ -189,17 +212,20 @@ def run_study(
     from iotune.train.predict import measured_inputs
 
     items = spec.presets()
-    aio, aio_source = load_aio(spec.aio_config)
+    aios = {it.volume: load_aio(spec.aio_config_for(it.volume)) for it in items}
     done = finished(out)
-    weights = {it.name: weight(it.preset, _est(it.preset, aio)) for it in items}
+    weights = {it.name: weight(it.preset, _est(it.preset, aios[it.volume][0])) for it in items}
     timed: list[tuple[float, float]] = []
     t0 = time.monotonic()
     for i, it in enumerate(items, 1):
         p = it.preset
-        if p.name in done:
+        if it.name in done:
             continue
-        nvme = nvme_path_for(p, spec)
-        for note in clear_in_flight(out, p, nvme):
+        aio, aio_source = aios[it.volume]
+        vol = spec.volume(it.volume)
+        tag = {"run": it.name, "volume": vol.to_json() if vol else None}
+        nvme = nvme_path_for(p, spec, it.volume)
+        for note in clear_in_flight(out, p, nvme, it.name):
             if progress:
                 progress.line(f"iotune: {note}")
         if progress:
@@ -208,13 +234,13 @@ def run_study(
             }
             left = [weights[x.name] for x in items if x.name not in done]
             progress.header(
-                f"run {i}/{len(items)}: {p.name} ({counts['ok']} done, {counts['failed']} "
+                f"run {i}/{len(items)}: {it.name} ({counts['ok']} done, {counts['failed']} "
                 f"failed, {counts['skipped']} skipped; {_fmt_s(time.monotonic() - t0)} elapsed, "
                 f"{_eta_text(eta(timed, left))})"
             )
         req = tr.RunRequest(
             preset=p,
-            out=out / "runs" / p.name,
+            out=out / "runs" / it.name,
             backend=spec.backend,
             nvme_paths=[nvme] if nvme else [],
             aio=aio,
@@ -228,31 +254,31 @@ def run_study(
             prep = tr.prepare(req)
         except (tr.Refused, UsageError) as exc:
             reason = exc.message + (f" ({exc.hint})" if exc.hint else "")
-            r = rec.skipped(p, reason, _est(p, aio))
-            _append(out, done, r, progress, f"{p.name}: skipped: {exc.message}")
+            r = {**rec.skipped(p, reason, _est(p, aio)), **tag}
+            _append(out, done, r, progress, f"{it.name}: skipped: {exc.message}")
             continue
         req.bandwidth, req.adam, _ = measured_inputs(
-            p, prep.cfg, spec.aio_config, spec.threads_config, None
+            p, prep.cfg, spec.aio_config_for(it.volume), spec.threads_config, None
         )
         req.baseline = _baseline(p, done)
         started = time.monotonic()
         try:
             result = tr.run(req, prep)
         except IotuneError as exc:
-            r = {**rec.skipped(p, exc.message, prep.est), "status": "failed"}
+            r = {**rec.skipped(p, exc.message, prep.est), "status": "failed", **tag}
             r["run_dir"] = str(req.out)
-            _append(out, done, r, progress, f"{p.name}: failed: {exc.message}")
+            _append(out, done, r, progress, f"{it.name}: failed: {exc.message}")
             continue
         if result["interrupted"]:
             raise StudyInterrupted(
-                f"study interrupted ({result['interrupted']}) during {p.name}; "
+                f"study interrupted ({result['interrupted']}) during {it.name}; "
                 f"{len(done)} run(s) recorded",
-                hint=f"iotune study --resume {out} redoes {p.name} and goes on",
+                hint=f"iotune study --resume {out} redoes {it.name} and goes on",
             )
         trace_f = req.out / "trace.json"
         trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
-        r = rec.summarize_run(result, trace, str(req.out))
-        timed.append((weights[p.name], time.monotonic() - started))
+        r = {**rec.summarize_run(result, trace, str(req.out)), **tag}
+        timed.append((weights[it.name], time.monotonic() - started))
         _append(out, done, r, progress, _one_line(r))
     return [done[it.name] for it in items if it.name in done]
 
@@ -265,7 +291,7 @@ def _append(
     say: str,
 ) -> None:
     append_record(out / RUNS, r)
-    done[r["preset"]] = r
+    done[run_name(r)] = r
     if progress:
         progress.line(f"iotune: {say}")
 
@@ -273,7 +299,7 @@ def _append(
 def _one_line(r: dict[str, Any]) -> str:
     m, e = r["measured"], r["estimate"]
     if r["status"] != "ok":
-        return f"{r['preset']}: {r['status']}: {r['error']}"
+        return f"{run_name(r)}: {r['status']}: {r['error']}"
     io = ""
     if m.get("read_gib") is not None:
         io = (
@@ -281,7 +307,7 @@ def _one_line(r: dict[str, Any]) -> str:
             f"(estimate {e['read_gib']:.2f} / {e['write_gib']:.2f})"
         )
     return (
-        f"{r['preset']}: step {m['step_s'] or 0:.2f} s, optimizer {m['optimizer_s'] or 0:.2f} s{io}"
+        f"{run_name(r)}: step {m['step_s'] or 0:.2f} s, optimizer {m['optimizer_s'] or 0:.2f} s{io}"
     )
 
 
@@ -292,16 +318,16 @@ def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str,
     from iotune.sweep.result import load_aio
     from iotune.train import runner as tr
 
-    aio, _ = load_aio(spec.aio_config)
     rows = []
     with tempfile.TemporaryDirectory(prefix="iotune-plan-") as tmp:
         for it in items:
             p = it.preset
+            aio, _ = load_aio(spec.aio_config_for(it.volume))
             req = tr.RunRequest(
                 preset=p,
-                out=Path(tmp) / p.name,
+                out=Path(tmp) / it.name,
                 backend=spec.backend,
-                nvme_paths=[x] if (x := nvme_path_for(p, spec)) else [],
+                nvme_paths=[x] if (x := nvme_path_for(p, spec, it.volume)) else [],
                 aio=aio,
                 gpu=gpu,
             )

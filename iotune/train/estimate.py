@@ -140,7 +140,10 @@ class HostRam:
             ("model and activations (CPU run)", self.model),
             ("several ranks: gathered parameters, allreduce workspaces", self.collectives),
             ("peak at initialisation: pinning copy of the gradients", self.init_transient),
-            (f"peak at the first step: new Adam moments, {self.dtype} staging", self.step_transient),
+            (
+                f"peak at the first step: new Adam moments, {self.dtype} staging",
+                self.step_transient,
+            ),
         ]
 
 

@@ -445,3 +445,59 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
     for n in result.get("notes", []):
         con.print(f"note: {n}")
     con.print(f"results: {result['out']}")
+
+
+def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
+    """--drives: the step on K drives, what bounds it, and the answer to --target-step."""
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title="RAID0 of K drives like the swept one (GiB = 2^30 bytes)",
+    )
+    for col in (
+        "DRIVES",
+        "READ GiB/s",
+        "WRITE GiB/s",
+        "BOUND BY",
+        "OPTIMIZER s",
+        "STEP s",
+        "WAIT ON DRIVES",
+    ):
+        t.add_column(col, justify="right" if col != "BOUND BY" else "left")
+    for p in plan["plans"]:
+        io, rest = p["io_s"], p["compute_s"]
+        wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
+        t.add_row(
+            str(p["drives"]),
+            f"{p['read_bw_bytes_s'] / GIB:.2f}",
+            f"{p['write_bw_bytes_s'] / GIB:.2f}",
+            p["bound_by"],
+            "-" if p["optimizer_s"] is None else f"{p['optimizer_s']:.2f}",
+            "-" if p["step_s"] is None else f"{p['step_s']:.2f}",
+            wait + (" (drive-bound)" if p["drive_bound"] else ""),
+        )
+    con.print(t)
+    con.print("  limits:", soft_wrap=True)
+    for lim in plan["limits"]:
+        con.print(f"    {lim['text']}", soft_wrap=True)
+    for m in plan["missing"]:
+        con.print(f"    {m}", soft_wrap=True)
+    first = plan["plans"][0]
+    for n in first.get("notes") or []:
+        con.print(f"  note: {n}", soft_wrap=True)
+    free = next((p for p in plan["plans"] if p["drive_bound"] is False), None)
+    if free is not None and first["drive_bound"]:
+        con.print(
+            f"  the step stops being drive-bound at {free['drives']} drives: from there it waits "
+            "longer on forward + backward and CPU Adam than on the drives",
+            soft_wrap=True,
+        )
+    if plan.get("target"):
+        con.print(
+            f"target step {plan['target']['step_s']:.2f} s: {plan['target']['answer']}",
+            soft_wrap=True,
+        )
+    if plan.get("study"):
+        s = plan["study"]
+        con.print(f"  study: {s['case']}, {s['step_s']} s measured", soft_wrap=True)
