@@ -253,17 +253,20 @@ def study_cmd(
         items = spec.presets()
     gpu = _gpu(items)
     rows = plan(items, spec, gpu)
+    from iotune.study.volumes import Volume
+
+    said = [f"volume {Volume.from_json(v).describe()}" for v in spec.volumes]
     if dry_run:
         if STATE.json:
-            emit_json({"out": str(out_dir), "plan": rows})
+            emit_json({"out": str(out_dir), "volumes": spec.volumes, "plan": rows})
         else:
+            for line in said:
+                console().print(line, soft_wrap=True)
             console().print(plan_table(rows))
         return
     if not STATE.json:
-        from iotune.study.volumes import Volume
-
-        for v in spec.volumes:
-            click.echo(f"iotune: volume {Volume.from_json(v).describe()}", err=True)
+        for line in said:
+            click.echo(f"iotune: {line}", err=True)
         err_console().print(plan_table(rows))
         click.echo(
             f"iotune: study of {len(items)} run(s), {sum(r['fits'] for r in rows)} fit this "
@@ -293,7 +296,7 @@ def study_cmd(
         sys.exit(130)
     failed = [r for r in records if r["status"] == "failed"]
     if STATE.json:
-        emit_json({"out": str(out_dir), "plan": rows, "runs": records})
+        emit_json({"out": str(out_dir), "volumes": spec.volumes, "plan": rows, "runs": records})
     else:
         console().print(result_table(records))
         console().print(f"records: {out_dir}/runs.jsonl; figures: iotune report {out_dir}")

@@ -155,3 +155,22 @@ def test_fix_mounts_tracefs_only_when_missing_and_only_as_root(
     monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
     with pytest.raises(NotRootError, match="iotune doctor --fix needs root"):
         doctor.apply_fixes(SysTree(tmp_path / "b"))
+
+
+def test_bf16_check_names_the_flags_and_the_measured_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    (tmp_path / "proc").mkdir()
+    info = tmp_path / "proc" / "cpuinfo"
+    info.write_text("flags\t\t: sse2 avx avx2 fma\n")
+    tree = SysTree(tmp_path)
+    c = doctor.check_bf16(tree, {"cpu_bf16": {"bf16_cost": 48.2}})
+    assert c.name == "bf16 (CPU)" and c.status is Status.PASS
+    assert c.found.startswith("emulated: avx2, no avx512_bf16 or amx_bf16 in /proc/cpuinfo")
+    assert "CPU presets train in float32" in c.found and "48.2x float32's time" in c.found
+    info.write_text("flags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n")
+    c = doctor.check_bf16(tree, {"cpu_bf16": {"bf16_cost": 0.3}})
+    assert c.found.startswith("native (avx512_bf16, amx_bf16): CPU presets train in bf16")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert "train in float32" in doctor.check_bf16(tree, {}).found
