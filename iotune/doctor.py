@@ -10,7 +10,6 @@ import os
 import platform
 import re
 import resource
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from iotune.probes.cpu import bf16_support
 from iotune.probes.meminfo import meminfo
 from iotune.probes.sysfs import SysTree
 from iotune.units import GIB
-from iotune.workers import worker_env
+from iotune.workers import command, worker_env
 
 
 class Status(enum.StrEnum):
@@ -320,7 +319,7 @@ def probe_torch(build: bool, timeout: float = 600.0) -> dict[str, Any]:
     """Run the torch/DeepSpeed probe in a worker process (it imports torch and may JIT-build)."""
     try:
         done = proc.run(
-            [sys.executable, "-m", "iotune.workers.torch_probe", *(["--build"] if build else [])],
+            command("iotune.workers.torch_probe", *(["--build"] if build else [])),
             timeout=timeout,
             env=worker_env(),
         )

@@ -98,6 +98,13 @@ def _gpu(items: list[Any]) -> Gpus | None:
     "--presets", "names", help="Run these presets instead of a grid (e.g. the tiny CPU ones)."
 )
 @click.option("--steps", type=click.IntRange(1, 100000), help="Optimizer steps of every run.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a field of every run, as for 'iotune run' (not ga or steps). Repeatable.",
+)
 @click.option("--nvme-path", type=click.Path(), help="Offload directory of the NVMe strategies.")
 @click.option("--raid-path", type=click.Path(), help="Offload directory of the *_raid0 ones.")
 @click.option(
@@ -144,6 +151,7 @@ def study_cmd(
     gas: str | None,
     names: str | None,
     steps: int | None,
+    sets: tuple[str, ...],
     nvme_path: str | None,
     raid_path: str | None,
     volumes: tuple[str, ...],
@@ -193,6 +201,7 @@ def study_cmd(
                 ("--ga", gas),
                 ("--presets", names),
                 ("--steps", steps),
+                ("--set", sets),
                 ("--nvme-path", nvme_path),
                 ("--raid-path", raid_path),
                 ("--volume", volumes),
@@ -218,6 +227,7 @@ def study_cmd(
             list(comma_list(gas, positive_int("--ga"), "--ga")) if gas else None,
             list(comma_list(names, str, "--presets")) if names else None,
             steps,
+            sets,
         )
         vols = []
         if volumes:
@@ -249,6 +259,7 @@ def study_cmd(
             threads_config=str(Path(threads_config).resolve()) if threads_config else None,
             ranks=ranks or 1,
             volumes=[v.to_json() for v in vols],
+            sets=list(sets),
         )
         items = spec.presets()
     gpu = _gpu(items)

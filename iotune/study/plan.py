@@ -7,7 +7,7 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.train.estimate import Estimate
-from iotune.train.presets import Preset, apply_sets, get_preset, load_presets
+from iotune.train.presets import Preset, apply_sets, get_preset, load_presets, parse_sets
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ def expand(
     gas: list[int] | None,
     names: list[str] | None,
     steps: int | None,
+    sets: tuple[str, ...] = (),
 ) -> list[Item]:
     """The runs, in order: strategy-major within each size (RAM before NVMe, as the presets
     file lists them, so a baseline has run before the runs that use it), accumulation inner."""
@@ -83,10 +84,17 @@ def expand(
         sz = sizes or ["1b"]
         st = strategies or all_strats
         bases = [presets[f"{s}_{z}"] for z in sz for s in all_strats if s in st]
+    overrides = parse_sets(sets)
+    owned = sorted(set(overrides) & {"ga", "steps"})
+    if owned:
+        raise UsageError(
+            f"--set {owned[0]}=... : the study's runs take it from --{owned[0]}",
+            hint=f"iotune study ... --{owned[0]} {overrides[owned[0]]}",
+        )
     items = []
     for base in bases:
         for ga in gas or ([base.ga] if names else all_gas):
-            p = with_ga(base, ga)
+            p = apply_sets(with_ga(base, ga), overrides)
             if steps is not None:
                 p = replace(p, steps=steps)
             items.append(Item(p))

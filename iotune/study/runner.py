@@ -21,7 +21,7 @@ from iotune.study.volumes import Volume
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
-from iotune.train.presets import Preset, ds_config, get_preset
+from iotune.train.presets import Preset, apply_sets, ds_config, get_preset, parse_sets
 
 if TYPE_CHECKING:
     from iotune.train.runner import Gpus
@@ -47,6 +47,7 @@ class StudySpec:
     ranks: int = 1  # every run on this many ranks of this node (DeepSpeed's launcher)
     # --volume: each NVMe run once per volume (Volume.to_json), RAM runs once
     volumes: list[dict[str, Any]] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)  # --set KEY=VALUE of every run
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     host: dict[str, Any] = field(default_factory=host_facts)
 
@@ -73,7 +74,8 @@ class StudySpec:
         out = []
         for r in self.items:
             base = get_preset(r["base"])
-            p = replace(with_ga(base, int(r["ga"])), steps=int(r["steps"]), ranks=self.ranks)
+            p = apply_sets(with_ga(base, int(r["ga"])), parse_sets(tuple(self.sets)))
+            p = replace(p, steps=int(r["steps"]), ranks=self.ranks)
             if p.name != r["preset"]:
                 raise UsageError(
                     f"{SPEC}: run {r['preset']} no longer matches preset {r['base']}",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from iotune import proc
 from iotune.errors import IotuneError, UsageError
-from iotune.workers import worker_env
+from iotune.workers import command, worker_env
 
 
 def merge_aio(existing: dict[str, Any], aio: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +26,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         name = fh.name
     try:
         done = proc.run(
-            [sys.executable, "-m", "iotune.workers.ds_config_check", name],
+            command("iotune.workers.ds_config_check", name),
             timeout=300,
             env=worker_env(),
         )

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,7 +22,7 @@ from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
 from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
-from iotune.workers import worker_env
+from iotune.workers import command, worker_env
 from iotune.workers.aio_point import DATA_PREFIX
 
 log = logging.getLogger("iotune.sweep")
@@ -186,7 +185,7 @@ def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict
     "ok", or status "timeout"/"failed" with the error (the sweep records it and goes on)."""
 
     def once() -> dict[str, Any]:
-        argv = [sys.executable, "-m", module, json.dumps(payload)]
+        argv = command(module, json.dumps(payload))
         return proc.worker_json(proc.run(argv, timeout=timeout_s, env=worker_env()))
 
     settle(rec, timeout_s, once)
@@ -230,9 +229,7 @@ class Sweep:
         self.start = time.monotonic()
         self.budget_hit = False
         # imports torch and DeepSpeed once for all points, not once per point
-        self.worker = proc.JsonWorker(
-            [sys.executable, "-m", "iotune.workers.aio_point"], env=worker_env()
-        )
+        self.worker = proc.JsonWorker(command("iotune.workers.aio_point"), env=worker_env())
 
     # ---------------------------------------------------------------- persistence
     def load(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from iotune import proc
 from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
 from iotune.units import GIB
-from iotune.workers import worker_env
+from iotune.workers import command, worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 #: a sweep's record, read by 'iotune estimate --threads-config' and 'iotune report'
@@ -50,7 +49,7 @@ def run_thread_sweep(
         row: dict[str, Any] = {"threads": t, "params": n}
         try:
             done = proc.run(
-                [sys.executable, "-m", "iotune.workers.adam_step", str(n), str(repeats)],
+                command("iotune.workers.adam_step", str(n), str(repeats)),
                 env={**worker_env(), "OMP_NUM_THREADS": str(t)},
                 timeout=1800,
             )

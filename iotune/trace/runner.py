@@ -220,6 +220,12 @@ class Tracer:
                 time.sleep(POLL_S)
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
+                    if ev.get("event") == "process":
+                        # a worker forked by iotune's zygote, not by the command: its I/O
+                        # is the workload's (iotune/workers/zygote.py)
+                        if self.bpf is not None:
+                            self.bpf.add_workload(int(ev["pid"]))
+                        continue
                     label = str(ev.get("event", "event"))
                     if "step" in ev:
                         label += f":{ev['step']}"
@@ -248,6 +254,8 @@ class Tracer:
                 self.exit_code = child.returncode
             if self.start:
                 for ev in self._new_events():
+                    if ev.get("event") == "process":
+                        continue
                     self.sample(
                         str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
                     )

@@ -244,11 +244,11 @@ def predict(
         )
     if s.optimizer == "gpu":
         return Prediction(None, None, notes=["no offload: nothing the drives or CPU Adam bound"])
-    if s.params == "nvme":
+    if s.params == "nvme" and s.optimizer != "nvme":
         return Prediction(
             None,
             None,
-            notes=["parameter offload's fetches overlap forward and backward: not modelled"],
+            notes=["parameters on NVMe with the optimizer state elsewhere: not modelled"],
         )
     sw = est.swapped
     terms: list[tuple[str, float]] = []
@@ -281,6 +281,17 @@ def predict(
         terms.append(
             (f"write {wr / GIB:.2f} GiB at {bw.write / GIB:.2f} GiB/s{how}", wr / bw.write)
         )
+        # parameters on NVMe too: the step writes the updated parameters back (the I/O
+        # model's steady write beyond the optimizer state and the gradients)
+        back = max(0, est.steady_step.write - wr - 4 * sw.n_g)
+        if back:
+            terms.append(
+                (
+                    f"write {back / GIB:.2f} GiB of updated parameters at "
+                    f"{bw.write / GIB:.2f} GiB/s{how}",
+                    back / bw.write,
+                )
+            )
     else:
         terms.append((adam_what, adam_s))
     optimizer = sum(t for _, t in terms)
@@ -288,6 +299,18 @@ def predict(
     if base is not None:
         step = base.forward_backward_s + optimizer
         terms.append((f"forward + backward ({base.source})", base.forward_backward_s))
+        # parameters on NVMe: forward, the recomputation and backward fetch them (the I/O
+        # model's steady read beyond the optimizer's), each fetch waited for on a CPU run
+        fetch = max(0, est.steady_step.read - (12 * sw.n_s + 4 * sw.n_g))
+        if s.optimizer == "nvme" and bw is not None and fetch:
+            step += fetch / bw.read
+            terms.append(
+                (
+                    f"read {fetch / GIB:.2f} GiB of parameters in forward + backward at "
+                    f"{bw.read / GIB:.2f} GiB/s{how}",
+                    fetch / bw.read,
+                )
+            )
         grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
         if grads and bw:
             # DeepSpeed writes each gradient partition asynchronously as the last micro-step's

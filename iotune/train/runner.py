@@ -35,6 +35,7 @@ from iotune.train.launch import Launch, place
 from iotune.train.predict import AdamRate, Bandwidth, Baseline, predict
 from iotune.train.presets import Dtype, Preset, ds_config, resolve_dtype
 from iotune.units import GIB
+from iotune.workers import command as worker_command
 from iotune.workers import worker_env
 
 SWAP_PREFIX = "iotune-swap-"
@@ -192,7 +193,7 @@ def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
     from iotune.errors import CommandFailed, last_line
 
     t0 = time.monotonic()
-    argv = [sys.executable, "-m", "iotune.workers.torch_probe", "--prepare", "--ops", ",".join(ops)]
+    argv = worker_command("iotune.workers.torch_probe", "--prepare", "--ops", ",".join(ops))
     try:
         done = proc.run([*argv, "--accelerator", accelerator], timeout=3600, env=worker_env())
         report = proc.worker_json(done)
@@ -436,7 +437,7 @@ def emulated_bf16_note(dtype: Dtype) -> str:
     cost = None
     try:
         done = proc.run(
-            [sys.executable, "-m", "iotune.workers.torch_probe", "--bf16"],
+            worker_command("iotune.workers.torch_probe", "--bf16"),
             timeout=300,
             env=worker_env(),
         )
@@ -507,7 +508,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         command = launch_command(req.launch, out / "spec.json", p.accelerator)
         env = {**worker_env(), "DS_ACCELERATOR": p.accelerator}
     else:
-        command = [sys.executable, "-m", "iotune.workers.train", str(out / "spec.json")]
+        command = worker_command("iotune.workers.train", str(out / "spec.json"))
         env = worker_env()
     (out / "command.json").write_text(json.dumps(command) + "\n")
     treq = TraceRequest(

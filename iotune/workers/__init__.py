@@ -47,3 +47,17 @@ def worker_env() -> dict[str, str]:
     if "TORCH_EXTENSIONS_DIR" not in os.environ:
         env["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "var", "torch_extensions")
     return env
+
+
+#: names a running ``python -m iotune.workers.zygote serve SOCKET``: workers fork from it
+ZYGOTE_ENV = "IOTUNE_ZYGOTE"
+
+
+def command(module: str, *args: str) -> list[str]:
+    """How to start worker *module* (``python -m MODULE ARGS``), or, where ``$IOTUNE_ZYGOTE``
+    names a live zygote's socket, its client, which forks the worker from a process that has
+    imported torch and DeepSpeed already (iotune/workers/zygote.py)."""
+    sock = os.environ.get(ZYGOTE_ENV)
+    if sock and os.path.exists(sock):
+        return [sys.executable, "-m", "iotune.workers.zygote", "client", sock, module, *args]
+    return [sys.executable, "-m", module, *args]

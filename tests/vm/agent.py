@@ -2,7 +2,8 @@
 
 Protocol (files in DIR, written atomically with rename): the host writes ``cmd-N.json``
 (``{"argv": [...], "timeout": s, "input": str|null}``); the agent runs it without a shell
-and writes ``res-N.json`` (``{"rc", "stdout", "stderr"}``). ``ready`` appears once the
+and writes ``res-N.json`` (``{"rc", "stdout", "stderr"}``); ``"env"`` adds variables,
+``"background": true`` with ``"log": PATH`` starts it without waiting (its pid is the stdout). ``ready`` appears once the
 agent runs; ``{"argv": ["__exit__"]}`` ends it (and the guest).
 """
 
@@ -31,6 +32,23 @@ def main() -> None:
                 cmd = json.load(fh)
             if cmd["argv"] == ["__exit__"]:
                 return
+            if cmd.get("background"):
+                # a server the later commands use: started, never waited for
+                with open(cmd["log"], "wb") as log:
+                    bg = subprocess.Popen(
+                        cmd["argv"],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, **cmd.get("env", {})},
+                        start_new_session=True,
+                    )
+                res = {"rc": 0, "stdout": str(bg.pid), "stderr": ""}
+                out = os.path.join(d, "res-" + name[4:])
+                with open(out + ".tmp", "w") as fh:
+                    json.dump(res, fh)
+                os.rename(out + ".tmp", out)
+                continue
             try:
                 p = subprocess.run(
                     cmd["argv"],

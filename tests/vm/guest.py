@@ -26,6 +26,7 @@ class Drive:
     size_mib: int = 128
     prepare: str = "blank"  # "blank" | "ext4" (formatted on the host before boot)
     files: tuple[tuple[str, str], ...] = ()  # (name, content) put into the ext4 filesystem
+    bps: int = 0  # QEMU's own throttling of the drive (bytes/s, reads and writes together); 0: none
 
 
 @dataclass
@@ -61,10 +62,19 @@ def find_kernel() -> tuple[Path, str]:
 
 
 class Guest:
-    def __init__(self, workdir: Path, drives: list[Drive], memory: str = "2G") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        drives: list[Drive],
+        memory: str = "2G",
+        qemu_opts: tuple[str, ...] = (),
+        append: tuple[str, ...] = (),
+    ) -> None:
         self.workdir = workdir
         self.drives = drives
         self.memory = memory
+        self.qemu_opts = qemu_opts
+        self.append = append
         self.share = workdir / "share"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "guest.log"
@@ -92,11 +102,12 @@ class Guest:
         self.share.mkdir(parents=True, exist_ok=True)
         images = self._prepare_images()
         kernel, _version = find_kernel()
-        qemu = []
+        qemu = list(self.qemu_opts)
         for i, (img, d) in enumerate(zip(images, self.drives, strict=True)):
+            throttle = f",throttling.bps-total={d.bps}" if d.bps else ""
             qemu += [
                 "-drive",
-                f"file={img},if=none,id=n{i},format=raw,cache=unsafe",
+                f"file={img},if=none,id=n{i},format=raw,cache=unsafe{throttle}",
                 "-device",
                 f"nvme,serial={d.serial},drive=n{i}",
             ]
@@ -116,6 +127,7 @@ class Guest:
             "--rwdir",
             str(self.share),
             "--qemu-opts=" + " ".join(qemu),
+            *(f"--append={a}" for a in self.append),
             "--exec",
             agent,
         ]
@@ -142,12 +154,20 @@ class Guest:
         except OSError:
             return ""
 
-    def run(self, argv: list[str], timeout: float = 300.0, input: str | None = None) -> Result:
+    def run(
+        self,
+        argv: list[str],
+        timeout: float = 300.0,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Result:
         self._n += 1
         name = f"{self._n:06d}.json"
         cmd = self.share / f"cmd-{name}"
         tmp = self.share / f"tmp-{name}"
-        tmp.write_text(json.dumps({"argv": argv, "timeout": timeout, "input": input}))
+        tmp.write_text(
+            json.dumps({"argv": argv, "timeout": timeout, "input": input, "env": env or {}})
+        )
         tmp.rename(cmd)
         res = self.share / f"res-{name}"
         deadline = time.monotonic() + timeout + 30
@@ -159,6 +179,23 @@ class Guest:
             time.sleep(0.05)
         data = json.loads(res.read_text())
         return Result(argv, data["rc"], data["stdout"], data["stderr"])
+
+    def spawn(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+        """Start *argv* in the guest without waiting (output in *log*, a shared path)."""
+        self._n += 1
+        name = f"{self._n:06d}.json"
+        tmp = self.share / f"tmp-{name}"
+        tmp.write_text(
+            json.dumps({"argv": argv, "background": True, "log": str(log), "env": env or {}})
+        )
+        tmp.rename(self.share / f"cmd-{name}")
+        res = self.share / f"res-{name}"
+        deadline = time.monotonic() + 60
+        while not res.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"guest did not start {argv}")
+            time.sleep(0.05)
+        return int(json.loads(res.read_text())["stdout"])
 
     def iotune(self, *args: str, timeout: float = 300.0) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)

@@ -1,0 +1,229 @@
+"""Worker start-up without the imports: a server that imported torch, DeepSpeed and
+transformers once forks each worker from itself.
+
+    python -m iotune.workers.zygote serve SOCKET      # imports, then serves until killed
+    IOTUNE_ZYGOTE=SOCKET iotune study ...             # every worker forks from it
+
+On most hosts a worker's imports take seconds, but where Python itself is slow (an emulated
+guest, a virtualenv on a network filesystem) they take minutes, and a study starts two
+workers per run. With ``IOTUNE_ZYGOTE`` naming a live server's socket, iotune starts
+``python -m iotune.workers.zygote client SOCKET MODULE ARGS...`` where it would have started
+``python -m MODULE ARGS...``: the client hands its stdin, stdout, stderr, environment and
+working directory over the socket, the server forks a child that takes them and runs MODULE
+as ``__main__``, and the client stays in its place (the tracer's process group, its signals,
+its exit code) until the child ends:
+
+- the child's pid goes to the tracer as a ``{"event": "process"}`` line in ``$IOTUNE_EVENTS``
+  before the child starts, so its I/O is the workload's as a forked child's is;
+- SIGINT and SIGTERM to the client are passed to the child; the child ends when the
+  client's connection closes (the client was killed);
+- the server waits for the child and sends its wait status; the client exits with the
+  child's exit code (128 + N for a signal N, as a shell reports it).
+
+The server forks from a process that has imported but never computed: no thread, no
+OpenMP pool, no accelerator state is inherited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+PRELOAD = ("torch", "deepspeed", "transformers.models.llama.modeling_llama")
+FDS = 3  # stdin, stdout, stderr
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            return buf
+        buf += chunk
+    return buf
+
+
+def _send_msg(conn: socket.socket, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    conn.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def _recv_msg(conn: socket.socket) -> Any:
+    head = _recv_exact(conn, 4)
+    if len(head) < 4:
+        return None
+    return json.loads(_recv_exact(conn, int.from_bytes(head, "big")))
+
+
+# ------------------------------------------------------------------ the server
+
+
+def serve(path: str, preload: tuple[str, ...]) -> None:
+    import importlib
+
+    t0 = time.monotonic()
+    for name in preload:
+        importlib.import_module(name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path + ".tmp")
+    srv.listen(16)
+    os.rename(path + ".tmp", path)  # the socket appears once the server answers
+    sys.stderr.write(f"zygote: {', '.join(preload)} imported in {time.monotonic() - t0:.1f} s\n")
+    sys.stderr.flush()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    while True:
+        conn, _ = srv.accept()
+        if os.fork() == 0:
+            srv.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _child(conn)  # never returns
+        conn.close()
+
+
+def _child(conn: socket.socket) -> None:
+    """One connection: fork the worker, hold it until the client says go, then wait for it
+    (or kill it when the client goes away) and send its exit status."""
+    code = 1
+    try:
+        msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, FDS)
+        req = json.loads(msg)
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            os.close(go_w)
+            _worker(req, fds, go_r)  # never returns
+        os.close(go_r)
+        for fd in fds:
+            os.close(fd)
+        _send_msg(conn, {"pid": pid})
+        if _recv_msg(conn) == "go":
+            os.write(go_w, b"g")
+        os.close(go_w)
+        status = _wait(conn, pid)
+        _send_msg(conn, {"status": status})
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _wait(conn: socket.socket, pid: int) -> int:
+    """The worker's wait status; SIGTERM to it when the client's connection closes."""
+    import select
+
+    pidfd = os.pidfd_open(pid)
+    poll = select.poll()
+    poll.register(pidfd, select.POLLIN)
+    poll.register(conn.fileno(), select.POLLIN)
+    sent = False
+    while True:
+        for fd, _ev in poll.poll():
+            if fd == pidfd:
+                return os.waitpid(pid, 0)[1]
+            if not sent and not conn.recv(1, socket.MSG_PEEK):
+                os.kill(pid, signal.SIGTERM)  # the client is gone
+                sent = True
+                poll.unregister(conn.fileno())
+
+
+def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
+    code = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        if os.read(go, 1) != b"g":
+            os._exit(1)
+        os.close(go)
+        code = _run_module(req["module"], req["args"])
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_module(module: str, args: list[str]) -> int:
+    """Run *module* as ``__main__`` with *args*, as ``python -m`` would; its exit code."""
+    import runpy
+    import traceback
+
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except BaseException:  # noqa: BLE001 (the worker's own failure, printed as python would)
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+# ------------------------------------------------------------------ the client
+
+
+def client(path: str, module: str, args: list[str]) -> int:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    req = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
+    hello = _recv_msg(conn)
+    if not isinstance(hello, dict) or "pid" not in hello:
+        sys.stderr.write(f"iotune zygote: no answer from {path}\n")
+        return 1
+    pid = int(hello["pid"])
+    events = os.environ.get("IOTUNE_EVENTS")
+    if events:
+        with open(events, "a") as fh:
+            fh.write(json.dumps({"event": "process", "pid": pid}) + "\n")
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    _send_msg(conn, "go")
+    end = _recv_msg(conn)
+    if not isinstance(end, dict) or not isinstance(end.get("status"), int):
+        sys.stderr.write(f"iotune zygote: the server at {path} went away\n")
+        return 1
+    return (
+        os.waitstatus_to_exitcode(end["status"])
+        if end["status"] & 0x7F == 0
+        else (128 + (end["status"] & 0x7F))
+    )
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "serve":
+        preload = tuple(argv[2].split(",")) if len(argv) > 2 else PRELOAD
+        serve(argv[1], preload)
+        return 0
+    if len(argv) >= 3 and argv[0] == "client":
+        return client(argv[1], argv[2], argv[3:])
+    sys.stderr.write(
+        "usage: python -m iotune.workers.zygote serve SOCKET [MODULE,...]\n"
+        "       python -m iotune.workers.zygote client SOCKET MODULE [ARGS...]\n"
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

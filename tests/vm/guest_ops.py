@@ -1,0 +1,89 @@
+"""DeepSpeed's CPU ops built on the host for the vm guest's CPU.
+
+The guest is QEMU TCG with ``-cpu max``: AVX2 and FMA, no AVX-512. DeepSpeed's JIT build
+compiles with ``-march=native`` and picks its SIMD width from py-cpuinfo, so ops built on
+an AVX-512 host die with SIGILL in the guest, and a build inside the guest takes an hour of
+emulated compiler. So the ops are built here, for x86-64-v3, into a folder of their own
+that the guest reads through the shared directory: a ``c++`` wrapper in ``CXX`` turns
+``-march=native`` into ``-march=x86-64-v3``, and a ``cpuinfo`` module on ``PYTHONPATH``
+reports AVX2 (DeepSpeed then writes ``-D__AVX256__``). The guest runs with the same three
+variables, so its ``build.ninja`` is this one and ninja finds nothing to do.
+
+    python -m tests.vm.guest_ops DIR     # build (minutes), print the environment as JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
+
+CXX = """#!/bin/sh
+# DeepSpeed's -march=native, for the vm guest's CPU (QEMU TCG -cpu max: AVX2, no AVX-512)
+for a do
+  shift
+  if [ "$a" = "-march=native" ]; then set -- "$@" "-march=x86-64-v3"; else set -- "$@" "$a"; fi
+done
+exec c++ "$@"
+"""
+
+CPUINFO = '''"""py-cpuinfo's answer for the vm guest's CPU (AVX2, no AVX-512)."""
+
+
+def get_cpu_info():
+    return {
+        "arch": "X86_64",
+        "flags": ["avx", "avx2", "fma", "f16c", "sse4_2"],
+        "brand_raw": "QEMU TCG guest",
+        "vendor_id_raw": "GenuineIntel",
+    }
+'''
+
+
+def guest_env(top: Path) -> dict[str, str]:
+    """The variables a process needs to build or load the guest's ops under *top*."""
+    return {
+        "CXX": str(top / "bin" / "c++"),
+        "PYTHONPATH": str(top / "shim"),
+        "TORCH_EXTENSIONS_DIR": str(top / "torch_extensions"),
+        "DS_ACCELERATOR": "cpu",
+    }
+
+
+def build(top: Path) -> dict[str, str]:
+    """Build (or find built) the ops under *top*; the guest's environment for them."""
+    (top / "bin").mkdir(parents=True, exist_ok=True)
+    (top / "shim").mkdir(parents=True, exist_ok=True)
+    cxx = top / "bin" / "c++"
+    cxx.write_text(CXX)
+    cxx.chmod(0o755)
+    (top / "shim" / "cpuinfo.py").write_text(CPUINFO)
+    env = guest_env(top)
+    script = (
+        "from deepspeed.accelerator import get_accelerator\n"
+        "from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder\n"
+        "CPUAdamBuilder().load(); AsyncIOBuilder().load()\n"
+        "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
+    )
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"building the guest's DeepSpeed ops failed:\n{done.stderr[-3000:]}")
+    sys.stderr.write(f"guest ops ready in {time.monotonic() - t0:.0f} s under {top}\n")
+    return env
+
+
+if __name__ == "__main__":
+    print(json.dumps(build(Path(sys.argv[1]))))
