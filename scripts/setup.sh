@@ -35,8 +35,9 @@ command -v apt-get >/dev/null || die "apt-get not found: this script supports De
 
 . /etc/os-release
 release="$(uname -r)"
-pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ bpfcc-tools python3-bpfcc
-      bpftool python3-venv kmod udev procps)
+# ccache: torch compiles DeepSpeed's ops through it, so a new virtualenv reuses the last one's
+pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ ccache bpfcc-tools
+      python3-bpfcc bpftool python3-venv kmod udev procps)
 if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules);
     # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace;

@@ -179,10 +179,37 @@ def ops_for(cfg: dict[str, Any], accelerator: str) -> list[str]:
     return ops
 
 
-def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
+#: filesystems whose files lie on no block device of this host
+NO_DRIVE_FS = frozenset({"9p", "virtiofs", "nfs", "nfs4", "cifs", "smb3", "tmpfs", "ramfs"})
+
+
+def code_on(disks: tuple[str, ...], tree: SysTree | None = None) -> bool:
+    """Whether the training worker's code (its packages, the op cache) may lie on one of
+    *disks*: True unless every folder of it is known to be elsewhere."""
+    from iotune.trace.targets import resolve_path
+    from iotune.workers.torch_probe import code_roots
+
+    tree = tree or SysTree("/")
+    ext = {**os.environ, **worker_env()}.get("TORCH_EXTENSIONS_DIR")
+    for root in code_roots(ext):
+        if fstype(Path(root)) in NO_DRIVE_FS:
+            continue  # a network or memory filesystem: on no drive of this host
+        try:
+            on = resolve_path(tree, root).disks
+        except (OSError, IotuneError):
+            return True  # not known: warm it
+        if set(on) & set(disks):
+            return True
+    return False
+
+
+def load_ops(
+    ops: list[str], accelerator: str, out: Path, disks: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """Build and load the run's ops in a worker before the tracer attaches, so a first run's
     compiler I/O is never counted as the training's, and read the code the run will execute
-    into the page cache. Writes ops.json; raises if an op fails."""
+    into the page cache where it lies on a traced drive (*disks*; None: warm it anyway).
+    Writes ops.json; raises if an op fails."""
     if ops:
         sys.stderr.write(
             f"iotune: loading DeepSpeed ops ({', '.join(ops)}) before tracing; "
@@ -193,7 +220,14 @@ def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
     from iotune.errors import CommandFailed, last_line
 
     t0 = time.monotonic()
-    argv = worker_command("iotune.workers.torch_probe", "--prepare", "--ops", ",".join(ops))
+    warm = disks is None or code_on(disks)
+    argv = worker_command(
+        "iotune.workers.torch_probe",
+        "--prepare",
+        "--ops",
+        ",".join(ops),
+        *([] if warm else ["--no-warm"]),
+    )
     try:
         done = proc.run([*argv, "--accelerator", accelerator], timeout=3600, env=worker_env())
         report = proc.worker_json(done)
@@ -216,10 +250,14 @@ def load_ops(ops: list[str], accelerator: str, out: Path) -> dict[str, Any]:
         for n, e in report.get("ops", {}).items()
         if e.get("loaded")
     )
-    warm = report.get("warmed", {})
+    warmed = report.get("warmed") or {}
+    code = (
+        f"{warmed.get('bytes', 0) / GIB:.1f} GiB of code in the page cache"
+        if warm
+        else "the code is on no traced drive"
+    )
     sys.stderr.write(
-        f"iotune: {'ops ready (' + took + '), ' if took else ''}"
-        f"{warm.get('bytes', 0) / GIB:.1f} GiB of code in the page cache; "
+        f"iotune: {'ops ready (' + took + '), ' if took else ''}{code}; "
         f"{report['seconds']:.1f} s before tracing\n"
     )
     sys.stderr.flush()
@@ -496,7 +534,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         ("spec.json", spec),
     ):
         (out / name).write_text(json.dumps(to_jsonable(obj), indent=2) + "\n")
-    load_ops(ops_for(prep.cfg, p.accelerator), p.accelerator, out)
+    load_ops(ops_for(prep.cfg, p.accelerator), p.accelerator, out, prep.targets.disks)
     # a first build leaves hundreds of MB of compiler output in the page cache: write it back
     # now, not while the tracer counts the drive it is on
     os.sync()

@@ -4,6 +4,7 @@ or CUDA state costs one record, not the caller."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import TextIO
 
@@ -46,7 +47,22 @@ def worker_env() -> dict[str, str]:
     env = {}
     if "TORCH_EXTENSIONS_DIR" not in os.environ:
         env["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "var", "torch_extensions")
+    env.update(compiler_cache())
     return env
+
+
+def compiler_cache() -> dict[str, str]:
+    """Make ccache share DeepSpeed's op builds between virtualenvs.
+
+    torch's JIT compiles through ccache when it is on PATH (cpp_extension._wrap_compiler).
+    A new virtualenv holds new copies of DeepSpeed's sources, so every op is built again
+    (minutes on a small host); relative to the virtualenv the build is the same, and ccache,
+    told that paths below it are relative (CCACHE_BASEDIR) and not to hash the build
+    folder, finds every object an earlier virtualenv compiled. A user's settings win."""
+    if shutil.which("ccache") is None:
+        return {}
+    env = {"CCACHE_BASEDIR": sys.prefix, "CCACHE_NOHASHDIR": "1"}
+    return {k: v for k, v in env.items() if k not in os.environ}
 
 
 #: names a running ``python -m iotune.workers.zygote serve SOCKET``: workers fork from it

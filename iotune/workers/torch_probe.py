@@ -120,7 +120,7 @@ def probe(build: bool) -> dict[str, Any]:
     return out
 
 
-def load_ops(names: list[str]) -> dict[str, Any]:
+def load_ops(names: list[str], warm: bool = True) -> dict[str, Any]:
     """Load each op builder by class name the way the run will (through the accelerator's own
     builders), building it if its cache is cold; an op the accelerator lacks or cannot build
     is reported as such, not raised."""
@@ -144,7 +144,7 @@ def load_ops(names: list[str]) -> dict[str, Any]:
                 entry["error"] = f"{type(exc).__name__}: {exc}"[-500:]
             entry["seconds"] = round(time.monotonic() - t0, 3)
         out["ops"][name] = entry
-    out["warmed"] = warm_code()
+    out["warmed"] = warm_code() if warm else None
     return out
 
 
@@ -152,11 +152,9 @@ def load_ops(names: list[str]) -> dict[str, Any]:
 CODE_PACKAGES = ("torch", "deepspeed", "transformers", "nvidia", "triton", "numpy", "safetensors")
 
 
-def warm_code() -> dict[str, Any]:
-    """Read every file of the packages the training worker runs, and of the op cache, into
-    the page cache. A process pages its code in as it first executes it (libtorch's kernels,
-    cuBLAS on the first matmul, lazily imported modules): on a cold host those reads would
-    land on the traced drive during the first steps and read as the training's I/O."""
+def code_roots(ext: str | None) -> list[str]:
+    """The folders a training worker runs code from: its packages and the op cache *ext*.
+    Found without importing them."""
     import importlib.util
 
     roots = []
@@ -164,13 +162,20 @@ def warm_code() -> dict[str, Any]:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             roots.extend(spec.submodule_search_locations)
-    ext = os.environ.get("TORCH_EXTENSIONS_DIR")
     if ext:
         roots.append(ext)
+    return list(dict.fromkeys(roots))
+
+
+def warm_code() -> dict[str, Any]:
+    """Read every file of the packages the training worker runs, and of the op cache, into
+    the page cache. A process pages its code in as it first executes it (libtorch's kernels,
+    cuBLAS on the first matmul, lazily imported modules): on a cold host those reads would
+    land on the traced drive during the first steps and read as the training's I/O."""
     t0 = time.monotonic()
     files = total = 0
     buf = bytearray(8 << 20)
-    for root in dict.fromkeys(roots):
+    for root in code_roots(os.environ.get("TORCH_EXTENSIONS_DIR")):
         for dirpath, _dirs, names in os.walk(root):
             for n in names:
                 try:
@@ -188,6 +193,7 @@ def main() -> None:
     parser.add_argument("--build", action="store_true")
     parser.add_argument("--prepare", action="store_true", help="load --ops, warm the code")
     parser.add_argument("--ops", default="")
+    parser.add_argument("--no-warm", action="store_true", help="the code is on no traced drive")
     parser.add_argument("--accelerator")
     parser.add_argument("--bf16", action="store_true", help="only what bf16 costs on this CPU")
     args = parser.parse_args()
@@ -199,7 +205,7 @@ def main() -> None:
     elif args.prepare:
         if args.accelerator:
             os.environ.setdefault("DS_ACCELERATOR", args.accelerator)
-        result = load_ops([n for n in args.ops.split(",") if n])
+        result = load_ops([n for n in args.ops.split(",") if n], warm=not args.no_warm)
     else:
         result = probe(args.build)
     report.write(json.dumps(result) + "\n")

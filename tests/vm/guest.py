@@ -69,12 +69,14 @@ class Guest:
         memory: str = "2G",
         qemu_opts: tuple[str, ...] = (),
         append: tuple[str, ...] = (),
+        rwdirs: tuple[Path, ...] = (),
     ) -> None:
         self.workdir = workdir
         self.drives = drives
         self.memory = memory
         self.qemu_opts = qemu_opts
         self.append = append
+        self.rwdirs = rwdirs  # host folders the guest may write (besides the share)
         self.share = workdir / "share"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "guest.log"
@@ -126,6 +128,7 @@ class Guest:
             "2",
             "--rwdir",
             str(self.share),
+            *(a for d in self.rwdirs for a in ("--rwdir", str(d))),
             "--qemu-opts=" + " ".join(qemu),
             *(f"--append={a}" for a in self.append),
             "--exec",

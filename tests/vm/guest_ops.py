@@ -7,7 +7,11 @@ emulated compiler. So the ops are built here, for x86-64-v3, into a folder of th
 that the guest reads through the shared directory: a ``c++`` wrapper in ``CXX`` turns
 ``-march=native`` into ``-march=x86-64-v3``, and a ``cpuinfo`` module on ``PYTHONPATH``
 reports AVX2 (DeepSpeed then writes ``-D__AVX256__``). The guest runs with the same three
-variables, so its ``build.ninja`` is this one and ninja finds nothing to do.
+variables, so its ``build.ninja`` is this one and ninja finds nothing to do. The folder
+lies in the virtualenv (``var/vm-guest-ops``), so that ccache (which torch puts in front
+of the compiler where it is installed) finds a new virtualenv's objects where an earlier
+one compiled them (iotune.workers.compiler_cache); the guest mounts it read-write (torch
+takes a lock file there).
 
     python -m tests.vm.guest_ops DIR     # build (minutes), print the environment as JSON
 """
@@ -20,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from iotune.workers import compiler_cache
 
 OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
 
@@ -45,6 +51,10 @@ def get_cpu_info():
 '''
 
 
+def default_dir() -> Path:
+    return Path(sys.prefix) / "var" / "vm-guest-ops"
+
+
 def guest_env(top: Path) -> dict[str, str]:
     """The variables a process needs to build or load the guest's ops under *top*."""
     return {
@@ -64,6 +74,7 @@ def build(top: Path) -> dict[str, str]:
     cxx.chmod(0o755)
     (top / "shim" / "cpuinfo.py").write_text(CPUINFO)
     env = guest_env(top)
+    build_env = {**os.environ, **env, **compiler_cache()}
     script = (
         "from deepspeed.accelerator import get_accelerator\n"
         "from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder\n"
@@ -73,7 +84,7 @@ def build(top: Path) -> dict[str, str]:
     t0 = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", script],
-        env={**os.environ, **env},
+        env=build_env,
         capture_output=True,
         text=True,
         timeout=1800,
