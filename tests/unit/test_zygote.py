@@ -1,0 +1,146 @@
+"""The zygote (iotune/workers/zygote.py) with real processes and a real socket: a worker
+forked from it gets the client's argv, environment, directory and standard streams, its
+exit code comes back through the client, signals to the client reach it, and the tracer
+learns its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iotune.workers import ZYGOTE_ENV, command
+
+TOP = Path(__file__).resolve().parents[2]
+TARGET = "tests.unit.zygote_target"
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[Path]:
+    sock = tmp_path / "z.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "iotune.workers.zygote", "serve", str(sock), "json"],
+        cwd=TOP,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert server.poll() is None, server.stderr.read() if server.stderr else ""
+        assert time.monotonic() < deadline, "the zygote did not come up"
+        time.sleep(0.05)
+    yield sock
+    server.kill()
+    server.wait()
+
+
+def _client(
+    sock: Path, *args: str, events: Path | None = None, **kw: object
+) -> subprocess.Popen[str]:
+    env = {**os.environ, ZYGOTE_ENV: str(sock), "ZYGOTE_TEST": "passed", "PYTHONPATH": str(TOP)}
+    if events is not None:
+        env["IOTUNE_EVENTS"] = str(events)
+    old = os.environ.get(ZYGOTE_ENV)
+    os.environ[ZYGOTE_ENV] = str(sock)
+    try:
+        argv = command(TARGET, *args)
+    finally:
+        if old is None:
+            os.environ.pop(ZYGOTE_ENV)
+    assert argv[:5] == [sys.executable, "-m", "iotune.workers.zygote", "client", str(sock)]
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def test_without_a_zygote_a_worker_is_a_fresh_interpreter(tmp_path: Path) -> None:
+    os.environ.pop(ZYGOTE_ENV, None)
+    assert command(TARGET, "a") == [sys.executable, "-m", TARGET, "a"]
+    os.environ[ZYGOTE_ENV] = str(tmp_path / "gone.sock")  # named but not running
+    try:
+        assert command(TARGET, "a") == [sys.executable, "-m", TARGET, "a"]
+    finally:
+        os.environ.pop(ZYGOTE_ENV)
+
+
+def test_the_forked_worker_gets_the_clients_streams_env_and_exit_code(
+    zygote: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    p = _client(zygote, "exit", "7", events=events, cwd=tmp_path)
+    out, err = p.communicate("hello\n", timeout=60)
+    assert p.returncode == 7, err
+    said = json.loads(out)
+    assert said == {
+        "argv": ["exit", "7"],
+        "env": "passed",
+        "pid": said["pid"],
+        "cwd": str(tmp_path),
+        "stdin": "hello",
+    }
+    assert said["pid"] != p.pid  # forked by the zygote, not the client itself
+    assert "to stderr" in err
+    # the tracer learns the worker's pid before it starts
+    assert json.loads(events.read_text()) == {"event": "process", "pid": said["pid"]}
+
+
+def test_a_worker_that_raises_exits_1_with_its_traceback(zygote: Path) -> None:
+    p = _client(zygote, "raise")
+    _out, err = p.communicate("\n", timeout=60)
+    assert p.returncode == 1
+    assert "RuntimeError: the worker's own failure" in err
+
+
+def test_a_signal_to_the_client_reaches_the_worker(zygote: Path) -> None:
+    p = _client(zygote, "hang")
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("\n")
+    p.stdin.flush()
+    pid = json.loads(p.stdout.readline())["pid"]
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    assert p.returncode == 143
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
+    p = _client(zygote, "hang")
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("\n")
+    p.stdin.flush()
+    pid = json.loads(p.stdout.readline())["pid"]
+    p.kill()
+    p.wait(timeout=30)
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+def test_the_code_is_warmed_only_where_it_lies_on_a_traced_drive() -> None:
+    """iotune.train.runner.code_on: the virtualenv's own drive holds the code; a drive that
+    holds none of it does not (and then the run reads no code into the page cache)."""
+    from iotune.probes.sysfs import SysTree
+    from iotune.trace.targets import resolve_path
+    from iotune.train.runner import code_on
+
+    assert code_on(("no-such-disk",)) is False
+    mine = resolve_path(SysTree("/"), sys.prefix).disks
+    if mine:  # the virtualenv lies on a block device (not 9p, tmpfs, ...)
+        assert code_on(mine) is True
