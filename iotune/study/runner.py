@@ -72,9 +72,10 @@ class StudySpec:
 
     def presets(self) -> list[Item]:
         out = []
+        overrides = parse_sets(tuple(self.sets))
         for r in self.items:
             base = get_preset(r["base"])
-            p = apply_sets(with_ga(base, int(r["ga"])), parse_sets(tuple(self.sets)))
+            p = apply_sets(with_ga(base, int(r["ga"])), overrides)
             p = replace(p, steps=int(r["steps"]), ranks=self.ranks)
             if p.name != r["preset"]:
                 raise UsageError(

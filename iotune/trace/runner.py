@@ -174,6 +174,9 @@ class Tracer:
         return s
 
     def _new_events(self) -> list[dict[str, Any]]:
+        """The workload's new events; a ``process`` event (a worker forked by iotune's
+        zygote, not by the command, iotune/workers/zygote.py) joins that pid to the
+        workload instead, so its I/O is the workload's."""
         if not self.events_path.exists():
             return []
         with self.events_path.open() as fh:
@@ -184,9 +187,15 @@ class Tracer:
         out = []
         for line in complete.splitlines():
             try:
-                out.append(json.loads(line))
+                ev = json.loads(line)
             except json.JSONDecodeError:
                 log.warning("ignoring a malformed event line: %r", line[:200])
+                continue
+            if ev.get("event") == "process":
+                if self.bpf is not None:
+                    self.bpf.add_workload(int(ev["pid"]))
+                continue
+            out.append(ev)
         return out
 
     # ------------------------------------------------------------------ the run
@@ -220,12 +229,6 @@ class Tracer:
                 time.sleep(POLL_S)
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
-                    if ev.get("event") == "process":
-                        # a worker forked by iotune's zygote, not by the command: its I/O
-                        # is the workload's (iotune/workers/zygote.py)
-                        if self.bpf is not None:
-                            self.bpf.add_workload(int(ev["pid"]))
-                        continue
                     label = str(ev.get("event", "event"))
                     if "step" in ev:
                         label += f":{ev['step']}"
@@ -254,8 +257,6 @@ class Tracer:
                 self.exit_code = child.returncode
             if self.start:
                 for ev in self._new_events():
-                    if ev.get("event") == "process":
-                        continue
                     self.sample(
                         str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
                     )

@@ -204,11 +204,8 @@ def client(path: str, module: str, args: list[str]) -> int:
     if not isinstance(end, dict) or not isinstance(end.get("status"), int):
         sys.stderr.write(f"iotune zygote: the server at {path} went away\n")
         return 1
-    return (
-        os.waitstatus_to_exitcode(end["status"])
-        if end["status"] & 0x7F == 0
-        else (128 + (end["status"] & 0x7F))
-    )
+    code = os.waitstatus_to_exitcode(end["status"])  # -N for a signal N
+    return 128 - code if code < 0 else code
 
 
 def main(argv: list[str]) -> int:

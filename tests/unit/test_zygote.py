@@ -104,33 +104,36 @@ def test_a_worker_that_raises_exits_1_with_its_traceback(zygote: Path) -> None:
     assert "RuntimeError: the worker's own failure" in err
 
 
-def test_a_signal_to_the_client_reaches_the_worker(zygote: Path) -> None:
-    p = _client(zygote, "hang")
+def _hanging(sock: Path) -> tuple[subprocess.Popen[str], int]:
+    """A client whose worker has started and waits: the client and the worker's pid."""
+    p = _client(sock, "hang")
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write("\n")
     p.stdin.flush()
-    pid = json.loads(p.stdout.readline())["pid"]
+    return p, int(json.loads(p.stdout.readline())["pid"])
+
+
+def _assert_gone(pid: int) -> None:
+    """The worker *pid* ends within 10 s."""
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+def test_a_signal_to_the_client_reaches_the_worker(zygote: Path) -> None:
+    p, pid = _hanging(zygote)
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=30)
     assert p.returncode == 143
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.1)
+    _assert_gone(pid)
 
 
 def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
-    p = _client(zygote, "hang")
-    assert p.stdin is not None and p.stdout is not None
-    p.stdin.write("\n")
-    p.stdin.flush()
-    pid = json.loads(p.stdout.readline())["pid"]
+    p, pid = _hanging(zygote)
     p.kill()
     p.wait(timeout=30)
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.1)
+    _assert_gone(pid)
 
 
 def test_the_code_is_warmed_only_where_it_lies_on_a_traced_drive() -> None:
