@@ -138,3 +138,24 @@ def test_doctor_json(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_exit_status_of_a_workload() -> None:
     assert (interrupted_exit("SIGINT"), interrupted_exit("SIGTERM")) == (130, 143)
     assert (workload_exit(3), workload_exit(-9), workload_exit(-15)) == (3, 137, 143)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("steps=3", "--set steps=... : the study's runs take it from --steps"),
+        ("ga=2", "--set ga=... : the study's runs take it from --ga"),
+        ("nonsense", "--set 'nonsense' is not key=value"),
+        ("model.bogus=1", "unknown model field 'bogus'"),
+    ],
+)
+def test_study_set_refuses_bad_overrides_before_anything_runs(
+    setting: str, message: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "study"
+    code, _, err = invoke(
+        "study", "--presets", "tiny_opt_nvme", "--set", setting, "--out", str(out)
+    )
+    assert code == 2
+    assert message in one_error(err)[0]
+    assert not out.exists()

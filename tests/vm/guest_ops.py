@@ -67,6 +67,7 @@ def guest_env(top: Path) -> dict[str, str]:
 
 def build(top: Path) -> dict[str, str]:
     """Build (or find built) the ops under *top*; the guest's environment for them."""
+    top = top.resolve()  # ninja runs the compiler from the op's own folder
     (top / "bin").mkdir(parents=True, exist_ok=True)
     (top / "shim").mkdir(parents=True, exist_ok=True)
     cxx = top / "bin" / "c++"
