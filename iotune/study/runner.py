@@ -17,7 +17,7 @@ from iotune.errors import IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, base_name, eta, plan_row, weight, with_ga
-from iotune.study.volumes import Volume
+from iotune.study.volumes import Volume, member_faults
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
@@ -270,6 +270,7 @@ def run_study(
         except IotuneError as exc:
             r = {**rec.skipped(p, exc.message, prep.est), "status": "failed", **tag}
             r["run_dir"] = str(req.out)
+            _name_faults(r, vol)
             _append(out, done, r, progress, f"{it.name}: failed: {exc.message}")
             continue
         if result["interrupted"]:
@@ -281,9 +282,24 @@ def run_study(
         trace_f = req.out / "trace.json"
         trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
         r = {**rec.summarize_run(result, trace, str(req.out)), **tag}
+        if r["status"] == "failed":
+            _name_faults(r, vol)
         timed.append((weights[it.name], time.monotonic() - started))
         _append(out, done, r, progress, _one_line(r))
     return [done[it.name] for it in items if it.name in done]
+
+
+def _name_faults(r: dict[str, Any], vol: Volume | None) -> None:
+    """A failed run on a volume whose drives are failing says which (the drive, not the
+    training, is what the next runs on that volume will meet)."""
+    if vol is None:
+        return
+    from iotune.probes.sysfs import SysTree
+
+    faults = member_faults(SysTree("/"), vol)
+    if faults:
+        r["faults"] = faults
+        r["error"] = f"{r['error']}; {'; '.join(faults)}"
 
 
 def _append(

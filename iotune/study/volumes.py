@@ -121,6 +121,36 @@ def probe_volume(
     )
 
 
+#: a controller's sysfs state while it serves requests (nvme: live; SCSI: running)
+_SERVING = ("live", "running")
+
+
+def member_faults(tree: SysTree, v: Volume) -> list[str]:
+    """What is wrong now with the drives behind *v*: a drive gone, its controller not
+    serving, an md member marked faulty, the array broken. Empty while all is well (read
+    after a run failed, to name the drive that failed it)."""
+    out = []
+    for d in v.drives:
+        base = f"sys/block/{d}"
+        if not tree.exists(base):
+            out.append(f"drive {d} is gone (no /{base})")
+            continue
+        state = tree.read(f"{base}/device/state")
+        if state is not None and state not in _SERVING:
+            out.append(f"drive {d}: its controller is {state}")
+        if v.array:
+            member = tree.read(f"sys/block/{v.array}/md/dev-{d}/state")
+            if member is not None and "faulty" in member.split(","):
+                out.append(f"{v.array} marks its member {d} faulty")
+    if v.array:
+        state = tree.read(f"sys/block/{v.array}/md/array_state")
+        if state in ("broken", "inactive", "readonly", "read-auto") or (
+            state is None and not tree.exists(f"sys/block/{v.array}")
+        ):
+            out.append(f"array {v.array} is {state or 'gone'}")
+    return out
+
+
 def check_distinct(volumes: list[Volume]) -> None:
     """Each volume once, on drives of its own."""
     seen: dict[str, str] = {}

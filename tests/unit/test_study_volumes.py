@@ -3,16 +3,18 @@ expanded per volume, and the report's rows and step-vs-drives figure from record
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from iotune.errors import UsageError
+from iotune.probes.sysfs import SysTree
 from iotune.report import figures as fg
 from iotune.report import tables as tb
 from iotune.study.plan import Item
 from iotune.study.runner import StudySpec
-from iotune.study.volumes import Volume, check_distinct, parse_volume
+from iotune.study.volumes import Volume, check_distinct, member_faults, parse_volume
 from iotune.train.presets import get_preset
 
 SINGLE = Volume("single", "/mnt/a", None, ("nvme0n1",))
@@ -105,3 +107,43 @@ def test_report_rows_per_volume_and_the_step_against_drives() -> None:
     assert "stops being drive-bound at 4 drives" in d.caption
     # one volume size only: nothing to draw
     assert fg.step_vs_drives(runs[1:2]) is None
+
+
+def _sysfs(root: Path, files: dict[str, str]) -> SysTree:
+    for rel, text in files.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text + "\n")
+    return SysTree(root)
+
+
+def test_a_failing_member_is_named(tmp_path: Path) -> None:
+    """After a failed run, the study names what is wrong with the volume's drives (sysfs as
+    the kernel writes it: nvme controller state, md member and array state)."""
+    well = {
+        "sys/block/nvme1n1/device/state": "live",
+        "sys/block/nvme2n1/device/state": "live",
+        "sys/block/md0/md/array_state": "clean",
+        "sys/block/md0/md/dev-nvme1n1/state": "in_sync",
+        "sys/block/md0/md/dev-nvme2n1/state": "in_sync",
+    }
+    assert member_faults(_sysfs(tmp_path / "ok", well), RAID2) == []
+    gone = {k: v for k, v in well.items() if "nvme2n1" not in k} | {
+        "sys/block/md0/md/array_state": "broken"
+    }
+    assert member_faults(_sysfs(tmp_path / "gone", gone), RAID2) == [
+        "drive nvme2n1 is gone (no /sys/block/nvme2n1)",
+        "array md0 is broken",
+    ]
+    dead = well | {
+        "sys/block/nvme1n1/device/state": "dead",
+        "sys/block/md0/md/dev-nvme1n1/state": "faulty,write_error",
+    }
+    assert member_faults(_sysfs(tmp_path / "dead", dead), RAID2) == [
+        "drive nvme1n1: its controller is dead",
+        "md0 marks its member nvme1n1 faulty",
+    ]
+    # a plain drive: its own state only
+    assert member_faults(_sysfs(tmp_path / "one", {}), SINGLE) == [
+        "drive nvme0n1 is gone (no /sys/block/nvme0n1)"
+    ]
