@@ -315,11 +315,13 @@ def check_libaio(tree: SysTree) -> Check:
     )
 
 
-def probe_torch(build: bool, timeout: float = 600.0) -> dict[str, Any]:
-    """Run the torch/DeepSpeed probe in a worker process (it imports torch and may JIT-build)."""
+def probe_torch(build: bool, timeout: float = 600.0, bf16_cost: bool = False) -> dict[str, Any]:
+    """Run the torch/DeepSpeed probe in a worker process (it imports torch and may JIT-build;
+    with *bf16_cost* it also times bf16 against float32 on the CPU)."""
+    args = [*(["--build"] if build else []), *(["--bf16-cost"] if bf16_cost else [])]
     try:
         done = proc.run(
-            command("iotune.workers.torch_probe", *(["--build"] if build else [])),
+            command("iotune.workers.torch_probe", *args),
             timeout=timeout,
             env=worker_env(),
         )
@@ -513,7 +515,7 @@ def run_checks(
         check_tool("fio", "fio", ["--version"], r"fio-([\d.]+)", {Family.SWEEP}),
         check_libaio(tree),
     ]
-    info = torch_info if torch_info is not None else probe_torch(build_ops)
+    info = torch_info if torch_info is not None else probe_torch(build_ops, bf16_cost=True)
     checks += checks_from_torch(info)
     checks += [check_bf16(tree, info), check_memory(tree), check_memlock()]
     return checks

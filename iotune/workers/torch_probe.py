@@ -58,7 +58,7 @@ def cpu_bf16(torch: Any, measure: bool = True) -> dict[str, Any]:
     return out
 
 
-def probe(build: bool) -> dict[str, Any]:
+def probe(build: bool, bf16_cost: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"torch": None, "cuda": None, "gpus": [], "deepspeed": None, "aio": None}
     try:
         import torch
@@ -67,7 +67,9 @@ def probe(build: bool) -> dict[str, Any]:
         return out
     out["torch"] = torch.__version__
     out["cuda"] = torch.version.cuda
-    out["cpu_bf16"] = cpu_bf16(torch)
+    # timing emulated bf16 takes seconds on an AVX2 host, minutes in an emulated guest: only
+    # doctor asks what it costs
+    out["cpu_bf16"] = cpu_bf16(torch, measure=bf16_cost)
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
@@ -191,6 +193,7 @@ def warm_code() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", action="store_true")
+    parser.add_argument("--bf16-cost", action="store_true", help="time bf16 against float32")
     parser.add_argument("--prepare", action="store_true", help="load --ops, warm the code")
     parser.add_argument("--ops", default="")
     parser.add_argument("--no-warm", action="store_true", help="the code is on no traced drive")
@@ -207,7 +210,7 @@ def main() -> None:
             os.environ.setdefault("DS_ACCELERATOR", args.accelerator)
         result = load_ops([n for n in args.ops.split(",") if n], warm=not args.no_warm)
     else:
-        result = probe(args.build)
+        result = probe(args.build, args.bf16_cost)
     report.write(json.dumps(result) + "\n")
     report.flush()
 
