@@ -72,6 +72,17 @@ def parse_volume(text: str) -> tuple[str, str, str | None]:
     return name, path.strip(), opt.strip() or None
 
 
+def root_disks(tree: SysTree) -> set[str]:
+    """The drives behind /; none where / is on no drive (a guest's 9p or virtiofs root, a
+    container's overlay): then no volume can share one with it."""
+    from iotune.trace.targets import resolve_path
+
+    try:
+        return set(resolve_path(tree, "/").disks)
+    except UsageError:
+        return set()
+
+
 def probe_volume(
     tree: SysTree, name: str, path: str, aio: str | None, force: bool = False
 ) -> Volume:
@@ -102,7 +113,7 @@ def probe_volume(
         )
     t = resolve_path(tree, str(p))
     if not force:
-        root = set(resolve_path(tree, "/").disks)
+        root = root_disks(tree)
         shared = sorted(root & set(t.disks))
         if shared:
             raise UsageError(

@@ -147,3 +147,11 @@ def test_a_failing_member_is_named(tmp_path: Path) -> None:
     assert member_faults(_sysfs(tmp_path / "one", {}), SINGLE) == [
         "drive nvme0n1 is gone (no /sys/block/nvme0n1)"
     ]
+
+
+def test_a_root_on_no_drive_shares_none(tmp_path: Path) -> None:
+    """/ on a filesystem no drive backs (here a sysfs tree without the root's device, as in
+    a guest whose root is 9p): no volume lies on the root drive, rather than an error."""
+    from iotune.study.volumes import root_disks
+
+    assert root_disks(SysTree(tmp_path)) == set()
