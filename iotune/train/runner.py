@@ -183,24 +183,30 @@ def ops_for(cfg: dict[str, Any], accelerator: str) -> list[str]:
 NO_DRIVE_FS = frozenset({"9p", "virtiofs", "nfs", "nfs4", "cifs", "smb3", "tmpfs", "ramfs"})
 
 
-def code_on(disks: tuple[str, ...], tree: SysTree | None = None) -> bool:
-    """Whether the training worker's code (its packages, the op cache) may lie on one of
-    *disks*: True unless every folder of it is known to be elsewhere."""
+def code_drives(tree: SysTree | None = None) -> set[str] | None:
+    """The drives the training worker's code (its packages, the op cache) lies on; None
+    where a folder of it lies on a filesystem this host names no drive for."""
     from iotune.trace.targets import resolve_path
     from iotune.workers.torch_probe import code_roots
 
     tree = tree or SysTree("/")
     ext = {**os.environ, **worker_env()}.get("TORCH_EXTENSIONS_DIR")
+    drives: set[str] = set()
     for root in code_roots(ext):
         if fstype(Path(root)) in NO_DRIVE_FS:
             continue  # a network or memory filesystem: on no drive of this host
         try:
-            on = resolve_path(tree, root).disks
+            drives |= set(resolve_path(tree, root).disks)
         except (OSError, IotuneError):
-            return True  # not known: warm it
-        if set(on) & set(disks):
-            return True
-    return False
+            return None
+    return drives
+
+
+def code_on(disks: tuple[str, ...], tree: SysTree | None = None) -> bool:
+    """Whether the training worker's code may lie on one of *disks*: True unless every
+    folder of it is known to be elsewhere."""
+    drives = code_drives(tree)
+    return drives is None or bool(drives & set(disks))
 
 
 def load_ops(

@@ -139,25 +139,16 @@ def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
 def test_the_code_is_warmed_only_where_it_lies_on_a_traced_drive() -> None:
     """iotune.train.runner.code_on: the virtualenv's own drive holds the code; a drive that
     holds none of it does not (and then the run reads no code into the page cache)."""
-    from iotune.errors import IotuneError
     from iotune.probes.sysfs import SysTree
     from iotune.trace.targets import resolve_path
-    from iotune.train.runner import NO_DRIVE_FS, code_on, fstype
-    from iotune.workers import worker_env
-    from iotune.workers.torch_probe import code_roots
+    from iotune.train.runner import code_drives, code_on
 
-    ext = {**os.environ, **worker_env()}.get("TORCH_EXTENSIONS_DIR")
-    for root in code_roots(ext):
-        if fstype(Path(root)) in NO_DRIVE_FS:
-            continue
-        try:
-            resolve_path(SysTree("/"), root)
-        except (OSError, IotuneError):
-            # a folder of the code on a filesystem this host's sysfs names no drive for (a
-            # sandbox's root): where the code lies is not known, so it is warmed anyway
-            assert code_on(("no-such-disk",)) is True
-            return
-    mine = resolve_path(SysTree("/"), sys.prefix).disks
+    if code_drives() is None:
+        # a folder of the code on a filesystem this host's sysfs names no drive for (a
+        # sandbox's root): where the code lies is not known, so it is warmed anyway
+        assert code_on(("no-such-disk",)) is True
+        return
     assert code_on(("no-such-disk",)) is False
+    mine = resolve_path(SysTree("/"), sys.prefix).disks
     if mine:  # the virtualenv lies on a block device (not 9p, tmpfs, ...)
         assert code_on(mine) is True
