@@ -41,6 +41,7 @@ def _new_spec(
     point_timeout: float,
     swap_pattern: str | None = None,
     swap_rounds: int = 2,
+    swap_set: tuple[str, ...] = (),
     **_: Any,
 ) -> SweepSpec:
     """A fresh sweep's spec from the option strings (the other options are not part of it)."""
@@ -61,6 +62,11 @@ def _new_spec(
         ops=comma_list(ops, str, "--ops"),
     )
     sp.check_ops(space.ops)
+    if swap_set and not swap_pattern:
+        raise UsageError(
+            "--set changes the --swap-pattern preset, and none is named",
+            hint="iotune sweep-aio --target DIR --swap-pattern tiny_opt_nvme --set model.num_hidden_layers=1",
+        )
     return SweepSpec(
         target=str(Path(target).resolve()),
         space=space,
@@ -74,6 +80,7 @@ def _new_spec(
         point_timeout_s=point_timeout,
         swap_preset=swap_pattern,
         swap_rounds=swap_rounds,
+        swap_sets=tuple(swap_set),
     )
 
 
@@ -163,6 +170,14 @@ def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
     show_default=True,
     help="Steps of swapping timed by --swap-pattern.",
 )
+@click.option(
+    "--set",
+    "swap_set",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override the --swap-pattern preset as 'iotune run --set' does (its model, "
+    "seq_len, ds.* keys), so the rehearsal swaps the files of the run you will start.",
+)
 @click.option("--out", type=click.Path(), help="Run directory (default results/sweep-DATE-TIME).")
 @click.option("--resume", type=click.Path(), help="Continue the sweep in this run directory.")
 @click.option(
@@ -189,6 +204,7 @@ def sweep_aio(
     point_timeout: float,
     swap_pattern: str | None,
     swap_rounds: int,
+    swap_set: tuple[str, ...],
     out: str | None,
     resume: str | None,
     write_config: str | None,
@@ -240,11 +256,12 @@ def _check_swap(spec: SweepSpec) -> None:
     import shutil
 
     from iotune.sweep import swap
-    from iotune.train.presets import get_preset
+    from iotune.train.presets import preset_with
     from iotune.units import GIB
 
-    aio = get_preset(spec.swap_preset or "").aio or {"block_size": min(spec.space.block_size)}
-    _, need = swap.plan(spec.swap_preset or "", aio)
+    preset = preset_with(spec.swap_preset or "", spec.swap_sets)
+    aio = preset.aio or {"block_size": min(spec.space.block_size)}
+    _, need = swap.plan(spec.swap_preset or "", aio, spec.swap_sets)
     free = shutil.disk_usage(spec.target).free
     if free < need * 1.05:
         raise UsageError(
@@ -261,8 +278,8 @@ def _swap(spec: SweepSpec, run_dir: Path, aio: dict[str, Any]) -> dict[str, Any]
     from iotune.sweep.render import swap_line
 
     preset = spec.swap_preset or ""
-    point, _ = swap.plan(preset, aio)
-    done = swap.find(run_dir, preset, swap.config_of(point))
+    point, _ = swap.plan(preset, aio, spec.swap_sets)
+    done = swap.find(run_dir, preset, swap.config_of(point), spec.swap_sets)
     if done is None:
         _say(
             f"iotune: rehearsing {preset}'s optimizer swapping ({spec.swap_rounds} step(s)) at "

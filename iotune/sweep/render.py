@@ -173,8 +173,9 @@ def print_result(
 
 def swap_line(r: dict[str, Any]) -> str:
     """One line for a swap rehearsal's record."""
+    name = " ".join([r["preset"], *(f"--set {x}" for x in r.get("sets", []))])
     head = (
-        f"{r['preset']}'s optimizer swapping at block {format_size(r['block_size'])}, queue "
+        f"{name}'s optimizer swapping at block {format_size(r['block_size'])}, queue "
         f"depth {r['queue_depth']}, {r['threads']} thread(s)"
     )
     if r.get("status") != "ok":

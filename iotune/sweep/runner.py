@@ -46,6 +46,7 @@ class SweepSpec:
     point_timeout_s: float
     swap_preset: str | None = None  # also rehearse this preset's optimizer swapping
     swap_rounds: int = 2
+    swap_sets: tuple[str, ...] = ()  # --set overrides of swap_preset (its model, its config)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -55,7 +56,7 @@ class SweepSpec:
     @staticmethod
     def from_json(d: dict[str, Any]) -> SweepSpec:
         space = sp.Space(**{k: tuple(v) for k, v in d["space"].items()})
-        return SweepSpec(**{**d, "space": space})
+        return SweepSpec(**{**d, "space": space, "swap_sets": tuple(d.get("swap_sets", ()))})
 
 
 def load_spec(path: str) -> SweepSpec:

@@ -21,13 +21,16 @@ SWAP = "swap.jsonl"
 CONFIG_KEYS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
 
 
-def plan(preset_name: str, aio: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The worker's input for *preset_name* at the aio block *aio*, and the bytes its files
-    take on the target. Refuses a preset whose optimizer state is not on NVMe."""
+def plan(
+    preset_name: str, aio: dict[str, Any], sets: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], int]:
+    """The worker's input for *preset_name* (with the --set overrides *sets*) at the aio
+    block *aio*, and the bytes its files take on the target. Refuses a preset whose
+    optimizer state is not on NVMe."""
     from iotune.train.estimate import swap_layout
-    from iotune.train.presets import ds_config, get_preset
+    from iotune.train.presets import ds_config, preset_with
 
-    preset = get_preset(preset_name)
+    preset = preset_with(preset_name, sets)
     cfg = ds_config(preset, aio=aio)
     layout = swap_layout(preset, cfg)
     if not any(s for s, _ in layout):
@@ -43,7 +46,7 @@ def plan(preset_name: str, aio: dict[str, Any]) -> tuple[dict[str, Any], int]:
         "overlap_events": bool(aio.get("overlap_events", True)),
     }
     space = sum(12 * s + 4 * sum(gs) for s, gs in layout)
-    return {"preset": preset_name, **config, "layout": layout}, space
+    return {"preset": preset_name, "sets": list(sets), **config, "layout": layout}, space
 
 
 def config_of(aio: dict[str, Any]) -> dict[str, Any]:
@@ -55,10 +58,17 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
     return list(read_records(f)) if f.exists() else []
 
 
-def find(run_dir: Path, preset_name: str, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The finished rehearsal of *preset_name* at *config* in *run_dir*, if any."""
+def find(
+    run_dir: Path, preset_name: str, config: dict[str, Any], sets: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """The finished rehearsal of *preset_name* (with *sets*) at *config* in *run_dir*, if any."""
     for r in records(run_dir):
-        if r.get("status") == "ok" and r["preset"] == preset_name and config_of(r) == config:
+        if (
+            r.get("status") == "ok"
+            and r["preset"] == preset_name
+            and r.get("sets", []) == list(sets)
+            and config_of(r) == config
+        ):
             return r
     return None
 

@@ -127,20 +127,27 @@ def swap_bandwidth(
     path: Path, aio: dict[str, Any], preset: str, swap_bytes: int
 ) -> Bandwidth | None:
     """The sweep's rehearsal of DeepSpeed's optimizer swapping (``sweep-aio --swap-pattern``)
-    at exactly the run's aio block: the rehearsal of this preset, else the one whose bytes
-    per step are nearest (with a note). None when the sweep has none at that block."""
+    at exactly the run's aio block: the one that read this run's bytes per step (this
+    preset's first), else the one whose bytes per step are nearest (with a note). None when the sweep has none at that block."""
     from iotune.sweep import swap
 
     d = path if path.is_dir() else path.parent
     at = [r for r in swap.records(d) if r.get("status") == "ok" and not any(_distance(r, aio))]
     if not at:
         return None
-    r = min(at, key=lambda r: (r["preset"] != preset, abs(r["read_bytes"] - swap_bytes)))
+
+    def same(r: dict[str, Any]) -> bool:  # the run's files (DeepSpeed pads each a little)
+        return bool(abs(r["read_bytes"] - swap_bytes) <= 0.01 * swap_bytes)
+
+    r = min(
+        at,
+        key=lambda r: (not same(r), r["preset"] != preset, abs(r["read_bytes"] - swap_bytes)),
+    )
     note = (
         None
-        if r["preset"] == preset
+        if r["preset"] == preset and same(r)
         else f"bandwidth from the swap rehearsal of {r['preset']} "
-        f"({r['read_bytes'] / GIB:.2f} GiB read per step)"
+        f"({r['read_bytes'] / GIB:.3f} GiB read per step, this run {swap_bytes / GIB:.3f})"
     )
     rounds = len(r["rounds"])
     return Bandwidth(

@@ -486,3 +486,61 @@ def test_study_table_shows_no_estimate_beside_a_run_that_swaps_nothing() -> None
     assert cells["WRITE GiB/step (est.)"][0] == "-"
     m, e = recs["opt_nvme_1b"]["measured"], recs["opt_nvme_1b"]["estimate"]
     assert cells["READ GiB/step (est.)"][1] == f"{m['read_gib']:.2f} ({e['read_gib']:.2f})"
+
+
+def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
+    tmp_path: Path,
+) -> None:
+    from iotune.sweep import swap
+    from iotune.train.estimate import swapped_counts
+    from iotune.train.presets import preset_with
+
+    aio = get_preset("tiny_opt_nvme").aio
+    sets = ("model.num_hidden_layers=1", "model.vocab_size=1024")
+    whole, need_whole = swap.plan("tiny_opt_nvme", aio)
+    cut, need_cut = swap.plan("tiny_opt_nvme", aio, sets)
+    p = preset_with("tiny_opt_nvme", sets)
+    sw = swapped_counts(p, ds_config(p, aio=aio))
+    assert cut["sets"] == list(sets) and whole["sets"] == []
+    assert sum(s for s, _ in cut["layout"]) == sw.n_s
+    assert need_cut == 12 * sw.n_s + 4 * sw.n_g < need_whole
+    # find() tells the two rehearsals apart by their sets
+    base = {"status": "ok", "preset": "tiny_opt_nvme", **swap.config_of(cut)}
+    (tmp_path / swap.SWAP).write_text(json.dumps({**base, "sets": list(sets)}) + "\n")
+    assert swap.find(tmp_path, "tiny_opt_nvme", swap.config_of(cut), sets) is not None
+    assert swap.find(tmp_path, "tiny_opt_nvme", swap.config_of(cut)) is None
+
+
+def test_prediction_notes_a_rehearsal_of_other_files_than_the_runs(tmp_path: Path) -> None:
+    """The same preset's rehearsal with other --set values (another size) is taken with a
+    note; the rehearsal of the run's own bytes is taken before it, without one."""
+    from iotune.train.predict import measured_inputs
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for f in ("points.jsonl", "result.json"):
+        (sweep / f).write_text((DATA / "sweep-aio" / f).read_text())
+    aio = json.loads((sweep / "result.json").read_text())["aio"]
+    p = get_preset("opt_nvme_1b")
+    cfg = ds_config(p, aio=aio)
+    small = {**_swap_record("opt_nvme_1b", aio, 1.0 * GIB, 1.0 * GIB), "read_bytes": 10**9}
+    (sweep / "swap.jsonl").write_text(json.dumps(small) + "\n")
+    bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
+    assert bw is not None and bw.pattern == "swap" and bw.read == 1.0 * GIB
+    assert bw.note is not None and "0.931 GiB read per step" in bw.note
+    own = _swap_record("opt_nvme_1b", aio, 1.5 * GIB, 1.25 * GIB)
+    with (sweep / "swap.jsonl").open("a") as f:
+        f.write(json.dumps(own) + "\n")
+    bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
+    assert bw is not None and bw.read == 1.5 * GIB and bw.note is None
+
+
+def test_sweep_set_without_a_swap_pattern_is_refused() -> None:
+    r = CliRunner().invoke(
+        cli_mod.cli,
+        ["sweep-aio", "--target", "/tmp", "--set", "model.num_hidden_layers=1"],
+        prog_name="iotune",
+    )
+    assert r.exit_code == 2, r.output
+    assert "--set changes the --swap-pattern preset" in r.output
+    assert "Traceback" not in r.output
