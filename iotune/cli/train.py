@@ -130,7 +130,8 @@ def _exit_after_run(result: dict[str, Any]) -> None:
     code = result["exit_code"]
     if code:
         click.echo(
-            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)",
+            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)"
+            + (f": {result['error']}" if result.get("error") else ""),
             err=True,
         )
         click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)

@@ -111,6 +111,7 @@ def summarize_run(
         "error": (
             f"the training worker exited {run.get('exit_code')} after "
             f"{run.get('steps_done', 0)} step(s)"
+            + (f": {run['error']}" if run.get("error") else "")
             if failed
             else None
         ),

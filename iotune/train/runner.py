@@ -846,6 +846,12 @@ def build_result(
 ) -> dict[str, Any]:
     out = req.out
     every = list(read_records(out / "steps.jsonl")) if (out / "steps.jsonl").exists() else []
+    # what stopped a failed worker (rank N: its exception), for the record and the message
+    errors = [
+        f"rank {e['rank']}: {e['error']}" if e.get("rank") else e["error"]
+        for e in every
+        if e.get("event") == "error"
+    ]
     every = merge_ranks(every)
     # the table's rows: initialisation and the optimizer steps ("ready" only marks where the
     # training's own I/O starts)
@@ -973,6 +979,7 @@ def build_result(
         "notes": req.notes,
         "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),
         "exit_code": (trace or {}).get("exit_code"),
+        "error": "; ".join(errors) or None,
         "wall_s": round(time.time() - started, 2),
         "out": str(out),
     }

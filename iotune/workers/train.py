@@ -176,10 +176,23 @@ def with_nvme_path(ds_config: dict[str, Any], path: str | None) -> dict[str, Any
 def main() -> None:
     stdout_to_stderr()
     spec = json.loads(Path(sys.argv[-1]).read_text())
-    run_dir = Path(spec["run_dir"])
     rank = int(os.environ.get("RANK", "0"))
+    events = Events(Path(spec["run_dir"]), rank, socket.gethostname())
+    try:
+        train(spec, events, rank)
+    except Exception as exc:
+        # the cause goes into the run's record (a failed study run names it); the
+        # traceback still goes to stderr
+        lines = str(exc).strip().splitlines()
+        events.emit(
+            {"event": "error", "error": f"{type(exc).__name__}: {lines[0] if lines else ''}"[:400]}
+        )
+        raise
+
+
+def train(spec: dict[str, Any], events: Events, rank: int) -> None:
+    """Build the model and the DeepSpeed engine, then run the steps, emitting events."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    events = Events(run_dir, rank, socket.gethostname())
     os.environ.setdefault("DS_ACCELERATOR", spec["accelerator"])
     for k, v in {
         "RANK": "0",

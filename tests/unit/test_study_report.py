@@ -238,6 +238,25 @@ def test_a_run_document_becomes_the_studys_record() -> None:
     assert forward_backward(doc) == pytest.approx(statistics.median(fb), abs=1e-4)
 
 
+def test_a_failed_runs_record_names_the_workers_exception() -> None:
+    doc = json.loads(RUN_DOC.read_text())
+    failed = {
+        **doc,
+        "exit_code": 1,
+        "steps_done": 1,
+        "error": "AssertionError: param 7 already assigned swap buffer id 18",
+    }
+    r = summarize_run(failed)
+    assert r["status"] == "failed"
+    assert r["error"] == (
+        "the training worker exited 1 after 1 step(s): "
+        "AssertionError: param 7 already assigned swap buffer id 18"
+    )
+    assert summarize_run({**failed, "error": None})["error"] == (
+        "the training worker exited 1 after 1 step(s)"
+    )
+
+
 # ------------------------------------------------------------------------------- report
 
 
