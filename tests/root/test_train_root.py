@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from iotune.probes.cpu import bf16_support
+from tests.io_rules import param_reads_shift_ok
 from tests.root.conftest import IOTUNE, LoopDevices, interrupt_after_steps, iotune, iotune_json
 
 MIB = 1 << 20
@@ -283,12 +284,9 @@ def test_params_offload_runs_with_sized_buffers(
     steady = doc["io_steps"][2:]
     for s in steady:
         assert 0 <= s["write"]["bytes"] - pred["write"] <= FS_WRITES, s["label"]
-        # a parameter still in a swap buffer at the optimizer step is updated there and not
-        # read again, and the prefetch may pull the next forward's in before the step's end:
-        # a step reads the model's bytes give or take whole parameter files (multiples of
-        # 1 MiB, the embedding 62.5 MiB), never more than one fetch of them all
-        off = abs(s["read"]["bytes"] - pred["read"])
-        assert off <= fetch and off % MIB in (0, MIB // 2), (s["label"], off)
+        # give or take whole parameter files (the embedding's is 62.5 MiB)
+        off = s["read"]["bytes"] - pred["read"]
+        assert param_reads_shift_ok(off, est["swapped"]["n_p"]), (s["label"], off)
     # over the steady steps the shifts cancel but for what crossed the first or last boundary
     total = sum(s["read"]["bytes"] for s in steady)
     assert abs(total - len(steady) * pred["read"]) <= fetch

@@ -1,0 +1,15 @@
+"""What the traced bytes of a run must be against the I/O model, shared by the tiers that
+train (root on a loop device, vm on throttled NVMe drives and md arrays)."""
+
+from __future__ import annotations
+
+MIB = 1 << 20
+
+
+def param_reads_shift_ok(off: int, n_p: int) -> bool:
+    """A steady step of parameter offload reads the model's bytes give or take whole
+    parameter files: a parameter still in a swap buffer at the optimizer step is updated
+    there and not read again, and the prefetch may pull the next forward's in before the
+    step's end. Whole files are multiples of 1 MiB (the fp32 files of the tiny presets) or
+    of half of it, and never more than one fetch of them all (4 bytes an element)."""
+    return abs(off) <= 4 * n_p and abs(off) % MIB in (0, MIB // 2)
