@@ -44,3 +44,18 @@ def binary_size(n: int) -> str:
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"
     return f"{n} B"
+
+
+def scale_for(peak: float) -> tuple[str, float]:
+    """The binary unit that shows amounts up to *peak* bytes (or bytes/s) with useful digits:
+    GiB from 1 GiB, else MiB from 1 MiB, else KiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if peak >= scale:
+            return unit, float(scale)
+    return "KiB", 1024.0
+
+
+def amount(n: float, per: str = "") -> str:
+    """Bytes (or bytes/s with per='/s') in the unit that fits them: 1.50 GiB, 25.0 MiB/s."""
+    unit, scale = scale_for(n)
+    return f"{n / scale:.2f} {unit}{per}" if unit == "GiB" else f"{n / scale:.1f} {unit}{per}"

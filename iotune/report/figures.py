@@ -18,7 +18,7 @@ from matplotlib.patches import Rectangle
 
 from iotune.report import tables as tb
 from iotune.report.load import AioSweep, ReportData
-from iotune.units import GIB, binary_size
+from iotune.units import binary_size, scale_for
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -293,6 +293,7 @@ def sweep_heatmap(sweep: AioSweep) -> Drawn | None:
         return None
     ops = [o for o in ("read", "write") if any(r["op"] == o for r in sweep.records)]
     fig, axes = plt.subplots(1, len(ops), figsize=(5.2 * len(ops), 4.2), squeeze=False)
+    unit, scale = scale_for(max(float(r["bw_bytes_s"]) for r in sweep.records))
     for ax, op in zip(axes[0], ops, strict=True):
         mine = [r for r in sweep.records if r["op"] == op]
         bss = sorted({r["block_size"] for r in mine})
@@ -300,7 +301,7 @@ def sweep_heatmap(sweep: AioSweep) -> Drawn | None:
         grid = [[math.nan] * len(bss) for _ in qds]
         for r in mine:
             i, j = qds.index(r["queue_depth"]), bss.index(r["block_size"])
-            v = float(r["bw_bytes_s"]) / GIB
+            v = float(r["bw_bytes_s"]) / scale
             if math.isnan(grid[i][j]) or v > grid[i][j]:
                 grid[i][j] = v
         im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
@@ -324,10 +325,10 @@ def sweep_heatmap(sweep: AioSweep) -> Drawn | None:
         ax.set_ylabel("queue depth")
         f = tb.fio_best(sweep, op)
         ax.set_title(
-            f"{op}, GiB/s" + (f" (fio best {f / GIB:.2f})" if f else " (no fio ceiling)"),
+            f"{op}, {unit}/s" + (f" (fio best {f / scale:.2f})" if f else " (no fio ceiling)"),
             fontsize=10,
         )
-        fig.colorbar(im, ax=ax, label="GiB/s")
+        fig.colorbar(im, ax=ax, label=f"{unit}/s")
     fig.suptitle(f"DeepSpeed AIO bandwidth: {sweep.name}", fontsize=10)
     fig.tight_layout()
     return Drawn(

@@ -9,7 +9,7 @@ from typing import Any
 
 from iotune.report.load import AioSweep
 from iotune.train.presets import load_presets
-from iotune.units import GIB, binary_size
+from iotune.units import binary_size, scale_for
 
 Table = tuple[list[str], list[list[str]]]  # header, rows
 
@@ -219,7 +219,9 @@ def fio_best(sweep: AioSweep, op: str) -> float | None:
 
 def sweep_table(sweep: AioSweep) -> Table:
     """Best point per op, against fio's best over the same grid."""
-    header = ["Op", "Block", "QD", "Threads", "GiB/s", "fio best GiB/s", "% of fio best"]
+    every = [float(r["bw_bytes_s"]) for r in [*sweep.records, *sweep.ceilings] if r.get("op")]
+    unit, scale = scale_for(max(every, default=0.0))
+    header = ["Op", "Block", "QD", "Threads", f"{unit}/s", f"fio best {unit}/s", "% of fio best"]
     rows = []
     for op in ("read", "write"):
         mine = [r for r in sweep.records if r.get("op") == op]
@@ -233,8 +235,8 @@ def sweep_table(sweep: AioSweep) -> Table:
                 binary_size(b["block_size"]),
                 str(b["queue_depth"]),
                 str(b["threads"]),
-                f"{b['bw_bytes_s'] / GIB:.2f}",
-                "-" if f is None else f"{f / GIB:.2f}",
+                f"{b['bw_bytes_s'] / scale:.2f}",
+                "-" if f is None else f"{f / scale:.2f}",
                 "-" if f is None else f"{b['bw_bytes_s'] / f:.0%}",
             ]
         )

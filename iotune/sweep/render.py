@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from iotune.render import err_console
-from iotune.units import GIB, format_size
+from iotune.units import amount, format_size, scale_for
 
 if TYPE_CHECKING:
     from iotune.sweep.runner import Sweep
@@ -47,11 +47,7 @@ def run_with_progress(sweep: Sweep, *, quiet: bool) -> tuple[list[dict[str, Any]
         task = progress.add_task("sweep", total=sweep.expected(), completed=len(sweep.records))
 
         def on_point(rec: dict[str, Any], n: int, total: int) -> None:
-            bw = (
-                f"{rec['bw_bytes_s'] / GIB:.2f} GiB/s"
-                if rec.get("status") == "ok"
-                else rec.get("status")
-            )
+            bw = amount(rec["bw_bytes_s"], "/s") if rec.get("status") == "ok" else rec.get("status")
             progress.update(
                 task,
                 completed=n,
@@ -80,6 +76,7 @@ def phase_label(r: Any) -> str:
 def sweep_table(df: Any) -> Table:
     """Every point, one row each (a DataFrame sorted by the caller)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
+    unit, scale = scale_for(float(df["bw_bytes_s"].max()) if len(df) else 0.0)
     for col in (
         "OP",
         "BLOCK",
@@ -88,8 +85,8 @@ def sweep_table(df: Any) -> Table:
         "SINGLE",
         "OVERLAP",
         "PHASE",
-        "GiB/s",
-        "SPREAD GiB/s",
+        f"{unit}/s",
+        f"SPREAD {unit}/s",
         "% FIO",
         "US/BLOCK",
         "CPU CORES",
@@ -106,8 +103,8 @@ def sweep_table(df: Any) -> Table:
             str(bool(r["single_submit"])).lower(),
             str(bool(r["overlap_events"])).lower(),
             phase_label(r),
-            f"{r['bw_bytes_s'] / GIB:.2f}" if ok else "-",
-            f"{r['bw_min'] / GIB:.2f}-{r['bw_max'] / GIB:.2f}" if ok else "-",
+            f"{r['bw_bytes_s'] / scale:.2f}" if ok else "-",
+            f"{r['bw_min'] / scale:.2f}-{r['bw_max'] / scale:.2f}" if ok else "-",
             f"{r['pct_of_fio']:.0f}%"
             if ok and r.get("pct_of_fio") == r.get("pct_of_fio") and r.get("pct_of_fio") is not None
             else "-",
@@ -141,13 +138,13 @@ def print_result(
         n = r.get("measurements")
         pct += f", median of {n} measurements" if n else ""
         con.print(
-            f"best {op}: {r['bw_bytes_s'] / GIB:.2f} GiB/s ({r['bw_bytes_s'] / 1e9:.2f} GB/s{pct}) with "
+            f"best {op}: {amount(r['bw_bytes_s'], '/s')} ({r['bw_bytes_s'] / 1e9:.3g} GB/s{pct}) with "
             f"block {format_size(r['block_size'])}, queue depth {r['queue_depth']}, {r['threads']} thread(s), "
             f"single_submit {str(r['single_submit']).lower()}, overlap_events {str(r['overlap_events']).lower()}"
         )
     for op, f in (result.get("fio_best") or {}).items():
         con.print(
-            f"fio's best {op} over the same grid: {f['bw_bytes_s'] / GIB:.2f} GiB/s "
+            f"fio's best {op} over the same grid: {amount(f['bw_bytes_s'], '/s')} "
             f"(block {format_size(f['block_size'])}, queue depth {f['queue_depth']}, "
             f"{f['jobs']} job(s)); the best AIO {op} is {f['aio_pct']:.0f}% of it"
         )
@@ -181,8 +178,8 @@ def swap_line(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"{head}: {r.get('status')}: {r.get('error', '')}"
     return (
-        f"{head}: read {r['read_bytes'] / GIB:.2f} GiB at {r['read_bw_bytes_s'] / GIB:.2f} GiB/s, "
-        f"write {r['write_bytes'] / GIB:.2f} GiB at {r['write_bw_bytes_s'] / GIB:.2f} GiB/s "
+        f"{head}: read {amount(r['read_bytes'])} at {amount(r['read_bw_bytes_s'], '/s')}, "
+        f"write {amount(r['write_bytes'])} at {amount(r['write_bw_bytes_s'], '/s')} "
         f"({r['files']} files, median of {len(r['rounds'])} round(s))"
     )
 

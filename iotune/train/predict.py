@@ -36,7 +36,7 @@ from iotune.records import read_records
 from iotune.sweep.threads import THREADS_RESULT
 from iotune.train.estimate import Estimate
 from iotune.train.presets import Preset
-from iotune.units import GIB, binary_size
+from iotune.units import GIB, amount, binary_size
 
 
 @dataclass(frozen=True)
@@ -283,19 +283,16 @@ def predict(
         rd = 12 * sw.n_s + 4 * sw.n_g
         wr = 12 * sw.n_s
         how = " (swap rehearsal)" if bw.pattern == "swap" else ""
-        terms.append((f"read {rd / GIB:.2f} GiB at {bw.read / GIB:.2f} GiB/s{how}", rd / bw.read))
+        terms.append((f"read {amount(rd)} at {amount(bw.read, '/s')}{how}", rd / bw.read))
         terms.append((adam_what, adam_s))
-        terms.append(
-            (f"write {wr / GIB:.2f} GiB at {bw.write / GIB:.2f} GiB/s{how}", wr / bw.write)
-        )
+        terms.append((f"write {amount(wr)} at {amount(bw.write, '/s')}{how}", wr / bw.write))
         # parameters on NVMe too: the step writes the updated parameters back (the I/O
         # model's steady write beyond the optimizer state and the gradients)
         back = max(0, est.steady_step.write - wr - 4 * sw.n_g)
         if back:
             terms.append(
                 (
-                    f"write {back / GIB:.2f} GiB of updated parameters at "
-                    f"{bw.write / GIB:.2f} GiB/s{how}",
+                    f"write {amount(back)} of updated parameters at {amount(bw.write, '/s')}{how}",
                     back / bw.write,
                 )
             )
@@ -313,8 +310,8 @@ def predict(
             step += fetch / bw.read
             terms.append(
                 (
-                    f"read {fetch / GIB:.2f} GiB of parameters in forward + backward at "
-                    f"{bw.read / GIB:.2f} GiB/s{how}",
+                    f"read {amount(fetch)} of parameters in forward + backward at "
+                    f"{amount(bw.read, '/s')}{how}",
                     fetch / bw.read,
                 )
             )
@@ -328,7 +325,7 @@ def predict(
             step += extra
             terms.append(
                 (
-                    f"gradients written in backward, {grads / GIB:.2f} GiB in "
+                    f"gradients written in backward, {amount(grads)} in "
                     f"{grads / bw.write:.2f} s, beyond the {hidden:.2f} s of backward it "
                     "overlaps",
                     extra,

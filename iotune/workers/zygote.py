@@ -36,6 +36,11 @@ import time
 from typing import Any
 
 PRELOAD = ("torch", "deepspeed", "transformers.models.llama.modeling_llama")
+#: imported too where this DeepSpeed has them: deepspeed.initialize imports the Muon
+#: optimizer to check the optimizer it is given, and that module wraps functions in
+#: torch.compile at import, which imports torch's inductor (36 s of a 54 s initialisation
+#: in an emulated guest, in every worker)
+OPTIONAL = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 FDS = 3  # stdin, stdout, stderr
 
 
@@ -70,6 +75,10 @@ def serve(path: str, preload: tuple[str, ...]) -> None:
     t0 = time.monotonic()
     for name in preload:
         importlib.import_module(name)
+    if preload == PRELOAD:
+        for name in OPTIONAL:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -563,3 +563,13 @@ def test_sweep_set_without_a_swap_pattern_is_refused() -> None:
     assert r.exit_code == 2, r.output
     assert "--set changes the --swap-pattern preset" in r.output
     assert "Traceback" not in r.output
+
+
+def test_amounts_and_rates_take_the_unit_that_shows_them() -> None:
+    from iotune.units import amount, scale_for
+
+    assert amount(1.5 * GIB, "/s") == "1.50 GiB/s"
+    assert amount(2 * 2**20, "/s") == "2.0 MiB/s"
+    assert amount(26_223_616) == "25.0 MiB"
+    assert amount(4096) == "4.0 KiB"
+    assert scale_for(0.9 * GIB) == ("MiB", 2.0**20)
