@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from iotune.train.estimate import Estimate
 from iotune.train.predict import AdamRate, Bandwidth, Baseline, Prediction, predict
 from iotune.train.presets import Preset
-from iotune.units import GIB
+from iotune.units import amount
 
 #: usable bytes/s per lane after line coding, by link speed in GT/s (PCIe 1.0 to 6.0)
 _PER_LANE = {2.5: 0.25e9, 5.0: 0.5e9, 8.0: 0.985e9, 16.0: 1.969e9, 32.0: 3.938e9, 64.0: 7.877e9}
@@ -36,7 +36,7 @@ class Limit:
     source: str
 
     def describe(self) -> str:
-        v = f"{self.value / GIB:.2f} GiB/s" if self.unit == "B/s" else f"{self.value:.2f} s"
+        v = amount(self.value, "/s") if self.unit == "B/s" else f"{self.value:.2f} s"
         return f"{self.what}: {v} ({self.source})"
 
 

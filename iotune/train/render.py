@@ -12,7 +12,7 @@ from iotune.trace.render import other_io_line
 from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
 from iotune.train.presets import Preset, model_element_size, resolve_dtype, study_differences
 from iotune.train.study import StudyRow, study_row
-from iotune.units import GIB, binary_size, format_size
+from iotune.units import GIB, binary_size, format_size, scale_for
 
 
 def _gib(n: int | None) -> str:
@@ -449,16 +449,18 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
 
 def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
     """--drives: the step on K drives, what bounds it, and the answer to --target-step."""
+    top = max((max(p["read_bw_bytes_s"], p["write_bw_bytes_s"]) for p in plan["plans"]), default=0)
+    unit, scale = scale_for(top)
     t = Table(
         box=None,
         pad_edge=False,
         header_style="bold",
-        title="RAID0 of K drives like the swept one (GiB = 2^30 bytes)",
+        title=f"RAID0 of K drives like the swept one ({unit} = 2^{int(scale).bit_length() - 1} bytes)",
     )
     for col in (
         "DRIVES",
-        "READ GiB/s",
-        "WRITE GiB/s",
+        f"READ {unit}/s",
+        f"WRITE {unit}/s",
         "BOUND BY",
         "OPTIMIZER s",
         "STEP s",
@@ -470,8 +472,8 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
         wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
         t.add_row(
             str(p["drives"]),
-            f"{p['read_bw_bytes_s'] / GIB:.2f}",
-            f"{p['write_bw_bytes_s'] / GIB:.2f}",
+            f"{p['read_bw_bytes_s'] / scale:.2f}",
+            f"{p['write_bw_bytes_s'] / scale:.2f}",
             p["bound_by"],
             "-" if p["optimizer_s"] is None else f"{p['optimizer_s']:.2f}",
             "-" if p["step_s"] is None else f"{p['step_s']:.2f}",
