@@ -31,7 +31,7 @@ die() { printf 'setup: error: %s\n' "$1" >&2; [ -n "${2:-}" ] && printf 'hint: %
 [ "$(id -u)" -eq 0 ] || die "scripts/setup.sh needs root (it installs packages and mounts tracefs)" \
     "run: sudo scripts/setup.sh $mode"
 command -v apt-get >/dev/null || die "apt-get not found: this script supports Debian and Ubuntu" \
-    "install the packages listed in README.md by hand, then 'pip install -e .[train]'"
+    "install the packages listed in docs/setup.md by hand, then 'pip install -e .[train]'"
 
 . /etc/os-release
 release="$(uname -r)"
@@ -52,7 +52,7 @@ for p in "${pkgs[@]}"; do
 done
 
 # Kernel headers for bcc: the running kernel's own package if the distribution has one;
-# otherwise the distribution's generic headers, linked below (see README).
+# otherwise the distribution's generic headers, linked below (see docs/setup.md).
 headers_dir="/lib/modules/$release/build"
 link_headers=no
 if [ ! -e "$headers_dir/include" ] && [ ! -e /sys/kernel/kheaders.tar.xz ]; then
