@@ -17,7 +17,7 @@ from iotune.render import console, emit_json, err_console
 from iotune.units import GIB
 
 if TYPE_CHECKING:
-    from iotune.train.runner import Gpus
+    from iotune.train.preflight import Gpus
 
 
 def _gib(b: int | None) -> str:
@@ -85,7 +85,7 @@ def _beside(measured: float | None, estimated: float | None) -> str:
 
 
 def _gpu(items: list[Any]) -> Gpus | None:
-    from iotune.train.runner import gpu_info
+    from iotune.train.preflight import gpu_info
 
     return gpu_info() if any(it.preset.accelerator == "cuda" for it in items) else None
 

@@ -24,7 +24,7 @@ from iotune.train.predict import Baseline
 from iotune.train.presets import Preset, apply_sets, ds_config, get_preset, parse_sets
 
 if TYPE_CHECKING:
-    from iotune.train.runner import Gpus
+    from iotune.train.preflight import Gpus
 
 SPEC = "study.json"
 RUNS = "runs.jsonl"
@@ -143,7 +143,7 @@ def _pid_alive(pid: int) -> bool:
 def clear_in_flight(out: Path, p: Preset, nvme: Path | None, run: str | None = None) -> list[str]:
     """What a run killed in flight left: its directory (kept aside under runs/.partial/) and
     its swap directory on the offload path (removed unless its process still lives)."""
-    from iotune.train.runner import SWAP_PREFIX
+    from iotune.train.preflight import SWAP_PREFIX
 
     said = []
     run = run or p.name
@@ -213,6 +213,7 @@ def run_study(
     from iotune.sweep.result import load_aio
     from iotune.train import runner as tr
     from iotune.train.predict import measured_inputs
+    from iotune.train.preflight import Refused
 
     items = spec.presets()
     aios = {it.volume: load_aio(spec.aio_config_for(it.volume)) for it in items}
@@ -255,7 +256,7 @@ def run_study(
         )
         try:
             prep = tr.prepare(req)
-        except (tr.Refused, UsageError) as exc:
+        except (Refused, UsageError) as exc:
             reason = exc.message + (f" ({exc.hint})" if exc.hint else "")
             r = {**rec.skipped(p, reason, _est(p, aio)), **tag}
             _append(out, done, r, progress, f"{it.name}: skipped: {exc.message}")
@@ -336,6 +337,7 @@ def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str,
 
     from iotune.sweep.result import load_aio
     from iotune.train import runner as tr
+    from iotune.train.preflight import Refused
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="iotune-plan-") as tmp:
@@ -353,7 +355,7 @@ def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str,
             reason = None
             try:
                 tr.prepare(req)
-            except (tr.Refused, UsageError) as exc:
+            except (Refused, UsageError) as exc:
                 reason = exc.message
             rows.append(plan_row(it, _est(p, aio), reason))
     return rows

@@ -14,15 +14,9 @@ import pytest
 from iotune.errors import UsageError
 from iotune.train.estimate import estimate, rank_tensors
 from iotune.train.launch import Launch, launch_command, place, plan_launch, read_hostfile
+from iotune.train.preflight import Resources, preflight, swap_dir_users
 from iotune.train.presets import ds_config, preset_with
-from iotune.train.runner import (
-    Resources,
-    merge_ranks,
-    per_drive,
-    per_rank,
-    preflight,
-    swap_dir_users,
-)
+from iotune.train.results import merge_ranks, per_drive, per_rank
 
 GIB = 2**30
 
@@ -233,6 +227,10 @@ def test_a_busy_offload_directory_is_named(tmp_path: Path) -> None:
     data.write_text("x")
     with held.open("rb") as fh, data.open() as other:
         sleeper = subprocess.Popen(["sleep", "30"], stdin=fh, stdout=other)
+    # until the child has exec'd it is a copy of this interpreter, named after it
+    comm = Path(f"/proc/{sleeper.pid}/comm")
+    while comm.read_text().strip() != "sleep":
+        os.sched_yield()
     try:
         (tmp_path / f"iotune-swap-run-{sleeper.pid}").mkdir()
         (tmp_path / "iotune-swap-old-999999999").mkdir()  # no such process: a leftover

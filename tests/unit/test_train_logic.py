@@ -17,6 +17,7 @@ from iotune.probes.cpu import Bf16Support, bf16_support
 from iotune.probes.sysfs import SysTree
 from iotune.train import data as tdata
 from iotune.train.estimate import estimate
+from iotune.train.preflight import Resources, Shortfall, preflight
 from iotune.train.presets import (
     PresetError,
     apply_sets,
@@ -28,7 +29,6 @@ from iotune.train.presets import (
     preset_with,
     resolve_dtype,
 )
-from iotune.train.runner import Resources, Shortfall, preflight
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 STRATEGIES = (
@@ -382,7 +382,8 @@ def test_aio_config_is_read_from_a_sweep_run_or_a_ds_config(tmp_path: Path) -> N
 def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     """build_result on the files a real tiny_opt_nvme run left (tests/data/run-tiny-opt-nvme)."""
     from iotune.trace.targets import Targets
-    from iotune.train.runner import Prepared, RunRequest, build_result, write_result
+    from iotune.train.results import build_result, write_result
+    from iotune.train.runner import Prepared, RunRequest
 
     src = DATA / "run-tiny-opt-nvme"
     out = tmp_path / "run"
@@ -471,7 +472,7 @@ def test_run_refuses_bad_data_and_a_used_run_directory(tmp_path: Path) -> None:
 
 
 def test_ops_for_names_every_op_the_run_would_build_at_start_up() -> None:
-    from iotune.train.runner import ops_for
+    from iotune.train.preflight import ops_for
 
     def ops(name: str) -> list[str]:
         p = get_preset(name)
@@ -561,7 +562,7 @@ def test_zenflow_runs_at_stage_3_and_refuses_what_cannot_run() -> None:
 
 
 def test_zenflow_moves_nvme_bytes_only_at_update_boundaries() -> None:
-    from iotune.train.runner import _update_window
+    from iotune.train.results import _update_window
 
     z = get_preset("opt_nvme_zenflow_1b")
     plain = get_preset("opt_nvme_1b")

@@ -137,11 +137,11 @@ def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
 
 
 def test_the_code_is_warmed_only_where_it_lies_on_a_traced_drive() -> None:
-    """iotune.train.runner.code_on: the virtualenv's own drive holds the code; a drive that
+    """iotune.train.preflight.code_on: the virtualenv's own drive holds the code; a drive that
     holds none of it does not (and then the run reads no code into the page cache)."""
     from iotune.probes.sysfs import SysTree
     from iotune.trace.targets import resolve_path
-    from iotune.train.runner import code_drives, code_on
+    from iotune.train.preflight import code_drives, code_on
 
     if code_drives() is None:
         # a folder of the code on a filesystem this host's sysfs names no drive for (a
