@@ -5,55 +5,33 @@ the exact fix, and names the command families (raid, sweep, trace, train) that n
 from __future__ import annotations
 
 import ctypes.util
-import enum
 import os
 import platform
 import re
 import resource
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from iotune import proc
-from iotune.errors import CommandFailed, IotuneError, NotRootError, last_line
+
+# the checks other commands make too live in iotune.checks; the doctor shows them all
+from iotune.checks import (
+    ALL,
+    Check,
+    Family,
+    Status,
+    check_bcc,
+    check_block_tracepoint,
+    import_bcc,
+    probe_torch,
+    tracefs_dir,
+)
+from iotune.errors import IotuneError, NotRootError, last_line
 from iotune.paths import bpf_source
 from iotune.probes.cpu import bf16_support
 from iotune.probes.meminfo import meminfo
 from iotune.probes.sysfs import SysTree
 from iotune.units import GIB
-from iotune.workers import command, worker_env
-
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-
-
-class Family(enum.StrEnum):
-    RAID = "raid"
-    SWEEP = "sweep"
-    TRACE = "trace"
-    TRAIN = "train"
-
-
-ALL = frozenset(Family)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    found: str
-    fix: str | None = None
-    needed_by: frozenset[Family] = field(default_factory=frozenset)
-
-
-def tracefs_dir(tree: SysTree) -> str | None:
-    for rel in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
-        if tree.exists(f"{rel}/events"):
-            return rel
-    return None
 
 
 def check_root() -> Check:
@@ -122,44 +100,6 @@ def check_tracefs(tree: SysTree) -> Check:
     )
 
 
-def check_block_tracepoint(tree: SysTree) -> Check:
-    base = tracefs_dir(tree)
-    if base is None:
-        return Check(
-            "block tracepoints",
-            Status.FAIL,
-            "tracefs not mounted, cannot look",
-            "mount tracefs first",
-            frozenset({Family.TRACE}),
-        )
-    fmt = tree.read(f"{base}/events/block/block_rq_issue/format")
-    if fmt is None:
-        return Check(
-            "block tracepoints",
-            Status.FAIL,
-            "block:block_rq_issue does not exist",
-            "the kernel needs CONFIG_BLK_DEV_IO_TRACE / tracepoints in the block layer",
-            frozenset({Family.TRACE}),
-        )
-    fields = re.findall(r"field:[^;]*?(\w+)(?:\[\d*\])?;", fmt)
-    wanted = {"dev", "sector", "nr_sector", "bytes", "rwbs"}
-    missing = sorted(wanted - set(fields))
-    if missing:
-        return Check(
-            "block tracepoints",
-            Status.FAIL,
-            f"block:block_rq_issue lacks field(s) {', '.join(missing)}",
-            "iotune's tracer needs dev, sector, nr_sector, bytes and rwbs (kernel 5.x+)",
-            frozenset({Family.TRACE}),
-        )
-    return Check(
-        "block tracepoints",
-        Status.PASS,
-        "block:block_rq_issue with dev, sector, nr_sector, bytes, rwbs",
-        needed_by=frozenset({Family.TRACE}),
-    )
-
-
 def check_headers(tree: SysTree) -> Check:
     release = platform.release()
     build = f"/lib/modules/{release}/build"
@@ -193,35 +133,13 @@ def check_headers(tree: SysTree) -> Check:
     )
 
 
-def _bcc() -> Any:
-    import bcc  # system python3-bpfcc, linked into the virtualenv by scripts/setup.sh
-
-    return bcc
-
-
-def check_bcc() -> Check:
-    try:
-        bcc = _bcc()
-    except ImportError as exc:
-        return Check(
-            "bcc",
-            Status.FAIL,
-            f"cannot import bcc ({exc})",
-            "apt-get install python3-bpfcc bpfcc-tools; then scripts/setup.sh links it into "
-            "the virtualenv (bcc is not on PyPI)",
-            frozenset({Family.TRACE}),
-        )
-    version = getattr(bcc, "__version__", "?")
-    return Check("bcc", Status.PASS, f"bcc {version}", needed_by=frozenset({Family.TRACE}))
-
-
 def check_bpf_load(tree: SysTree) -> Check:
     """Compile, load and attach bpf/probe.bpf.c to block:block_rq_issue, then detach."""
     families = frozenset({Family.TRACE})
     if os.geteuid() != 0:
         return Check("BPF load", Status.FAIL, "not tried: needs root", "run as root", families)
     try:
-        bcc = _bcc()
+        bcc = import_bcc()
     except ImportError:
         return Check("BPF load", Status.FAIL, "not tried: bcc missing", "see 'bcc'", families)
     source = bpf_source("probe.bpf.c")
@@ -313,24 +231,6 @@ def check_libaio(tree: SysTree) -> Check:
         "apt-get install libaio-dev (DeepSpeed builds its async_io op against it)",
         families,
     )
-
-
-def probe_torch(build: bool, timeout: float = 600.0, bf16_cost: bool = False) -> dict[str, Any]:
-    """Run the torch/DeepSpeed probe in a worker process (it imports torch and may JIT-build;
-    with *bf16_cost* it also times bf16 against float32 on the CPU)."""
-    args = [*(["--build"] if build else []), *(["--bf16-cost"] if bf16_cost else [])]
-    try:
-        done = proc.run(
-            command("iotune.workers.torch_probe", *args),
-            timeout=timeout,
-            env=worker_env(),
-        )
-    except CommandFailed as exc:
-        return {"worker_error": exc.message}
-    try:
-        return proc.worker_json(done)
-    except CommandFailed as exc:
-        return {"worker_error": exc.message}
 
 
 def checks_from_torch(info: dict[str, Any]) -> list[Check]:

@@ -13,6 +13,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from iotune.errors import UsageError
+
+#: files of a run directory that more than one command reads (sweep-aio writes the first,
+#: sweep-threads the second; estimate, run and study predict from them)
+SWEEP_RESULT = "result.json"
+SWAP_REHEARSALS = "swap.jsonl"
+THREADS_RESULT = "threads.json"
+
 
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, enums, paths, tuples and mappings → plain JSON values."""
@@ -67,3 +75,37 @@ def host_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def swap_rehearsals(run_dir: Path) -> list[dict[str, Any]]:
+    """A sweep's rehearsals of DeepSpeed's optimizer swapping (``sweep-aio --swap-pattern``)."""
+    f = run_dir / SWAP_REHEARSALS
+    return list(read_records(f)) if f.exists() else []
+
+
+def load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
+    """--aio-config: a `sweep-aio` run directory, its result.json, or a DeepSpeed config.
+
+    Returns the aio block and where it came from ("preset" when no path is given)."""
+    if path is None:
+        return None, "preset"
+    p = Path(path)
+    f = p / SWEEP_RESULT if p.is_dir() else p
+    try:
+        doc = json.loads(f.read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"--aio-config {path}: no such file",
+            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--aio-config {f}: not JSON ({exc.msg})", hint="name a DeepSpeed JSON config"
+        ) from exc
+    aio = doc.get("aio") if isinstance(doc, dict) else None
+    if not isinstance(aio, dict) or not isinstance(aio.get("block_size"), int):
+        raise UsageError(
+            f'--aio-config {f} has no "aio" block with a block_size',
+            hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
+        )
+    return aio, str(f)

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from iotune import doctor
+from iotune.checks import Check, Family, Status
 from iotune.cli.options import STATE, json_option
 from iotune.errors import IotuneError
 from iotune.probes.sysfs import SysTree
@@ -15,7 +16,7 @@ from iotune.render import console, emit_json
 STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
-def _checks_table(checks: list[doctor.Check]) -> Table:
+def _checks_table(checks: list[Check]) -> Table:
     """One row per check: its status and what was found, with the fix under a failure."""
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
     table.add_column("CHECK")
@@ -23,7 +24,7 @@ def _checks_table(checks: list[doctor.Check]) -> Table:
     table.add_column("FOUND / FIX", overflow="fold")
     for c in checks:
         text = Text(c.found)
-        if c.fix and c.status is not doctor.Status.PASS:
+        if c.fix and c.status is not Status.PASS:
             text.append(f"\n  fix: {c.fix}", style="cyan")
         table.add_row(c.name, Text(c.status.value, style=STATUS_STYLE[c.status.value]), text)
     return table
@@ -33,7 +34,7 @@ def _checks_table(checks: list[doctor.Check]) -> Table:
 @click.option(
     "--for",
     "family",
-    type=click.Choice([f.value for f in doctor.Family]),
+    type=click.Choice([f.value for f in Family]),
     help="Exit non-zero unless everything this command family needs is present.",
 )
 @click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs) before checking.")

@@ -48,7 +48,7 @@ def run_preset(
     launcher: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
-    from iotune.sweep.result import load_aio
+    from iotune.records import load_aio
     from iotune.train import runner as train_runner
     from iotune.train.data import check_inputs
     from iotune.train.launch import plan_launch
@@ -276,7 +276,7 @@ def estimate_cmd(
     as DeepSpeed swaps; the step adds the baseline's forward + backward and the
     gradients written during backward.
     """
-    from iotune.sweep.result import load_aio
+    from iotune.records import load_aio
     from iotune.train.estimate import estimate
     from iotune.train.predict import measured_inputs, predict
     from iotune.train.presets import ds_config, preset_with

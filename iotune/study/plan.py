@@ -7,7 +7,14 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.train.estimate import Estimate
-from iotune.train.presets import Preset, apply_sets, get_preset, load_presets, parse_sets
+from iotune.train.presets import (
+    Preset,
+    apply_sets,
+    base_name,
+    get_preset,
+    load_presets,
+    parse_sets,
+)
 
 
 @dataclass(frozen=True)
@@ -35,12 +42,6 @@ def grid_values(presets: dict[str, Preset]) -> tuple[list[str], list[str], list[
             if v not in seq:
                 seq.append(v)  # type: ignore[arg-type]
     return sizes, strategies, gas
-
-
-def base_name(name: str) -> str:
-    """The preset a grid name was made from: opt_nvme_1b_ga4 -> opt_nvme_1b."""
-    head, _, tail = name.rpartition("_ga")
-    return head if head and tail.isdigit() else name
 
 
 def with_ga(p: Preset, ga: int) -> Preset:

@@ -5,10 +5,10 @@ run was traced per request)."""
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
+from iotune.train.results import backward_median, forward_backward, optimizer_median
 from iotune.units import GIB
 
 #: the per-step row a run is represented by: ZenFlow's mean over one update interval when
@@ -35,36 +35,6 @@ def _estimate_row(run: dict[str, Any], per: dict[str, Any] | None) -> dict[str, 
         if hit:
             return dict(hit)
     return next((dict(r) for r in rows if r["case"] == "estimate: steady step"), None)
-
-
-def _later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The step events after the first (the first carries the first update's extra I/O),
-    or the only one."""
-    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
-    return steps[1:] or steps
-
-
-def forward_backward(run: dict[str, Any]) -> float | None:
-    """Median forward + backward (all micro-steps) of the steps after the first."""
-    vals = [
-        float(e.get("forward_s") or 0)
-        + float(e.get("backward_s") or 0)
-        + float(e.get("accumulate_s") or 0)
-        for e in _later_steps(run)
-    ]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def backward_median(run: dict[str, Any]) -> float | None:
-    """Median backward (all micro-steps) of the steps after the first."""
-    vals = [float(e["backward_s"]) for e in _later_steps(run) if e.get("backward_s") is not None]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def optimizer_median(run: dict[str, Any]) -> float | None:
-    """Median optimizer step of the steps after the first."""
-    vals = [float(e["optimizer_s"]) for e in _later_steps(run) if e.get("optimizer_s") is not None]
-    return round(statistics.median(vals), 4) if vals else None
 
 
 def drives(trace: dict[str, Any] | None) -> list[dict[str, Any]]:

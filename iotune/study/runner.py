@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from iotune.errors import IotuneError, UsageError
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
-from iotune.study.plan import Item, base_name, eta, plan_row, weight, with_ga
+from iotune.study.plan import Item, eta, plan_row, weight, with_ga
 from iotune.study.volumes import Volume, member_faults
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
-from iotune.train.presets import Preset, apply_sets, ds_config, get_preset, parse_sets
+from iotune.train.presets import Preset, apply_sets, base_name, ds_config, get_preset, parse_sets
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus
@@ -210,7 +210,7 @@ def run_study(
     gpu: Gpus | None,
 ) -> list[dict[str, Any]]:
     """Run every item without a record; returns every record, in the grid's order."""
-    from iotune.sweep.result import load_aio
+    from iotune.records import load_aio
     from iotune.train import runner as tr
     from iotune.train.predict import measured_inputs
     from iotune.train.preflight import Refused
@@ -335,7 +335,7 @@ def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str,
     """Each run with its estimate and whether it fits this host now (and why not)."""
     import tempfile
 
-    from iotune.sweep.result import load_aio
+    from iotune.records import load_aio
     from iotune.train import runner as tr
     from iotune.train.preflight import Refused
 

@@ -87,7 +87,7 @@ def probe_volume(
     tree: SysTree, name: str, path: str, aio: str | None, force: bool = False
 ) -> Volume:
     """The volume behind *path*, checked (module docstring)."""
-    from iotune.sweep.runner import o_direct_error
+    from iotune.checks import o_direct_error
     from iotune.trace.targets import resolve_path
 
     p = Path(path).resolve()

@@ -10,16 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iotune.errors import IotuneError, UsageError
+from iotune.errors import IotuneError
 from iotune.probes.sysfs import SysTree
+from iotune.records import SWEEP_RESULT as RESULT
 from iotune.records import to_jsonable
 from iotune.sweep import space as sp
 from iotune.sweep.config import write_config as merge_config
 
 if TYPE_CHECKING:
     from iotune.sweep.runner import Sweep
-
-RESULT = "result.json"
 
 
 @dataclass(frozen=True)
@@ -140,31 +139,3 @@ def nvme_path_hints(tree: SysTree, target: Path) -> list[str]:
         f'"offload_optimizer": {{"device": "nvme", "nvme_path": "{target}"}} and '
         f'"offload_param": {{"device": "nvme", "nvme_path": "{target}"}} (ZeRO stage 3)'
     ]
-
-
-def load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
-    """--aio-config: a `sweep-aio` run directory, its result.json, or a DeepSpeed config.
-
-    Returns the aio block and where it came from ("preset" when no path is given)."""
-    if path is None:
-        return None, "preset"
-    p = Path(path)
-    f = p / RESULT if p.is_dir() else p
-    try:
-        doc = json.loads(f.read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(
-            f"--aio-config {path}: no such file",
-            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--aio-config {f}: not JSON ({exc.msg})", hint="name a DeepSpeed JSON config"
-        ) from exc
-    aio = doc.get("aio") if isinstance(doc, dict) else None
-    if not isinstance(aio, dict) or not isinstance(aio.get("block_size"), int):
-        raise UsageError(
-            f'--aio-config {f} has no "aio" block with a block_size',
-            hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
-        )
-    return aio, str(f)

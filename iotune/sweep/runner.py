@@ -5,7 +5,6 @@ data files removed on every exit path."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
@@ -17,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from iotune import doctor, proc
+from iotune import proc
+from iotune.checks import fstype, o_direct_error, probe_torch
 from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError, last_line
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
@@ -72,7 +72,7 @@ def load_spec(path: str) -> SweepSpec:
 
 def check_gpu(spec: SweepSpec) -> None:
     """--gpu/--gds points need a CUDA GPU that torch sees."""
-    if spec.gpu and not doctor.probe_torch(build=False).get("gpus"):
+    if spec.gpu and not probe_torch(build=False).get("gpus"):
         raise UsageError(
             "--gpu/--gds need a CUDA GPU, and torch sees none",
             hint="drop --gpu/--gds on this host",
@@ -82,7 +82,7 @@ def check_gpu(spec: SweepSpec) -> None:
 def load_aio_op() -> None:
     """Build (or just load) DeepSpeed's async_io op once, before any point: the first JIT
     build takes minutes, which no point's timeout should pay for."""
-    op_probe = doctor.probe_torch(build=True, timeout=3600)
+    op_probe = probe_torch(build=True, timeout=3600)
     aio_state = op_probe.get("aio") or {}
     if not aio_state.get("loaded"):
         reason = (
@@ -149,36 +149,6 @@ def check_target(
             f"target {target} has {free} bytes free, a point needs {need}",
             hint="lower --io-size or free space",
         )
-
-
-def o_direct_error(directory: Path) -> OSError | None:
-    """Create and remove an O_DIRECT file in *directory*: None, or why it failed."""
-    probe = directory / f".iotune-probe-{os.getpid()}"
-    try:
-        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
-        os.close(fd)
-    except OSError as exc:
-        return exc
-    finally:
-        # a read-only volume refuses even the unlink of a file that is not there
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)
-    return None
-
-
-def fstype(path: Path) -> str:
-    """The filesystem type of the longest mount point that is a prefix of *path*."""
-    best, kind = "", "?"
-    with open("/proc/self/mounts") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) < 3:
-                continue
-            mp, p = parts[1], str(path.resolve())
-            inside = p == mp or p.startswith(mp.rstrip("/") + "/")
-            if inside and len(mp) >= len(best):
-                best, kind = parts[1], parts[2]
-    return kind
 
 
 def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict[str, Any]) -> None:

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import append_record, read_records
+from iotune.records import SWAP_REHEARSALS as SWAP
+from iotune.records import append_record
+from iotune.records import swap_rehearsals as records
 from iotune.sweep.runner import run_worker
 from iotune.workers.aio_swap import DIR_PREFIX
 
-SWAP = "swap.jsonl"
 CONFIG_KEYS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
 
 
@@ -51,11 +52,6 @@ def plan(
 
 def config_of(aio: dict[str, Any]) -> dict[str, Any]:
     return {k: aio[k] for k in CONFIG_KEYS}
-
-
-def records(run_dir: Path) -> list[dict[str, Any]]:
-    f = run_dir / SWAP
-    return list(read_records(f)) if f.exists() else []
 
 
 def find(

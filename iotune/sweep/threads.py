@@ -10,12 +10,12 @@ from typing import Any
 
 from iotune import proc
 from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
+from iotune.records import THREADS_RESULT
 from iotune.units import GIB
 from iotune.workers import command, worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 #: a sweep's record, read by 'iotune estimate --threads-config' and 'iotune report'
-THREADS_RESULT = "threads.json"
 #: fp32 parameter, gradient and two Adam moments
 BYTES_PER_PARAM = 16
 

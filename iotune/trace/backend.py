@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from iotune import doctor
+from iotune.checks import Status, check_bcc, check_block_tracepoint, tracefs_dir
 from iotune.errors import IotuneError, NotRootError
 from iotune.probes.sysfs import SysTree
 
@@ -20,7 +20,7 @@ class BackendChoice:
 
 
 def bcc_importable() -> bool:
-    return doctor.check_bcc().status is not doctor.Status.FAIL
+    return check_bcc().status is not Status.FAIL
 
 
 def choose_backend(
@@ -35,8 +35,8 @@ def choose_backend(
         if requested == "bcc" and not is_root:
             raise NotRootError("iotune trace --backend bcc")
         if requested == "bcc":
-            tp = doctor.check_block_tracepoint(tree)
-            if tp.status is doctor.Status.FAIL:
+            tp = check_block_tracepoint(tree)
+            if tp.status is Status.FAIL:
                 raise IotuneError(
                     f"cannot trace with bcc: {tp.found}", hint=tp.fix or "use --backend diskstats"
                 )
@@ -44,12 +44,12 @@ def choose_backend(
     problems = []
     if not is_root:
         problems.append("not root")
-    if doctor.tracefs_dir(tree) is None:
+    if tracefs_dir(tree) is None:
         problems.append("tracefs not mounted")
     if not bcc_available():
         problems.append("bcc not importable")
-    tp = doctor.check_block_tracepoint(tree)
-    if tp.status is doctor.Status.FAIL and doctor.tracefs_dir(tree) is not None:
+    tp = check_block_tracepoint(tree)
+    if tp.status is Status.FAIL and tracefs_dir(tree) is not None:
         problems.append(tp.found)  # e.g. a kernel whose block_rq_issue lacks the bytes field
     if problems:
         return BackendChoice(

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import read_records
-from iotune.sweep.threads import THREADS_RESULT
+from iotune.records import SWAP_REHEARSALS, THREADS_RESULT, read_records, swap_rehearsals
 from iotune.train.estimate import Estimate
 from iotune.train.presets import Preset
 from iotune.units import GIB, amount, binary_size
@@ -128,11 +127,10 @@ def swap_bandwidth(
 ) -> Bandwidth | None:
     """The sweep's rehearsal of DeepSpeed's optimizer swapping (``sweep-aio --swap-pattern``)
     at exactly the run's aio block: the one that read this run's bytes per step (this
-    preset's first), else the one whose bytes per step are nearest (with a note). None when the sweep has none at that block."""
-    from iotune.sweep import swap
-
+    preset's first), else the one whose bytes per step are nearest (with a note). None when
+    the sweep has none at that block."""
     d = path if path.is_dir() else path.parent
-    at = [r for r in swap.records(d) if r.get("status") == "ok" and not any(_distance(r, aio))]
+    at = [r for r in swap_rehearsals(d) if r.get("status") == "ok" and not any(_distance(r, aio))]
     if not at:
         return None
 
@@ -158,7 +156,7 @@ def swap_bandwidth(
             for op in ("read", "write")
         },
         {"read": rounds, "write": rounds},
-        f"{d / swap.SWAP} ({r['preset']}'s optimizer swapping)",
+        f"{d / SWAP_REHEARSALS} ({r['preset']}'s optimizer swapping)",
         note,
         pattern="swap",
     )
@@ -366,13 +364,13 @@ def measured_inputs(
     """The measurements a prediction is made from, as named on the command line: the
     sweep's bandwidth at the run's aio block, CPU Adam's rate at the run's thread count,
     and a baseline run's forward + backward (each None when not given)."""
-    from iotune.study.record import backward_median, forward_backward, optimizer_median
+    from iotune.train.results import backward_median, forward_backward, optimizer_median
 
     aio = cfg.get("aio") or preset.aio
     bw = None
     if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio:
-        from iotune.study.plan import base_name
         from iotune.train.estimate import swapped_counts
+        from iotune.train.presets import base_name
 
         sw = swapped_counts(preset, cfg)
         bw = swap_bandwidth(

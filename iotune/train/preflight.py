@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
+from iotune.checks import fstype, o_direct_error
 from iotune.errors import CommandFailed, IotuneError, UsageError
 from iotune.probes.sysfs import SysTree
-from iotune.sweep.runner import fstype, o_direct_error
 from iotune.train.estimate import Estimate
 from iotune.units import GIB
 from iotune.workers import command as worker_command
@@ -95,7 +95,7 @@ class Gpus:
 
 def gpu_info() -> Gpus:
     """The GPUs, from doctor's torch probe worker (no torch import here)."""
-    from iotune.doctor import probe_torch
+    from iotune.checks import probe_torch
 
     gpus = probe_torch(build=False, timeout=300).get("gpus") or []
     if not gpus:

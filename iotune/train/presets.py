@@ -611,3 +611,9 @@ def min_aio_bytes(cfg: dict[str, Any]) -> int:
     """DeepSpeed swaps only tensors of at least max(1 MiB, aio.block_size) bytes
     (swap_tensor/utils.py MIN_AIO_BYTES, optimizer_utils.py min_aio_bytes)."""
     return max(1 << 20, int(cfg.get("aio", {}).get("block_size", 1 << 20)))
+
+
+def base_name(name: str) -> str:
+    """The preset a grid name was made from: opt_nvme_1b_ga4 -> opt_nvme_1b."""
+    head, _, tail = name.rpartition("_ga")
+    return head if head and tail.isdigit() else name

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
+from iotune.checks import fstype
 from iotune.errors import CommandFailed, UsageError
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import to_jsonable
-from iotune.sweep.runner import fstype
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch, place
 from iotune.train.predict import AdamRate, Bandwidth, Baseline

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
+from iotune.records import load_aio
 from iotune.sweep import result as sweep_result
 from iotune.sweep import space as sp
 from iotune.sweep import threads as sweep_threads
@@ -479,20 +480,20 @@ def test_finish_writes_result_json_that_aio_config_reads_back(tmp_path: Path) ->
     doc = sweep_result.finish(sweep, tmp_path, records, interrupted=False, write_config=None)  # type: ignore[arg-type]
     assert doc["nvme_path_hints"] == [] and "config_written" not in doc
     assert json.loads((tmp_path / "result.json").read_text()) == doc
-    aio, source = sweep_result.load_aio(str(tmp_path))
+    aio, source = load_aio(str(tmp_path))
     assert aio == sp.aio_block(A) and source == str(tmp_path / "result.json")
-    assert sweep_result.load_aio(None) == (None, "preset")
+    assert load_aio(None) == (None, "preset")
 
 
 def test_aio_config_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
-        sweep_result.load_aio(str(tmp_path / "none.json"))
+        load_aio(str(tmp_path / "none.json"))
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(UsageError, match="not JSON"):
-        sweep_result.load_aio(str(tmp_path / "bad.json"))
+        load_aio(str(tmp_path / "bad.json"))
     (tmp_path / "list.json").write_text("[1]")
     with pytest.raises(UsageError, match='no "aio" block with a block_size'):
-        sweep_result.load_aio(str(tmp_path / "list.json"))
+        load_aio(str(tmp_path / "list.json"))
 
 
 def test_resume_needs_a_sweep_run_directory(tmp_path: Path) -> None:
