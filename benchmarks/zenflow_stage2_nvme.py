@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from iotune.train.presets import apply_sets, ds_config, get_preset
+from iotune.train.dsconfig import ds_config
+from iotune.train.presets import apply_sets, get_preset
 from iotune.train.runner import worker_spec
 
 

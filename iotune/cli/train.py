@@ -157,8 +157,9 @@ def presets_group(ctx: click.Context) -> None:
 @json_option
 def presets_list(strategy: str | None, size: str | None) -> None:
     """Every preset: parameter count, geometry, strategy, accumulation and estimated needs."""
+    from iotune.train.dsconfig import ds_config
     from iotune.train.estimate import estimate
-    from iotune.train.presets import ds_config, load_presets
+    from iotune.train.presets import load_presets
     from iotune.train.render import presets_json, presets_table
 
     rows = []
@@ -184,8 +185,9 @@ def presets_list(strategy: str | None, size: str | None) -> None:
 @json_option
 def presets_show(name: str, sets: tuple[str, ...]) -> None:
     """One preset: geometry, parameter count, the DeepSpeed config it runs with, its I/O model."""
+    from iotune.train.dsconfig import ds_config
     from iotune.train.estimate import estimate
-    from iotune.train.presets import ds_config, preset_with
+    from iotune.train.presets import preset_with
     from iotune.train.render import print_estimate
 
     p = preset_with(name, sets)
@@ -277,9 +279,10 @@ def estimate_cmd(
     gradients written during backward.
     """
     from iotune.records import load_aio
+    from iotune.train.dsconfig import ds_config
     from iotune.train.estimate import estimate
     from iotune.train.predict import measured_inputs, predict
-    from iotune.train.presets import ds_config, preset_with
+    from iotune.train.presets import preset_with
     from iotune.train.render import print_estimate, print_prediction
 
     p = preset_with(preset, sets)

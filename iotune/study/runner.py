@@ -18,10 +18,11 @@ from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, eta, plan_row, weight, with_ga
 from iotune.study.volumes import Volume, member_faults
+from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.predict import Baseline
-from iotune.train.presets import Preset, apply_sets, base_name, ds_config, get_preset, parse_sets
+from iotune.train.presets import Preset, apply_sets, base_name, get_preset, parse_sets
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus

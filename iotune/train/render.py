@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from iotune.trace.render import other_io_line
+from iotune.train.dsconfig import model_element_size, study_differences
 from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
-from iotune.train.presets import Preset, model_element_size, resolve_dtype, study_differences
+from iotune.train.presets import Preset, resolve_dtype
 from iotune.train.study import StudyRow, study_row
 from iotune.units import GIB, binary_size, format_size, scale_for
 

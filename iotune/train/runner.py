@@ -27,6 +27,7 @@ from iotune.errors import CommandFailed, UsageError
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import to_jsonable
+from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch, place
 from iotune.train.predict import AdamRate, Bandwidth, Baseline
@@ -43,7 +44,7 @@ from iotune.train.preflight import (
     preflight,
     swap_dir_users,
 )
-from iotune.train.presets import Dtype, Preset, ds_config, resolve_dtype
+from iotune.train.presets import Dtype, Preset, resolve_dtype
 from iotune.train.results import build_result, write_result
 from iotune.units import GIB
 from iotune.workers import command as worker_command

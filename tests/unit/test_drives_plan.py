@@ -11,9 +11,10 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.train.drives import Limit, link_bandwidth, plan_drives, smallest_for
+from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import estimate
 from iotune.train.predict import AdamRate, Bandwidth, Baseline
-from iotune.train.presets import ds_config, get_preset
+from iotune.train.presets import get_preset
 from iotune.units import GIB
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"

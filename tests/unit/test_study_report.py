@@ -21,6 +21,7 @@ from iotune.report import document, figures, tables
 from iotune.report.load import load
 from iotune.study import plan
 from iotune.study.record import forward_backward, summarize_run
+from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import estimate, zenflow_schedule
 from iotune.train.predict import (
     AdamRate,
@@ -30,7 +31,7 @@ from iotune.train.predict import (
     aio_bandwidth,
     predict,
 )
-from iotune.train.presets import ds_config, get_preset
+from iotune.train.presets import get_preset
 from iotune.units import GIB
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"
@@ -420,8 +421,8 @@ def test_resume_takes_no_grid_options() -> None:
 
 @pytest.mark.parametrize("name", ["tiny_opt_nvme", "opt_nvme_1b", "opt_nvme_3b", "opt_nvme_16b"])
 def test_swap_layout_is_the_models_swapped_state_and_gradients(name: str) -> None:
+    from iotune.train.dsconfig import min_aio_bytes
     from iotune.train.estimate import swap_layout, swapped_counts
-    from iotune.train.presets import min_aio_bytes
 
     p = get_preset(name)
     cfg = ds_config(p)

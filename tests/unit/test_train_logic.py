@@ -16,13 +16,12 @@ from iotune.errors import UsageError
 from iotune.probes.cpu import Bf16Support, bf16_support
 from iotune.probes.sysfs import SysTree
 from iotune.train import data as tdata
+from iotune.train.dsconfig import check_ds_config, ds_config
 from iotune.train.estimate import estimate
 from iotune.train.preflight import Resources, Shortfall, preflight
 from iotune.train.presets import (
     PresetError,
     apply_sets,
-    check_ds_config,
-    ds_config,
     get_preset,
     load_presets,
     parse_sets,
