@@ -8,7 +8,6 @@ interruption; the summary files are written in a ``finally`` block.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import model
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
+from iotune.trace.outputs import opjson, other_io, write_outputs
 from iotune.trace.targets import Targets, devno_of, kernel_dev
 
 log = logging.getLogger("iotune.trace")
@@ -306,7 +306,7 @@ class Tracer:
             entry["stacked"] = name in req.targets.stacked
             entry["chunk_bytes"] = chunk_of.get(name)
             for op, st in ops.items():
-                entry[op] = _opjson(st)
+                entry[op] = opjson(st)
             entry["diskstats"] = {
                 "read_ios": kernel.read_ios,
                 "read_bytes": kernel.read_bytes,
@@ -382,7 +382,7 @@ class Tracer:
                 "members": members,
             }
             for op in model.OPS:
-                entry[op] = _opjson(model.merge(per_dev[m][op] for m in members))
+                entry[op] = opjson(model.merge(per_dev[m][op] for m in members))
             arrays.append(entry)
         return {
             "focus_size": req.focus,
@@ -455,53 +455,6 @@ class Tracer:
         return out
 
 
-def other_io(
-    owners: dict[tuple[int, int, int], tuple[int, int]],
-    comms: dict[int, str],
-    devs: dict[str, int],
-) -> dict[str, Any]:
-    """Bytes the traced drives received from the workload and from every other submitter
-    (bio level, before merging): what was not the workload's is named, never folded in."""
-    name_of = {v: k for k, v in devs.items()}
-    workload = {"read": 0, "write": 0}
-    others: dict[tuple[int, str], dict[str, Any]] = {}
-    for (dev, op, tgid), (_bios, sectors) in owners.items():
-        if dev not in name_of or op > 1:
-            continue
-        key = model.OPS[op]
-        if tgid == 0:
-            workload[key] += sectors * 512
-            continue
-        row = others.setdefault(
-            (tgid, name_of[dev]),
-            {
-                "pid": tgid,
-                "comm": comms.get(tgid, "?"),
-                "device": name_of[dev],
-                "read": 0,
-                "write": 0,
-            },
-        )
-        row[key] += sectors * 512
-    rows = sorted(others.values(), key=lambda r: -(r["read"] + r["write"]))
-    rows = [r for r in rows if r["read"] or r["write"]]
-    return {
-        "workload_bytes": workload,
-        "other_bytes": {op: sum(r[op] for r in rows) for op in ("read", "write")},
-        "others": rows,
-    }
-
-
-def _opjson(st: model.OpStats) -> dict[str, Any]:
-    return {
-        "bytes": st.bytes,
-        "requests": st.requests,
-        "focus_requests": st.focus_requests,
-        "other_requests": st.other_requests,
-        "sizes": {str(k): v for k, v in st.sizes.items()},
-    }
-
-
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
@@ -529,48 +482,3 @@ def _stop_child(child: subprocess.Popen[bytes], sig: int, group: bool = False) -
             send(signal.SIGKILL)  # helper processes the workload left behind
     finally:
         signal.signal(signal.SIGINT, old_int)
-
-
-def write_outputs(out: Path, result: dict[str, Any]) -> None:
-    (out / "trace.json").write_text(json.dumps(result, indent=2) + "\n")
-    with (out / "summary.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(
-            [
-                "device",
-                "kind",
-                "op",
-                "bytes",
-                "requests",
-                "focus_size",
-                "focus_requests",
-                "other_requests",
-                "diskstats_ios",
-                "diskstats_bytes",
-            ]
-        )
-        for kind, rows in (("disk", result["devices"]), ("array", result["arrays"])):
-            for d in rows:
-                for op in ("read", "write"):
-                    ks = d.get("diskstats", {})
-                    w.writerow(
-                        [
-                            d["name"],
-                            kind,
-                            op,
-                            d[op]["bytes"],
-                            d[op]["requests"],
-                            result["focus_size"],
-                            d[op]["focus_requests"],
-                            d[op]["other_requests"],
-                            ks.get(f"{op}_ios", ""),
-                            ks.get(f"{op}_bytes", ""),
-                        ]
-                    )
-    with (out / "sizes.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["device", "op", "bytes", "requests"])
-        for d in result["devices"]:
-            for op in model.OPS:
-                for size, n in d[op]["sizes"].items():
-                    w.writerow([d["name"], op, size, n])
