@@ -103,7 +103,7 @@ def run_preset(
 
 def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
     """The estimate and what is about to run, on stderr."""
-    from iotune.train.render import print_estimate
+    from iotune.train.render_plan import print_estimate
 
     print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
     what = (
@@ -160,7 +160,7 @@ def presets_list(strategy: str | None, size: str | None) -> None:
     from iotune.train.dsconfig import ds_config
     from iotune.train.estimate import estimate
     from iotune.train.presets import load_presets
-    from iotune.train.render import presets_json, presets_table
+    from iotune.train.render_plan import presets_json, presets_table
 
     rows = []
     for p in load_presets().values():
@@ -188,7 +188,7 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     from iotune.train.dsconfig import ds_config
     from iotune.train.estimate import estimate
     from iotune.train.presets import preset_with
-    from iotune.train.render import print_estimate
+    from iotune.train.render_plan import print_estimate
 
     p = preset_with(name, sets)
     cfg = ds_config(p)
@@ -283,7 +283,8 @@ def estimate_cmd(
     from iotune.train.estimate import estimate
     from iotune.train.predict import measured_inputs, predict
     from iotune.train.presets import preset_with
-    from iotune.train.render import print_estimate, print_prediction
+    from iotune.train.render import print_prediction
+    from iotune.train.render_plan import print_estimate
 
     p = preset_with(preset, sets)
     aio, _ = load_aio(aio_config)
@@ -310,7 +311,7 @@ def estimate_cmd(
         if pred:
             print_prediction(console(), pred.to_json())
         if plan:
-            from iotune.train.render import print_drive_plan
+            from iotune.train.render_plan import print_drive_plan
 
             print_drive_plan(console(), plan)
 

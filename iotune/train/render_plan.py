@@ -1,0 +1,246 @@
+"""What `iotune presets` and `iotune estimate` print: the presets table, a preset's
+estimate (model, DeepSpeed set-up, the I/O model, host RAM), the step-time prediction and
+the drives planner's table."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from iotune.train.dsconfig import model_element_size, study_differences
+from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
+from iotune.train.presets import Preset, resolve_dtype
+from iotune.train.render import _b, _gib
+from iotune.train.study import StudyRow, study_row
+from iotune.units import GIB, format_size, scale_for
+
+
+def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
+    """`iotune presets list --json`: one object per preset with its estimated needs."""
+    return [
+        {
+            "name": p.name,
+            "size": p.size,
+            "strategy": p.strategy.name,
+            "params": e.params,
+            "geometry": p.geometry.llama_config(),
+            "ga": p.ga,
+            "seq_len": p.seq_len,
+            "accelerator": p.accelerator,
+            "nvme_bytes": e.nvme_bytes,
+            "gpu_bytes": e.gpu_bytes,
+            "host_bytes": e.host_bytes,
+        }
+        for p, e in rows
+    ]
+
+
+def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "PRESET",
+        "PARAMS",
+        "GEOMETRY",
+        "STRATEGY",
+        "GA",
+        "SEQ",
+        "DEVICE",
+        "NVMe GiB",
+        "GPU GiB",
+        "RAM GiB",
+    ):
+        t.add_column(
+            col,
+            justify="right"
+            if col in ("PARAMS", "GA", "SEQ", "NVMe GiB", "GPU GiB", "RAM GiB")
+            else "left",
+        )
+    for p, e in rows:
+        t.add_row(
+            p.name,
+            _b(e.params),
+            p.geometry.describe(),
+            p.strategy.name,
+            str(p.ga),
+            str(p.seq_len),
+            p.accelerator,
+            _gib(e.nvme_bytes) if e.nvme_bytes else "-",
+            _gib(e.gpu_bytes),
+            _gib(e.host_bytes),
+        )
+    return t
+
+
+def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) -> None:
+    def say(text: str) -> None:
+        con.print(text, soft_wrap=True)  # long lines stay whole on a narrow or piped stderr
+
+    n = e.params
+    sw = e.swapped
+    dt = "bf16" if model_element_size(cfg) == 2 else "fp32"
+    say(f"[bold]{p.name}[/]: {p.strategy.about}")
+    say(
+        f"  model     Llama {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
+        f"micro-batch {p.micro_batch} x {p.seq_len} tokens, accumulation {p.ga}, "
+        f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}{dt}, Adam, {p.accelerator}"
+    )
+    if p.accelerator == "cpu":
+        say(f"  dtype     {dt}: {resolve_dtype(p).why}")
+    zo = cfg["zero_optimization"]
+    where = {
+        "optimizer": zo.get("offload_optimizer", {}).get("device", "accelerator"),
+        "parameters": zo.get("offload_param", {}).get("device", "accelerator"),
+    }
+    say(
+        f"  deepspeed ZeRO stage {zo['stage']}, optimizer state on {where['optimizer']}, "
+        f"parameters on {where['parameters']}"
+        + (f", aio block {format_size(cfg['aio']['block_size'])}" if "aio" in cfg else "")
+    )
+    if sw.n_s or sw.n_p:
+        say(
+            f"  swapped   optimizer sub-groups N_s = {sw.n_s:,}, gradients N_g = {sw.n_g:,}"
+            + (f", {dt} parameters N_p = {sw.n_p:,}" if sw.n_p else "")
+        )
+    t = Table(
+        box=None, pad_edge=False, header_style="bold", title="NVMe I/O model (GiB = 2^30 bytes)"
+    )
+    for col in ("", "READ GiB", "WRITE GiB", "READ", "WRITE"):
+        t.add_column(col, justify="left" if not col else "right")
+    rows: list[tuple[str, IoVolume | None]] = [
+        ("initialisation", e.init),
+        ("first step", e.first_step),
+        ("initialisation + first step", e.init_first),
+        ("steady step", e.steady_step),
+    ]
+    if e.first_update is not None and e.update is not None:
+        k = e.update_interval
+        rows += [
+            (f"first update step (step {k})", e.first_update),
+            (f"later update steps ({2 * k}, {3 * k}, ...)", e.update),
+            (f"mean of a later interval ({k} steps)", e.interval_mean(first=False)),
+        ]
+    for label, v in rows:
+        if v is None:
+            continue
+        t.add_row(
+            label,
+            f"{v.read / GIB:.3f}",
+            f"{v.write / GIB:.3f}",
+            per_n(v.read, n),
+            per_n(v.write, n),
+        )
+    if e.nvme_bytes:
+        con.print(t)
+    say(
+        f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), "
+        f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB at its peak "
+        f"(activations {_gib(e.activation_bytes)} GiB)"
+    )
+    for line in study_lines(p, e):
+        say(line)
+    for why in study_differences(p):
+        say(f"  differs from the study: {why}")
+    if e.host is not None:
+        say("  host RAM  (per process; the peak is the steady sum plus the larger transient)")
+        for label, b in e.host.terms():
+            if b:
+                say(f"    {b / GIB:7.1f} GiB  {label}")
+        say(f"    {e.host.steady / GIB:7.1f} GiB  steady; {e.host_bytes / GIB:.1f} GiB peak")
+        zo = cfg.get("zero_optimization", {})
+        sg = int(zo.get("sub_group_size", 1_000_000_000))
+        if zo.get("offload_optimizer", {}).get("device") in ("cpu", "nvme") and sg != 10**9:
+            alt = copy.deepcopy(cfg)
+            alt["zero_optimization"]["sub_group_size"] = 10**9
+            peak = estimate(p, alt).host_bytes
+            if peak != e.host_bytes:
+                say(
+                    f"  sub_group_size {sg:.0e}: DeepSpeed's default (1e9) would peak at "
+                    f"{peak / GIB:.1f} GiB; the step time is the same with both (1B on an "
+                    "H100: benchmarks/results/gpu-study-h100.md)"
+                )
+
+
+def _gib_n(gib: float | None, row: StudyRow) -> str:
+    return "-" if gib is None else f"{gib:.1f} GiB ({row.per_n(gib):.1f}N)"
+
+
+def study_lines(p: Preset, e: Estimate) -> list[str]:
+    """The study's published row for this preset beside the model, per parameter: the study's
+    N (14.22e9) is not this preset's."""
+    row = study_row(p)
+    if row is None:
+        return []
+    n = e.params
+    out = [
+        f"  study     '{row.case}' (its N = {row.params:.4g}): space {_gib_n(row.space_gib, row)}, "
+        f"init + first step read {_gib_n(row.read_gib, row)}, write {_gib_n(row.write_gib, row)}; "
+        f"step {row.step_s} s, optimizer {row.optimizer_s} s"
+    ]
+    if row.read_gib is not None:
+        out.append(
+            f"  model     space {per_n(e.nvme_bytes, n)}, init + first step read "
+            f"{per_n(e.init_first.read, n)}, write {per_n(e.init_first.write, n)} "
+            f"(N = {n:.4g} here)"
+        )
+    return out
+
+
+def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
+    """--drives: the step on K drives, what bounds it, and the answer to --target-step."""
+    top = max((max(p["read_bw_bytes_s"], p["write_bw_bytes_s"]) for p in plan["plans"]), default=0)
+    unit, scale = scale_for(top)
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title=f"RAID0 of K drives like the swept one ({unit} = 2^{int(scale).bit_length() - 1} bytes)",
+    )
+    for col in (
+        "DRIVES",
+        f"READ {unit}/s",
+        f"WRITE {unit}/s",
+        "BOUND BY",
+        "OPTIMIZER s",
+        "STEP s",
+        "WAIT ON DRIVES",
+    ):
+        t.add_column(col, justify="right" if col != "BOUND BY" else "left")
+    for p in plan["plans"]:
+        io, rest = p["io_s"], p["compute_s"]
+        wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
+        t.add_row(
+            str(p["drives"]),
+            f"{p['read_bw_bytes_s'] / scale:.2f}",
+            f"{p['write_bw_bytes_s'] / scale:.2f}",
+            p["bound_by"],
+            "-" if p["optimizer_s"] is None else f"{p['optimizer_s']:.2f}",
+            "-" if p["step_s"] is None else f"{p['step_s']:.2f}",
+            wait + (" (drive-bound)" if p["drive_bound"] else ""),
+        )
+    con.print(t)
+    con.print("  limits:", soft_wrap=True)
+    for lim in plan["limits"]:
+        con.print(f"    {lim['text']}", soft_wrap=True)
+    for m in plan["missing"]:
+        con.print(f"    {m}", soft_wrap=True)
+    first = plan["plans"][0]
+    for n in first.get("notes") or []:
+        con.print(f"  note: {n}", soft_wrap=True)
+    free = next((p for p in plan["plans"] if p["drive_bound"] is False), None)
+    if free is not None and first["drive_bound"]:
+        con.print(
+            f"  the step stops being drive-bound at {free['drives']} drives: from there it waits "
+            "longer on forward + backward and CPU Adam than on the drives",
+            soft_wrap=True,
+        )
+    if plan.get("target"):
+        con.print(
+            f"target step {plan['target']['step_s']:.2f} s: {plan['target']['answer']}",
+            soft_wrap=True,
+        )
+    if plan.get("study"):
+        s = plan["study"]
+        con.print(f"  study: {s['case']}, {s['step_s']} s measured", soft_wrap=True)
