@@ -360,3 +360,41 @@ def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: La
             label = f"{name} (raid0, {k} drives)" if k > 1 else f"{name} (1 drive)"
             assert any(s in line and label in line for line in md.splitlines()), (s, label)
     assert doc["sweeps"] == len(VOLUMES)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab: Lab) -> None:
+    """Last, as it breaks raid0x2: a study of two runs, the first on raid0x2, loses one of
+    that array's drives (its NVMe controller unplugged from the guest's PCI bus) once the
+    run has initialised. That run fails naming the drive and the broken array; the study
+    goes on and the run on the single drive succeeds."""
+    d = lab.share / "faulty"
+    sets = [a for s in SETS for a in ("--set", s)]
+    lab.guest.spawn(
+        [
+            str(BIN / "iotune"),
+            *("study", "--presets", "tiny_opt_nvme", "--steps", str(STEPS), *sets),
+            *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "single=/tmp/single"),
+            *("--out", str(d)),
+        ],
+        lab.share / "faulty.log",
+        lab.env,
+    )
+    lost = lab.names[VOLUMES["raid0x2"][0]]
+    _wait_for(d / "runs" / "tiny_opt_nvme@raid0x2" / "steps.jsonl", '"init"', 600)
+    lab.guest.run(["sh", "-c", f"echo 1 > /sys/block/{lost}/device/device/remove"]).check()
+    deadline = time.monotonic() + 900
+    while len(runs := _records(d / "runs.jsonl")) < 2:
+        assert time.monotonic() < deadline, (lab.share / "faulty.log").read_text()[-3000:]
+        time.sleep(2)
+    by = {r["volume"]["name"]: r for r in runs}
+    bad, good = by["raid0x2"], by["single"]
+    assert bad["status"] == "failed", bad
+    assert f"drive {lost} is gone" in bad["error"] and "is broken" in bad["error"], bad
+    assert any(lost in f for f in bad["faults"]), bad
+    assert good["status"] == "ok" and good["steps_done"] == STEPS, good
