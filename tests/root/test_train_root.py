@@ -55,7 +55,7 @@ def tiny_opt_nvme_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
             "--out",
             str(out),
         )
-        doc = json.loads(p.stdout)
+        doc: dict[str, Any] = json.loads(p.stdout)
         doc["_dev"] = dev
         doc["_mnt"] = str(mnt)
         doc["_estimate_cli"] = iotune_json("estimate", "tiny_opt_nvme")
