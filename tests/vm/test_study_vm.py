@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from iotune.records import read_records
 from tests.io_rules import param_reads_shift_ok
 from tests.vm import guest_ops
 from tests.vm.guest import Drive, Guest, Result
@@ -182,7 +183,7 @@ def study(lab: Lab, sweeps: dict[str, dict[str, Any]]) -> dict[str, Any]:
         timeout=3600,
     ).check()
     doc = json.loads(r.stdout)
-    runs = [json.loads(line) for line in (d / "runs.jsonl").read_text().splitlines() if line]
+    runs = list(read_records(d / "runs.jsonl"))
     return {"doc": doc, "dir": d, "runs": runs}
 
 
@@ -362,12 +363,6 @@ def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: La
     assert doc["sweeps"] == len(VOLUMES)
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab: Lab) -> None:
     """Last, as it breaks raid0x2: a study of two runs, the first on raid0x2, loses one of
     that array's drives (its NVMe controller unplugged from the guest's PCI bus) once the
@@ -389,7 +384,8 @@ def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab
     _wait_for(d / "runs" / "tiny_opt_nvme@raid0x2" / "steps.jsonl", '"init"', 600)
     lab.guest.run(["sh", "-c", f"echo 1 > /sys/block/{lost}/device/device/remove"]).check()
     deadline = time.monotonic() + 900
-    while len(runs := _records(d / "runs.jsonl")) < 2:
+    runs_file = d / "runs.jsonl"
+    while len(runs := list(read_records(runs_file)) if runs_file.exists() else []) < 2:
         assert time.monotonic() < deadline, (lab.share / "faulty.log").read_text()[-3000:]
         time.sleep(2)
     by = {r["volume"]["name"]: r for r in runs}
