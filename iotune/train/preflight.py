@@ -176,13 +176,29 @@ def code_drives(tree: SysTree | None = None) -> set[str] | None:
     ext = {**os.environ, **worker_env()}.get("TORCH_EXTENSIONS_DIR")
     drives: set[str] = set()
     for root in code_roots(ext):
-        if fstype(Path(root)) in NO_DRIVE_FS:
+        kind = fstype(Path(root))
+        if kind in NO_DRIVE_FS:
             continue  # a network or memory filesystem: on no drive of this host
+        if kind == "overlay" and _overlay_off_drives(tree, root):
+            continue  # an overlay whose every layer is on such a filesystem
         try:
             drives |= set(resolve_path(tree, root).disks)
         except (OSError, IotuneError):
             return None
     return drives
+
+
+def _overlay_off_drives(tree: SysTree, path: str) -> bool:
+    """Whether the overlay *path* is on has every layer on a network or memory filesystem
+    (a VM's tmpfs-over-9p root, say); False where a layer is on a drive or unknown."""
+    from iotune.probes.mounts import mount_of, overlay_layers, read_mounts
+
+    mounts = read_mounts(tree)
+    top = mount_of(mounts, os.path.realpath(path))
+    if top is None or top.fstype != "overlay":
+        return False
+    layers = overlay_layers(mounts, top)
+    return layers is not None and all(m.fstype in NO_DRIVE_FS for m in layers)
 
 
 def code_on(disks: tuple[str, ...], tree: SysTree | None = None) -> bool:

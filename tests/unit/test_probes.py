@@ -15,7 +15,7 @@ from iotune.errors import ProbeError
 from iotune.probes.blockdev import BlockDevice, Transport, Use, find_block_devices
 from iotune.probes.host import RecordedHost, parse_wipefs_json
 from iotune.probes.meminfo import mem_available, meminfo
-from iotune.probes.mounts import read_mounts
+from iotune.probes.mounts import Mount, mount_of, overlay_layers, read_mounts
 from iotune.probes.sysfs import SysTree
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -106,6 +106,45 @@ def test_mountinfo_unescapes_spaces(tmp_path: Path) -> None:
     assert mounts[0].mountpoint == "/mnt/with space"
     assert (mounts[0].devno, mounts[0].fstype, mounts[0].source) == ("7:1", "xfs", "/dev/loop1")
     assert mounts[1].fstype == "proc"
+
+
+def _mounts(tmp_path: Path, text: str) -> list[Mount]:
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "mountinfo").write_text(text)
+    return read_mounts(SysTree(tmp_path))
+
+
+def test_an_overlays_layers_are_placed_as_when_it_was_mounted(tmp_path: Path) -> None:
+    """A VM's /tmp (a QEMU guest as the vm tier boots it, recorded): an overlay whose lower
+    layer is the 9p root's /tmp, hidden by the overlay itself, and whose upper layer is on
+    tmpfs; a share mounted later on top of it is left out."""
+    mounts = _mounts(
+        tmp_path,
+        "23 1 0:21 / / ro,relatime - 9p /dev/root ro,sync,trans=virtio\n"
+        "25 23 0:23 / /run rw,relatime - tmpfs run rw,mode=755\n"
+        "54 23 0:46 / /tmp rw,relatime - overlay virtme_rw_overlay7 rw,lowerdir=/tmp,"
+        "upperdir=/run/tmp/virtme_rw_overlay7/upper,workdir=/run/tmp/virtme_rw_overlay7/work\n"
+        "60 54 0:50 / /tmp/share rw - 9p virtme.initmount0 rw,trans=virtio\n",
+    )
+    top = mount_of(mounts, "/tmp/ci/.venv/lib")
+    assert top is not None and top.fstype == "overlay"
+    layers = overlay_layers(mounts, top)
+    assert layers is not None
+    assert [(m.mountpoint, m.fstype) for m in layers] == [("/", "9p"), ("/run", "tmpfs")]
+
+
+def test_an_overlay_whose_layers_lie_outside_the_namespace_is_unknown(tmp_path: Path) -> None:
+    """A container's root: its layers (host paths, escaped colon included) are on no mount
+    the container sees, so nothing can be said of its drive."""
+    mounts = _mounts(
+        tmp_path,
+        "500 400 0:90 / / rw - overlay overlay rw,lowerdir=/var/lib/docker/l/A\\:B:"
+        "/var/lib/docker/l/C,upperdir=/var/lib/docker/x/diff,workdir=/var/lib/docker/x/work\n"
+        "501 500 0:91 / /proc rw - proc proc rw\n",
+    )
+    top = mount_of(mounts, "/usr/lib")
+    assert top is not None and top.mountpoint == "/"
+    assert overlay_layers(mounts, top) is None
 
 
 def test_typed_reader_raises_on_garbage(tmp_path: Path) -> None:
