@@ -75,10 +75,49 @@ def positive_int(what: str) -> Callable[[str], int]:
     return parse
 
 
+#: your model and DeepSpeed config instead of a preset (estimate, run, trace)
+MODEL_OPTIONS = [
+    click.option(
+        "--model",
+        type=click.Path(),
+        help="Your model instead of a preset: a Hugging Face model folder (its config.json "
+        "is enough; nothing is downloaded), with --ds-config.",
+    ),
+    click.option(
+        "--ds-config",
+        type=click.Path(),
+        help="Your DeepSpeed config (JSON) for --model, run as it is: iotune sets only the "
+        "batch, the dtype and its own swap folder under the offload path.",
+    ),
+    click.option(
+        "--micro-batch",
+        type=click.IntRange(1, 1 << 20),
+        help="With --model: sequences per micro-step (default: the config's, else 1).",
+    ),
+    click.option(
+        "--seq-len",
+        type=click.IntRange(1, 1 << 24),
+        help="With --model: tokens per sequence (default 2048, or the model's maximum).",
+    ),
+    click.option(
+        "--ga",
+        type=click.IntRange(1, 1 << 20),
+        help="With --model: gradient accumulation steps (default: the config's, else 1).",
+    ),
+]
+
+
+def model_options(f: Any) -> Any:
+    for opt in reversed(MODEL_OPTIONS):
+        f = opt(f)
+    return f
+
+
 def run_options(f: Any) -> Any:
     """The options of a training run, shared by `iotune run` and `iotune trace --run`."""
     for opt in reversed(
         [
+            *MODEL_OPTIONS,
             click.option(
                 "--nvme-path",
                 help="Offload directory (default: the preset's); with --ranks, DIR1,DIR2,... "

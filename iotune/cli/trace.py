@@ -40,7 +40,12 @@ def _positive_interval(interval: float) -> None:
 
 
 def _trace_run(
-    preset: str, workload_given: bool, focus_size: str, interval: float, backend: str, **kw: Any
+    preset: str | None,
+    workload_given: bool,
+    focus_size: str,
+    interval: float,
+    backend: str,
+    **kw: Any,
 ) -> None:
     """--run PRESET: the drives behind the preset's offload directory, during its training."""
     from iotune.units import parse_size
@@ -60,6 +65,33 @@ def _trace_run(
         interval=interval,
         focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
         **kw,
+    )
+
+
+def _given(param: str) -> bool:
+    ctx = click.get_current_context()
+    return ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE
+
+
+#: the options a traced script of your own takes (--model, --ds-config and the batch)
+SCRIPT_KEYS = ("model", "ds_config", "micro_batch", "seq_len", "ga", "sets", "ranks")
+
+
+def _script_plan(run_kw: dict[str, Any], device_list: str | None, target: str | None) -> Any:
+    """COMMAND is your own training script: the estimate of its model and config, the
+    drives behind the config's nvme_path (unless --devices/--target say), its aio block."""
+    from iotune.train.script import plan_script
+
+    return plan_script(
+        run_kw.get("model"),
+        run_kw.get("ds_config"),
+        micro_batch=run_kw.get("micro_batch"),
+        seq_len=run_kw.get("seq_len"),
+        ga=run_kw.get("ga"),
+        ranks=run_kw.get("ranks"),
+        sets=tuple(run_kw.get("sets") or ()),
+        devices=device_list,
+        target=target,
     )
 
 
@@ -191,6 +223,8 @@ def trace_cmd(
     iotune trace --run opt_nvme_16b --nvme-path /mnt/offload
     iotune trace --devices nvme0n1 --duration 30
     iotune trace --target /mnt/offload -- python train.py
+    iotune trace --model ./my-model --ds-config ds.json --steps 3
+    iotune trace --model ./my-model --ds-config ds.json -- deepspeed train.py
     iotune trace --devices loop0 --focus-size 512K -- fio job.fio
 
     With --run, the drives behind the preset's offload directory are traced,
@@ -207,14 +241,22 @@ def trace_cmd(
     from iotune.trace.render import print_trace
     from iotune.trace.runner import Tracer
 
-    if run_preset:
+    custom = bool(run_kw.get("model") or run_kw.get("ds_config"))
+    if run_preset or (custom and not command):
         workload = bool(command) or duration is not None or bool(device_list or target)
         _trace_run(run_preset, workload, focus_size, interval, backend, out=out, **run_kw)
         return
+    script = None
+    if custom:
+        script = _script_plan(run_kw, device_list, target)
+        device_list, target = script.devices, script.target
+        run_kw = {k: v for k, v in run_kw.items() if k not in SCRIPT_KEYS}
     focus = _workload_focus(run_kw, focus_size, interval, duration, command)
+    if script is not None and not _given("focus_size"):
+        focus = script.focus
     req = _request(device_list, target, backend, focus, interval, out, duration, command)
     try:
-        result = Tracer(req).run()
+        result = script.trace(req) if script is not None else Tracer(req).run()
     except KeyboardInterrupt:
         click.echo("iotune: interrupted before the first sample; nothing recorded", err=True)
         sys.exit(130)
@@ -222,6 +264,10 @@ def trace_cmd(
         emit_json(result)
     else:
         print_trace(console(), result)
+        if script is not None:
+            from iotune.train.script import print_script
+
+            print_script(console(), result["script"])
     if result["interrupted"]:
         click.echo(
             f"iotune: interrupted ({result['interrupted']}); partial results in {result['out']}",

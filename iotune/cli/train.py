@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
+from iotune.cli.options import (
+    STATE,
+    interrupted_exit,
+    json_option,
+    model_options,
+    run_options,
+    workload_exit,
+)
 from iotune.errors import IotuneError, UsageError
 from iotune.render import console, emit_json, err_console, warn
 from iotune.units import GIB
@@ -26,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def run_preset(
-    name: str,
+    name: str | None,
     backend: str,
     out: str | None,
     nvme_path: str | None,
@@ -46,18 +53,33 @@ def run_preset(
     node_rank: int | None = None,
     master_addr: str | None = None,
     launcher: str | None = None,
+    model: str | None = None,
+    ds_config: str | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+    ga: int | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
     from iotune.records import load_aio
     from iotune.train import runner as train_runner
+    from iotune.train.custom import pick_preset
     from iotune.train.data import check_inputs
     from iotune.train.launch import plan_launch
     from iotune.train.predict import measured_inputs
-    from iotune.train.presets import preset_with
     from iotune.train.render import print_run
 
     launch = plan_launch(ranks, hostfile, node_rank, master_addr, launcher)
-    preset = preset_with(name, sets, steps)
+    preset = pick_preset(
+        name,
+        model,
+        ds_config,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        ga=ga,
+        ranks=launch.ranks if launch is not None else None,
+        sets=sets,
+        steps=steps,
+    )
     if launch is not None:
         preset = replace(preset, ranks=launch.ranks, nodes=launch.nodes)
     paths = [Path(x) for x in nvme_path.split(",") if x] if nvme_path else []
@@ -205,7 +227,13 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
 
 
 @click.command("estimate")
-@click.argument("preset")
+@click.argument("preset", required=False)
+@model_options
+@click.option(
+    "--ranks",
+    type=click.IntRange(1, 1024),
+    help="Data-parallel ranks on the node (each swaps its own partitions; default 1).",
+)
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
 )
@@ -249,7 +277,13 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
 )
 @json_option
 def estimate_cmd(
-    preset: str,
+    preset: str | None,
+    model: str | None,
+    ds_config: str | None,
+    micro_batch: int | None,
+    seq_len: int | None,
+    ga: int | None,
+    ranks: int | None,
     sets: tuple[str, ...],
     aio_config: str | None,
     threads_config: str | None,
@@ -279,19 +313,30 @@ def estimate_cmd(
     gradients written during backward.
     """
     from iotune.records import load_aio
-    from iotune.train.dsconfig import ds_config
+    from iotune.train import dsconfig
+    from iotune.train.advice import advise
+    from iotune.train.custom import pick_preset
     from iotune.train.estimate import estimate
     from iotune.train.predict import measured_inputs, predict
-    from iotune.train.presets import preset_with
     from iotune.train.render import print_prediction
     from iotune.train.render_plan import print_estimate
 
-    p = preset_with(preset, sets)
+    p = pick_preset(
+        preset,
+        model,
+        ds_config,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        ga=ga,
+        ranks=ranks,
+        sets=(*sets, *((f"ranks={ranks}",) if ranks else ())),
+    )
     aio, _ = load_aio(aio_config)
-    cfg = ds_config(p, aio=aio)
+    cfg = dsconfig.ds_config(p, aio=aio)
     e = estimate(p, cfg)
     bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
+    advice = advise(p, cfg, e)
     plan = None
     if drives or target_step is not None:
         plan = _plan_drives(p, e, bw, adam, base, aio_config, drives, target_step, link, memory_bw)
@@ -303,11 +348,14 @@ def estimate_cmd(
                 **asdict(e),
                 "init_first": asdict(e.init_first),
                 "prediction": pred.to_json() if pred else None,
+                "advice": [a.to_json() for a in advice],
                 **({"drives": plan} if plan else {}),
             }
         )
     else:
         print_estimate(console(), p, e, cfg)
+        for a in advice:
+            console().print(f"  [yellow]advice[/]    {a.setting}: {a.text}", soft_wrap=True)
         if pred:
             print_prediction(console(), pred.to_json())
         if plan:
@@ -427,13 +475,13 @@ def _swept_link(aio_config: str | None) -> Limit | None:
 
 
 @click.command("run")
-@click.argument("preset")
+@click.argument("preset", required=False)
 @run_options
 @click.option(
     "--out", type=click.Path(), help="Run directory (default results/run-PRESET-DATE-TIME)."
 )
 @json_option
-def run_cmd(preset: str, out: str | None, **kw: Any) -> None:
+def run_cmd(preset: str | None, out: str | None, **kw: Any) -> None:
     """Run DeepSpeed-offloaded training steps of PRESET and print the study's table.
 
     \b

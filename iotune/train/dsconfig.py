@@ -28,6 +28,8 @@ def ds_config(
 ) -> dict[str, Any]:
     """The DeepSpeed config a preset runs with. Refuses NVMe below ZeRO stage 3: DeepSpeed
     swaps to NVMe only in stage 3 (stages 1 and 2 silently keep "nvme" state in CPU RAM)."""
+    if preset.ds_user:
+        return _user_config(preset, nvme_path, aio)
     s = preset.strategy
     base = copy.deepcopy(preset.deepspeed)
     zen = base.pop("zenflow", None)
@@ -84,6 +86,49 @@ def ds_config(
     check_ds_config(cfg, preset.name)
     check_zenflow(cfg, preset)
     return cfg
+
+
+def _user_config(
+    preset: Preset, nvme_path: str | None, aio: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A user's config (--ds-config) as it is, but for what iotune owns: the batch (from
+    --micro-batch/--ga or the config), the dtype (--set dtype), the run's own swap folder under
+    the offload path, and a swept aio block (--aio-config)."""
+    cfg = copy.deepcopy(preset.deepspeed)
+    cfg.pop("train_batch_size", None)  # DeepSpeed derives it: micro-batch x ga x ranks
+    cfg["train_micro_batch_size_per_gpu"] = preset.micro_batch
+    cfg["gradient_accumulation_steps"] = preset.ga
+    cfg["bf16"] = {**cfg.get("bf16", {}), "enabled": resolve_dtype(preset).name == "bf16"}
+    zo = cfg.get("zero_optimization", {})
+    if nvme_path and isinstance(zo, dict):
+        for sec in ("offload_optimizer", "offload_param"):
+            if isinstance(zo.get(sec), dict) and zo[sec].get("device") == "nvme":
+                zo[sec]["nvme_path"] = nvme_path
+    if aio is not None:
+        cfg["aio"] = dict(aio)
+    for dotted, value in preset.ds_set.items():
+        _set_dotted(cfg, dotted.removeprefix("ds."), value)
+    check_ds_config(cfg, preset.name)
+    check_zenflow(cfg, preset)
+    check_param_buffers(cfg, preset)
+    return cfg
+
+
+def check_param_buffers(cfg: dict[str, Any], preset: Preset) -> None:
+    """Parameter offload to NVMe holds one parameter per buffer: a buffer smaller than the
+    largest parameter fails DeepSpeed's assert in the first gather
+    (partitioned_param_swapper.py), after minutes of start-up."""
+    op = cfg.get("zero_optimization", {}).get("offload_param", {})
+    if not isinstance(op, dict) or op.get("device") != "nvme":
+        return
+    name, largest = max(preset.geometry.tensors(), key=lambda t: t[1])
+    size = int(op.get("buffer_size", 100_000_000))
+    if size < largest:
+        raise PresetError(
+            f"{preset.name}: offload_param.buffer_size {size:,} is smaller than the largest "
+            f"parameter, {name} ({largest:,} elements); DeepSpeed would fail its first gather",
+            hint=f"set zero_optimization.offload_param.buffer_size to {largest} or more",
+        )
 
 
 #: how each setting differs from the study's runs, and why (shown by `iotune presets show`)

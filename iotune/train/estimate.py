@@ -273,13 +273,13 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         recording = (3 if preset.gradient_checkpointing else 2) * eb * n_p
         nvme += eb * n_p
         init += IoVolume(2 * eb * n_p, 2 * eb * n_p)
-        g = preset.geometry
-        orphan = eb * -(-g.vocab_size * g.hidden_size // max(1, preset.world))
-        if g.tie_word_embeddings and orphan >= min_aio_bytes(cfg):
-            # zero.Init partitions and swaps out lm_head's own weight before transformers
-            # ties it to the embedding: its file stays on the drive, unused
-            nvme += orphan
-            init += IoVolume(0, orphan)
+        for _, tied in preset.geometry.tied_tensors():
+            orphan = eb * -(-tied // max(1, preset.world))
+            if orphan >= min_aio_bytes(cfg):
+                # zero.Init partitions and swaps out lm_head's own weight before transformers
+                # ties it to the embedding: its file stays on the drive, unused
+                nvme += orphan
+                init += IoVolume(0, orphan)
         first += IoVolume(recording + (ga - 1) * per_micro, eb * n_p)
         steady += IoVolume(ga * per_micro, eb * n_p)
 

@@ -72,19 +72,76 @@ class Geometry:
             out.append(("lm_head.weight", self.vocab_size * h))
         return out
 
+    def tied_tensors(self) -> list[tuple[str, int]]:
+        """Module weights that transformers replaces by another's (lm_head by the embedding),
+        with the numel each had when its module was built."""
+        return (
+            [("lm_head.weight", self.vocab_size * self.hidden_size)]
+            if self.tie_word_embeddings
+            else []
+        )
+
     def param_count(self) -> int:
         return sum(n for _, n in self.tensors())
 
+    @property
+    def model_type(self) -> str:
+        return "llama"
+
+    @property
+    def family(self) -> str:
+        return "Llama"
+
     def llama_config(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(Geometry)}
         d["head_dim"] = self.head_dim
         return d
+
+    def model_config(self) -> dict[str, Any]:
+        """The transformers config the worker builds the model from (with model_type)."""
+        return self.llama_config()
 
     def describe(self) -> str:
         return (
             f"h{self.hidden_size} i{self.intermediate_size} L{self.num_hidden_layers} "
             f"heads {self.num_attention_heads}/{self.num_key_value_heads} "
             f"vocab {self.vocab_size}{' tied' if self.tie_word_embeddings else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class ModelGeometry(Geometry):
+    """A user's model (--model): its config.json and its real parameter tensors, as
+    transformers builds it (iotune.workers.model_meta, on the meta device)."""
+
+    source: str = ""
+    architecture: str = ""
+    type_name: str = "llama"
+    config: dict[str, Any] = field(default_factory=dict, compare=False)
+    params: tuple[tuple[str, int], ...] = ()
+    tied: tuple[tuple[str, int], ...] = ()
+
+    def tensors(self) -> list[tuple[str, int]]:
+        return list(self.params)
+
+    def tied_tensors(self) -> list[tuple[str, int]]:
+        return list(self.tied)
+
+    @property
+    def model_type(self) -> str:
+        return self.type_name
+
+    @property
+    def family(self) -> str:
+        return self.architecture or self.type_name
+
+    def model_config(self) -> dict[str, Any]:
+        return {**self.config, "model_type": self.type_name}
+
+    def describe(self) -> str:
+        return (
+            f"h{self.hidden_size} L{self.num_hidden_layers} vocab {self.vocab_size}"
+            f"{' tied' if self.tied else ''}, {len(self.params)} tensors"
         )
 
 
@@ -118,6 +175,7 @@ class Preset:
     accelerator: str  # cuda | cpu
     nvme_path: str | None
     deepspeed: dict[str, Any]  # the [deepspeed] base, with aio and zenflow blocks
+    # or, for --ds-config, the user's whole DeepSpeed config, run as it is (ds_user)
     ds_set: dict[str, Any] = field(default_factory=dict)  # "ds.a.b" overrides, dotted
     seed: int = 0
     cpu_threads: int | None = None
@@ -125,6 +183,7 @@ class Preset:
     ranks: int = 1  # training processes on each node (one per GPU), DeepSpeed's launcher
     nodes: int = 1  # nodes (a DeepSpeed hostfile's hosts)
     dtype: str = "auto"  # auto | bf16 | fp32: the model's (forward/backward) dtype
+    ds_user: bool = False  # deepspeed is a user's config (--ds-config), not a preset's base
 
     @property
     def world(self) -> int:
@@ -286,6 +345,11 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
                     f"{key} is set from the preset", hint=f"use --set {_DS_OWNED[key]}=N instead"
                 )
             ds[key] = value
+        elif key.startswith("model.") and isinstance(preset.geometry, ModelGeometry):
+            raise PresetError(
+                f"--set {key}: the model is {preset.geometry.source}",
+                hint="edit a copy of its config.json and pass that folder to --model",
+            )
         elif key.startswith("model."):
             k = key.removeprefix("model.")
             if k not in {f.name for f in fields(Geometry)}:
@@ -365,11 +429,14 @@ def resolve_dtype(preset: Preset, bf16: Bf16Support | None = None) -> Dtype:
     float32 on any other CPU: there bf16 is emulated about 50x slower, and float32 swaps the
     same optimizer state (DeepSpeed keeps the fp32 master and Adam moments whatever the model
     dtype). *bf16* is the host's answer (probed here when not given)."""
+    said = (
+        "your DeepSpeed config's bf16.enabled (or --set dtype)"
+        if preset.ds_user
+        else f"--set dtype={preset.dtype}"
+    )
     if preset.accelerator != "cpu":
-        if preset.dtype == "fp32":
-            return Dtype("fp32", "set with --set dtype=fp32")
-        if preset.dtype == "bf16":
-            return Dtype("bf16", "set with --set dtype=bf16")
+        if preset.dtype in ("fp32", "bf16"):
+            return Dtype(preset.dtype, f"set with {said}")
         return Dtype("bf16", "a GPU computes bf16 natively")
     bf16 = bf16 or bf16_support()
     facts = bf16.to_dict()
@@ -385,7 +452,7 @@ def resolve_dtype(preset: Preset, bf16: Bf16Support | None = None) -> Dtype:
         )
     return Dtype(
         preset.dtype,
-        f"set with --set dtype={preset.dtype}; bf16 here is {bf16.why}",
+        f"set with {said}; bf16 here is {bf16.why}",
         bf16.native,
         facts,
     )

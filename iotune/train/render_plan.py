@@ -26,7 +26,7 @@ def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
             "size": p.size,
             "strategy": p.strategy.name,
             "params": e.params,
-            "geometry": p.geometry.llama_config(),
+            "geometry": p.geometry.model_config(),
             "ga": p.ga,
             "seq_len": p.seq_len,
             "accelerator": p.accelerator,
@@ -83,7 +83,7 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
     dt = "bf16" if model_element_size(cfg) == 2 else "fp32"
     say(f"[bold]{p.name}[/]: {p.strategy.about}")
     say(
-        f"  model     Llama {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
+        f"  model     {p.geometry.family} {p.geometry.describe()}: N = {n:,} parameters ({_b(n)}), "
         f"micro-batch {p.micro_batch} x {p.seq_len} tokens, accumulation {p.ga}, "
         f"{'gradient checkpointing, ' if p.gradient_checkpointing else ''}{dt}, Adam, {p.accelerator}"
     )

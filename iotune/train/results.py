@@ -347,7 +347,7 @@ def build_result(
         "strategy": p.strategy.name,
         "size": p.size,
         "params": p.geometry.param_count(),
-        "geometry": p.geometry.llama_config(),
+        "geometry": p.geometry.model_config(),
         "ga": p.ga,
         "micro_batch": p.micro_batch,
         "seq_len": p.seq_len,

@@ -263,7 +263,7 @@ def worker_spec(
         "cpu_threads": p.cpu_threads,
         "gradient_checkpointing": p.gradient_checkpointing,
         "zero_init": p.zero_init,
-        "model": p.geometry.llama_config(),
+        "model": p.geometry.model_config(),
         "ds_config": cfg,
         # DeepSpeed's nvme_path for each rank of this node (none without NVMe offload)
         "swap_dirs": [str(d) for d in swap_dirs],

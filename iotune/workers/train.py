@@ -1,8 +1,8 @@
-"""Worker: DeepSpeed training steps of a Llama model built from scratch, one event per step.
+"""Worker: DeepSpeed training steps of a causal LM built from scratch (a Llama preset or a
 
     python -m iotune.workers.train SPEC.json
 
-SPEC (written by iotune.train.runner) holds the LlamaConfig geometry, the DeepSpeed config,
+SPEC (written by iotune.train.runner) holds the model config (model_type, geometry), the DeepSpeed config,
 micro-batch, sequence length, steps, data and the run directory. The worker appends one JSON
 line per event to ``$IOTUNE_EVENTS`` (the tracer samples its counters there) and to
 ``steps.jsonl`` in the run directory:
@@ -208,7 +208,8 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     import deepspeed
     import torch
     from deepspeed.accelerator import get_accelerator
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     acc = get_accelerator()
     cuda = acc.device_name() == "cuda"
@@ -238,8 +239,12 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     swap_dir = rank_swap_dir(spec, local_rank)
     ds_config = with_nvme_path(spec["ds_config"], swap_dir)
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
-    mcfg = LlamaConfig(**spec["model"])
+    model_cfg = dict(spec["model"])
+    kind = str(model_cfg.pop("model_type", "llama"))
+    mcfg = CONFIG_MAPPING[kind].from_dict(model_cfg)
     mcfg.use_cache = False
+    # the class AutoModelForCausalLM picks, built directly: inside zero.Init as it is
+    model_class: Any = AutoModelForCausalLM._model_mapping[type(mcfg)]
     dtype = torch.bfloat16 if bf16 else torch.float32
     if stage == 3 and spec.get("zero_init", True):
         llama_init = _llama_init(torch, float(getattr(mcfg, "initializer_range", 0.02)))
@@ -250,7 +255,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         # so every partition is written once: re-initialising afterwards would gather each
         # one back, reading and writing it all again.
         with llama_init, deepspeed.zero.Init(config_dict_or_path=ds_config):
-            model = LlamaForCausalLM(mcfg)
+            model = model_class(mcfg)
     else:
         # built on the device in its training dtype: no fp32 copy of the model in host RAM
         # (ZenFlow needs the model built this way: zero.Init's early partitioning defeats
@@ -259,7 +264,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         torch.set_default_dtype(dtype)
         try:
             with torch.device(acc.current_device_name()):
-                model = LlamaForCausalLM(mcfg)
+                model = model_class(mcfg)
         finally:
             torch.set_default_dtype(prev)
     if spec.get("gradient_checkpointing", True):

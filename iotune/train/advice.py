@@ -1,0 +1,95 @@
+"""Advice on a DeepSpeed config: where a setting costs something another value would save,
+with the figure. Pure over the estimate and sysfs; shown by `iotune estimate` (and in its
+--json) for presets and for --ds-config alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iotune.probes.sysfs import SysTree
+from iotune.train.estimate import Estimate, estimate
+from iotune.train.presets import Preset
+from iotune.units import amount, format_size
+
+#: pinned swap buffers worth a word: below this the saving is noise on any training host
+PINNED_WORTH = 1 << 30
+#: the sub_group_size suggested where the whole model is one sub-group (DeepSpeed's own
+#: examples use 1e8 to 1e9 for large models)
+SMALLER_SUBGROUP = 100_000_000
+
+
+@dataclass(frozen=True)
+class Advice:
+    setting: str
+    text: str
+    saves_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting, "text": self.text, "saves_bytes": self.saves_bytes}
+
+
+def advise(
+    p: Preset, cfg: dict[str, Any], est: Estimate, tree: SysTree | None = None
+) -> list[Advice]:
+    out: list[Advice] = []
+    out += _subgroup(p, cfg, est)
+    out += _block_vs_queue(cfg, p.nvme_path, tree or SysTree("/"))
+    return out
+
+
+def _subgroup(p: Preset, cfg: dict[str, Any], est: Estimate) -> list[Advice]:
+    """The optimizer's swap buffers pin buffer_count x 4 bytes x the largest sub-group: with
+    a sub_group_size above the model every buffer holds the whole model's fp32 state."""
+    zo = cfg.get("zero_optimization", {})
+    off = zo.get("offload_optimizer", {}) or {}
+    if off.get("device") != "nvme":
+        return []
+    size = int(zo.get("sub_group_size", 1_000_000_000))
+    if est.host is None or est.host.swap_buffers < PINNED_WORTH or size <= SMALLER_SUBGROUP:
+        return []
+    pinned = est.host.swap_buffers
+    smaller = {**cfg, "zero_optimization": {**zo, "sub_group_size": SMALLER_SUBGROUP}}
+    host = estimate(p, smaller).host
+    other = host.swap_buffers if host is not None else pinned
+    if pinned - other < pinned // 4:
+        return []
+    return [
+        Advice(
+            "zero_optimization.sub_group_size",
+            f"sub_group_size {size:,} pins {amount(pinned)} of optimizer swap buffers "
+            f"({off.get('buffer_count', 4)} x the largest sub-group's fp32 state); "
+            f"{SMALLER_SUBGROUP:,} would pin {amount(other)} and swap the same bytes per step",
+            pinned - other,
+        )
+    ]
+
+
+def _block_vs_queue(cfg: dict[str, Any], nvme_path: str | None, tree: SysTree) -> list[Advice]:
+    """An aio block above a drive's max_sectors_kb: the kernel splits every request."""
+    block = int(cfg.get("aio", {}).get("block_size", 1 << 20))
+    if not nvme_path or not Path(nvme_path).exists():
+        return []
+    from iotune.errors import IotuneError
+    from iotune.trace.targets import resolve_path
+
+    try:
+        disks = resolve_path(tree, nvme_path).disks
+    except (OSError, IotuneError):
+        return []
+    out = []
+    for d in disks:
+        kb = tree.read_int(f"/sys/block/{d}/queue/max_sectors_kb")
+        if kb and block > kb * 1024:
+            pieces = -(-block // (kb * 1024))
+            out.append(
+                Advice(
+                    "aio.block_size",
+                    f"aio block {format_size(block)} is above {d}'s max_sectors_kb ({kb}): "
+                    f"the kernel splits every request into {pieces}; a block of "
+                    f"{format_size(kb * 1024)} is issued whole (or raise max_sectors_kb up to "
+                    "max_hw_sectors_kb)",
+                )
+            )
+    return out

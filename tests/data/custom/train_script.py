@@ -1,0 +1,56 @@
+"""A user's own DeepSpeed training script, as plain as they come: a causal LM built from a
+config.json inside zero.Init, the DeepSpeed config given, random tokens, N optimizer steps.
+iotune knows nothing of it beyond its command line (the root tier traces it with
+`iotune trace --model ... --ds-config ... -- python train_script.py ...`).
+
+usage: python train_script.py MODEL_DIR DS_CONFIG STEPS SEQ_LEN
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+    os.environ.setdefault(k, v)
+os.environ.setdefault("MASTER_PORT", "29533")
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+
+def main() -> None:
+    model_dir, ds_path, steps, seq_len = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+    )
+    with open(ds_path) as fh:
+        ds_config = json.load(fh)
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    cfg = AutoConfig.from_pretrained(model_dir)
+    cfg.use_cache = False
+    torch.manual_seed(0)
+    with deepspeed.zero.Init(config_dict_or_path=ds_config):
+        model = AutoModelForCausalLM.from_config(cfg)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    engine, _, _, _ = deepspeed.initialize(
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=ds_config,
+    )
+    engine.train()
+    ga = int(ds_config.get("gradient_accumulation_steps", 1))
+    for step in range(steps):
+        for _ in range(ga):
+            ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+        print(f"step {step + 1} loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

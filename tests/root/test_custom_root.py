@@ -1,0 +1,158 @@
+"""Root tier: your model and your DeepSpeed config (--model, --ds-config). Three tiny CPU
+models of architectures other than Llama (tests/data/custom: GPT-NeoX with biases and a
+fused QKV, Phi-3 with fused QKV and gate/up, Qwen2 with GQA and a tied embedding) train
+under the real DeepSpeed ZeRO-3 on an ext4 loop device, traced by the real eBPF program: the
+estimate from each model's own tensors is DeepSpeed's swap files and bytes, to the byte. A
+plain training script of a user's is traced with its steps found in the swap folder. Bad
+configs get one line and a hint."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.io_rules import param_reads_shift_ok
+from tests.root.conftest import iotune, iotune_json
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
+#: what writes move beyond DeepSpeed's files: ext4's journal and metadata
+FS_WRITES = 256 * 1024
+SEQ = "32"
+
+
+def _offload_dir(loop_device: Callable[..., str]) -> Path:
+    dev = loop_device(size_mib=1024, fs="ext4", mount=True)
+    # DeepSpeed's 512 KiB requests whole, as on an NVMe drive (a loop device merges two)
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
+    return Path(loop_device.mounts[-1])  # type: ignore[attr-defined]
+
+
+def _swap_files_bytes(doc: dict[str, Any]) -> int:
+    return int(max(e["swap"]["apparent"] for e in doc["events"] if e.get("swap")))
+
+
+def _trace(model: str, cfg: str, mnt: Path, out: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = iotune_json(
+        "trace",
+        *("--model", str(DATA / model), "--ds-config", str(DATA / cfg)),
+        *("--set", "accelerator=cpu", "--seq-len", SEQ, "--steps", "3"),
+        *("--nvme-path", str(mnt), "--out", str(out)),
+    )
+    assert doc["exit_code"] == 0 and doc["steps_done"] == 3, doc.get("error")
+    return doc
+
+
+@pytest.mark.parametrize("model", ["gpt_neox", "phi3"])
+def test_optimizer_offload_of_your_model_moves_the_estimated_bytes(
+    model: str, loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    mnt = _offload_dir(loop_device)
+    doc = _trace(model, "opt_nvme.json", mnt, tmp_path / "r")
+    est = doc["estimate"]
+    meta = json.loads((tmp_path / "r" / "preset.json").read_text())["geometry"]
+    # the model's own tensors, as transformers built them: not a Llama
+    assert meta["type_name"] == model and len(meta["params"]) > 10
+    assert est["params"] == sum(n for _, n in meta["params"])
+    assert _swap_files_bytes(doc) == est["nvme_bytes"]
+    first = doc["io_steps"][0]["read"]["bytes"] + doc["io_steps"][1]["read"]["bytes"]
+    assert first == est["init"]["read"] + est["first_step"]["read"]
+    for s in doc["io_steps"][2:]:
+        assert s["read"]["bytes"] == est["steady_step"]["read"], s["label"]
+        assert 0 <= s["write"]["bytes"] - est["steady_step"]["write"] <= FS_WRITES, s["label"]
+
+
+def test_a_tied_model_with_parameters_on_nvme_leaves_the_orphan_file(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """Qwen2 with tie_word_embeddings: zero.Init swaps out lm_head's own weight before
+    transformers ties it to the embedding; the estimate counts that file too."""
+    mnt = _offload_dir(loop_device)
+    doc = _trace("qwen2_tied", "params_opt_nvme.json", mnt, tmp_path / "r")
+    est = doc["estimate"]
+    meta = json.loads((tmp_path / "r" / "preset.json").read_text())["geometry"]
+    assert [n for n, _ in meta["tied"]] == ["lm_head.weight"]
+    assert _swap_files_bytes(doc) == est["nvme_bytes"]
+    for s in doc["io_steps"][2:]:
+        assert 0 <= s["write"]["bytes"] - est["steady_step"]["write"] <= FS_WRITES, s["label"]
+        off = s["read"]["bytes"] - est["steady_step"]["read"]
+        assert param_reads_shift_ok(off, est["swapped"]["n_p"]), (s["label"], off)
+
+
+def test_your_own_script_is_traced_step_by_step_beside_the_estimate(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """A script iotune did not write and cannot change: its steps are cut where DeepSpeed
+    rewrites its optimizer files, and the reads of the whole run are the estimate's."""
+    mnt = _offload_dir(loop_device)
+    cfg = json.loads((DATA / "opt_nvme.json").read_text())
+    cfg["zero_optimization"]["offload_optimizer"]["nvme_path"] = str(mnt / "swap")
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    model = str(DATA / "gpt_neox")
+    doc = iotune_json(
+        "trace",
+        *("--model", model, "--ds-config", str(tmp_path / "ds.json"), "--seq-len", SEQ),
+        *("--set", "accelerator=cpu", "--out", str(tmp_path / "t"), "--"),
+        *(sys.executable, str(DATA / "train_script.py"), model, str(tmp_path / "ds.json")),
+        *("3", SEQ),
+    )
+    assert doc["exit_code"] == 0
+    s = doc["script"]
+    assert s["initialised"] and s["steps_found"] == 3, s
+    assert [r["label"] for r in s["rows"]] == ["init:0", "step:1", "step:2", "step:3"]
+    # the whole run's reads are the model's; every read is inside a cut interval
+    assert s["measured_total"]["read"] == s["predicted_total"]["read"]
+    assert 0 <= s["measured_total"]["write"] - s["predicted_total"]["write"] <= 4 * FS_WRITES
+    # a steady step's reads fall on its side of the cut (DeepSpeed reads the optimizer
+    # state only in the optimizer step, after the last write of the step before)
+    for r in s["rows"][2:]:
+        assert r["measured"]["read"] == r["predicted"]["read"], r
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("not json {", "is not JSON"),
+        ("stage2_nvme", "on NVMe needs ZeRO stage 3"),
+        ("no_nvme_path", "on nvme without an nvme_path"),
+        ("rejected", "DeepSpeed rejects it"),
+        ("small_buffers", "is smaller than the largest parameter"),
+    ],
+)
+def test_bad_configs_get_one_line_and_a_hint(setup: str, message: str, tmp_path: Path) -> None:
+    cfg: Any = json.loads((DATA / "params_opt_nvme.json").read_text())
+    zo = cfg["zero_optimization"]
+    if setup == "stage2_nvme":
+        zo["stage"] = 2
+        del zo["offload_param"]
+    elif setup == "no_nvme_path":
+        del zo["offload_optimizer"]["nvme_path"]
+    elif setup == "rejected":
+        zo["stage3_max_reuse_distance"] = "soon"
+    elif setup == "small_buffers":
+        zo["offload_param"]["buffer_size"] = 1000
+    path = tmp_path / "ds.json"
+    path.write_text(setup if setup.startswith("not json") else json.dumps(cfg))
+    p = iotune(
+        "estimate",
+        *("--model", str(DATA / "qwen2_tied"), "--ds-config", str(path)),
+        check=False,
+    )
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 2 and message in lines[0] and lines[1].startswith("hint: "), p.stderr
+
+
+def test_a_model_folder_without_config_json_gets_one_line(tmp_path: Path) -> None:
+    p = iotune(
+        "estimate",
+        *("--model", str(tmp_path), "--ds-config", str(DATA / "opt_nvme.json")),
+        check=False,
+    )
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 2 and "no config.json there" in lines[0], p.stderr

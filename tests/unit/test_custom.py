@@ -1,0 +1,175 @@
+"""Your model and DeepSpeed config (iotune.train.custom, advice, swapwatch): the pure parts.
+The model's tensors come from transformers in the root tier (tests/root/test_custom_root.py);
+here a geometry is written by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from iotune.errors import UsageError
+from iotune.train.advice import advise
+from iotune.train.custom import pick_preset, read_ds_config, strategy_of
+from iotune.train.dsconfig import ds_config
+from iotune.train.estimate import estimate
+from iotune.train.presets import ModelGeometry, Preset, PresetError, apply_sets
+from iotune.train.swapwatch import StepWatch, state_files
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
+MIB = 1 << 20
+
+
+def _geometry(tied: bool) -> ModelGeometry:
+    emb = ("transformer.wte.weight", 4096 * 256)
+    layer = [(f"h.{i}.attn.c_attn.weight", 256 * 768) for i in range(2)]
+    return ModelGeometry(
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        tie_word_embeddings=tied,
+        vocab_size=4096,
+        source="hand-made",
+        architecture="GPT2LMHeadModel",
+        type_name="gpt2",
+        params=(emb, *layer),
+        tied=(("lm_head.weight", 4096 * 256),) if tied else (),
+    )
+
+
+def _preset(cfg: dict, tied: bool = False) -> Preset:  # type: ignore[type-arg]
+    return Preset(
+        name="mine+ds",
+        size="custom",
+        geometry=_geometry(tied),
+        strategy=strategy_of(cfg, "ds.json"),
+        ga=1,
+        micro_batch=1,
+        seq_len=16,
+        steps=3,
+        accelerator="cpu",
+        nvme_path="/var/tmp/x",
+        deepspeed=cfg,
+        dtype="fp32",
+        ds_user=True,
+    )
+
+
+def _cfg(name: str) -> dict:  # type: ignore[type-arg]
+    return dict(json.loads((DATA / name).read_text()))
+
+
+def test_the_estimate_counts_the_models_own_tensors_and_its_tied_orphan() -> None:
+    p = _preset(_cfg("params_opt_nvme.json"), tied=True)
+    cfg = ds_config(p, "/mnt/x/swap")
+    # the user's config, run as it is, with the run's own swap folder
+    assert cfg["zero_optimization"]["offload_param"]["buffer_count"] == 12
+    assert cfg["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/mnt/x/swap"
+    assert cfg["bf16"]["enabled"] is False
+    e = estimate(p, cfg)
+    n = 4096 * 256 + 2 * 256 * 768
+    assert e.params == n and e.swapped.n_s == n
+    # fp32 parameter files of at least 1 MiB: the embedding only (the layers' are 768 KiB)
+    assert e.swapped.n_p == 4096 * 256
+    orphan = 4 * 4096 * 256
+    assert e.nvme_bytes == 12 * n + 4 * e.swapped.n_g + 4 * e.swapped.n_p + orphan
+    untied = estimate(_preset(_cfg("params_opt_nvme.json")), cfg)
+    assert e.nvme_bytes - untied.nvme_bytes == orphan
+
+
+def test_the_strategy_is_where_the_config_puts_the_state() -> None:
+    s = strategy_of(_cfg("opt_nvme.json"), "a.json")
+    assert (s.stage, s.optimizer, s.params, s.zenflow) == (3, "nvme", "gpu", False)
+    s = strategy_of(_cfg("params_opt_nvme.json"), "a.json")
+    assert (s.optimizer, s.params) == ("nvme", "nvme")
+    assert strategy_of({}, "a.json").optimizer == "gpu"
+
+
+def test_model_fields_cannot_be_set_on_your_model() -> None:
+    with pytest.raises(PresetError, match="the model is hand-made"):
+        apply_sets(_preset(_cfg("opt_nvme.json")), {"model.num_hidden_layers": 4})
+
+
+def test_preset_or_model_and_config_never_both_nor_half(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not both"):
+        pick_preset("tiny_opt_nvme", "m", "c.json")
+    with pytest.raises(UsageError, match="--ds-config is missing"):
+        pick_preset(None, "m", None)
+    with pytest.raises(UsageError, match="--model is missing"):
+        pick_preset(None, None, "c.json")
+    with pytest.raises(UsageError, match="name a preset"):
+        pick_preset(None)
+    assert pick_preset("tiny_opt_nvme", seq_len=7).seq_len == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "is not JSON: Expecting property name"),
+        ("[1]", "is not a JSON object"),
+        ('{"fp16": {"enabled": true}}', "fp16 training is not modelled"),
+        (
+            '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}',
+            "offload_param is on nvme without an nvme_path",
+        ),
+    ],
+)
+def test_a_config_is_refused_before_deepspeed_is_asked(
+    text: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "ds.json").write_text(text)
+    with pytest.raises(PresetError, match=message) as info:
+        read_ds_config(str(tmp_path / "ds.json"))
+    assert info.value.hint
+
+
+def test_advice_on_a_sub_group_that_pins_the_whole_model() -> None:
+    cfg = _cfg("opt_nvme.json")
+    big = _preset(cfg)
+    g = big.geometry
+    assert isinstance(g, ModelGeometry)
+    many = ModelGeometry(
+        **{**g.__dict__, "params": tuple((f"p{i}", 50_000_000) for i in range(40))}
+    )
+    from dataclasses import replace
+
+    p = replace(big, geometry=many, nvme_path=None)
+    cfg["zero_optimization"]["sub_group_size"] = 1_000_000_000
+    e = estimate(p, ds_config(p))
+    (a,) = advise(p, ds_config(p), e)
+    assert a.setting == "zero_optimization.sub_group_size" and a.saves_bytes
+    assert a.saves_bytes == e.host.swap_buffers - 4 * 4 * 100_000_000  # type: ignore[union-attr]
+    cfg["zero_optimization"]["sub_group_size"] = 100_000_000
+    p = replace(p, deepspeed=cfg)
+    assert advise(p, ds_config(p), estimate(p, ds_config(p))) == []
+
+
+def test_the_step_watch_cuts_where_every_state_file_is_rewritten(tmp_path: Path) -> None:
+    """Initialisation writes the fp32 file, each step rewrites it and the moments; gradient
+    files (written in backward) do not count."""
+    rank = tmp_path / "zero_stage_3" / "optimizer" / "rank0"
+    rank.mkdir(parents=True)
+    events = tmp_path / "events.jsonl"
+
+    def write(*names: str) -> None:
+        for n in names:
+            (rank / n).write_bytes(b"x")
+        time.sleep(0.6)  # a quiet moment after the last write
+
+    with StepWatch(tmp_path, events):
+        time.sleep(0.2)
+        write("1.tensor.swp")
+        write("9_gradient_0_10.tensor.swp")
+        write("1.tensor.swp", "2.tensor.swp", "3.tensor.swp")
+        write("9_gradient_0_10.tensor.swp")
+        write("1.tensor.swp", "2.tensor.swp")  # a step half done: no cut
+        write("3.tensor.swp")
+    got = [json.loads(x) for x in events.read_text().splitlines()]
+    assert [(e["event"], e["step"]) for e in got] == [("init", 0), ("step", 1), ("step", 2)]
+    assert set(state_files(tmp_path)) == {str(rank / f"{i}.tensor.swp") for i in (1, 2, 3)}
+    os.remove(rank / "1.tensor.swp")
+    assert len(state_files(tmp_path)) == 2
