@@ -188,6 +188,7 @@ class Estimate:
     update: IoVolume | None = None  # ZenFlow: every later update step's I/O
     ranks: int = 1  # ranks on this node: the volumes, space and host RAM above are theirs
     world: int = 1  # data-parallel ranks in all: swapped and host are one rank's
+    caveats: tuple[str, ...] = ()  # where DeepSpeed's I/O is known to leave the model
 
     def per_rank(self, v: IoVolume) -> IoVolume:
         return IoVolume(v.read // self.ranks, v.write // self.ranks)
@@ -321,7 +322,16 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
             first = first + IoVolume(steady.read * (per_step - 1), steady.write * (per_step - 1))
             steady = IoVolume(steady.read * per_step, steady.write * per_step)
     k = max(1, preset.ranks)
+    caveats = []
+    if n_p and preset.geometry.tied_tensors():
+        caveats.append(
+            "tied weights with the parameters on NVMe: a step's parameter reads are at most "
+            "the model's; DeepSpeed keeps a tied weight gathered between its two uses (a tiny "
+            "Qwen2 read 0 to 1 of the 2 fetches counted here), and initialisation reads its "
+            "file twice more"
+        )
     return Estimate(
+        caveats=tuple(caveats),
         preset=preset.name,
         params=preset.geometry.param_count(),
         swapped=sw,

@@ -89,6 +89,8 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
     )
     if p.accelerator == "cpu":
         say(f"  dtype     {dt}: {resolve_dtype(p).why}")
+    for c in e.caveats:
+        say(f"  [yellow]caveat[/]    {c}")
     zo = cfg["zero_optimization"]
     where = {
         "optimizer": zo.get("offload_optimizer", {}).get("device", "accelerator"),

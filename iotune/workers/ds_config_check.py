@@ -36,8 +36,23 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
             z = DeepSpeedZeroConfig(**cfg["zero_optimization"])
             out["zero_stage"] = int(z.stage)
         except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and friends
-            out["errors"].append(f"zero_optimization: {exc}")
+            out["errors"].extend(_lines("zero_optimization", exc))
     return out
+
+
+def _lines(section: str, exc: Exception) -> list[str]:
+    """One line per problem: pydantic's errors as KEY: message, anything else its first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            return [
+                f"{section}.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                for e in errors()
+            ]
+        except (TypeError, AttributeError):
+            pass
+    first = next((x for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+    return [f"{section}: {first}"]
 
 
 def main() -> None:

@@ -71,8 +71,10 @@ def _proc_io() -> dict[str, int]:
 
 @contextlib.contextmanager
 def _llama_init(torch: Any, std: float) -> Iterator[None]:
-    """nn.Linear and nn.Embedding initialised as LlamaPreTrainedModel._init_weights does
-    (normal(0, std), zero bias), in their constructors: before zero.Init partitions them."""
+    """nn.Linear and nn.Embedding initialised as transformers' _init_weights does
+    (normal(0, std), zero bias, zero padding row), in their constructors: before zero.Init
+    partitions them. Each is marked initialised, so the model's post_init leaves it alone:
+    on a partition (an empty tensor) it would index the padding row and fail."""
     nn = torch.nn
     saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
 
@@ -80,12 +82,14 @@ def _llama_init(torch: Any, std: float) -> Iterator[None]:
         nn.init.normal_(self.weight, mean=0.0, std=std)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
+        self._is_hf_initialized = True
 
     def embedding(self: Any) -> None:
         nn.init.normal_(self.weight, mean=0.0, std=std)
         if self.padding_idx is not None:
             with torch.no_grad():
                 self.weight[self.padding_idx].fill_(0)
+        self._is_hf_initialized = True
 
     nn.Linear.reset_parameters, nn.Embedding.reset_parameters = linear, embedding
     try:

@@ -47,40 +47,59 @@ def _trace(model: str, cfg: str, mnt: Path, out: Path) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize("model", ["gpt_neox", "phi3"])
-def test_optimizer_offload_of_your_model_moves_the_estimated_bytes(
-    model: str, loop_device: Callable[..., str], tmp_path: Path
+@pytest.mark.parametrize(
+    ("model", "cfg"), [("phi3", "opt_nvme.json"), ("gpt_neox", "params_opt_nvme.json")]
+)
+def test_your_model_moves_the_estimated_bytes(
+    model: str, cfg: str, loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
+    """The optimizer state on NVMe: every read to the byte. The parameters too: their files
+    join, and a steady step reads the model's bytes give or take whole files, as for the
+    presets (tests/io_rules.py). The parameter config turns DeepSpeed's prefetch off: with
+    it, DeepSpeed 0.19.8 fails these untied models' second step ("param 27 already assigned
+    swap buffer id 18": the output layer prefetched twice)."""
     mnt = _offload_dir(loop_device)
-    doc = _trace(model, "opt_nvme.json", mnt, tmp_path / "r")
+    doc = _trace(model, cfg, mnt, tmp_path / "r")
     est = doc["estimate"]
     meta = json.loads((tmp_path / "r" / "preset.json").read_text())["geometry"]
     # the model's own tensors, as transformers built them: not a Llama
     assert meta["type_name"] == model and len(meta["params"]) > 10
     assert est["params"] == sum(n for _, n in meta["params"])
     assert _swap_files_bytes(doc) == est["nvme_bytes"]
+    params = est["swapped"]["n_p"]
     first = doc["io_steps"][0]["read"]["bytes"] + doc["io_steps"][1]["read"]["bytes"]
-    assert first == est["init"]["read"] + est["first_step"]["read"]
+    off = first - est["init"]["read"] - est["first_step"]["read"]
+    assert param_reads_shift_ok(off, params) if params else off == 0, off
     for s in doc["io_steps"][2:]:
-        assert s["read"]["bytes"] == est["steady_step"]["read"], s["label"]
         assert 0 <= s["write"]["bytes"] - est["steady_step"]["write"] <= FS_WRITES, s["label"]
+        off = s["read"]["bytes"] - est["steady_step"]["read"]
+        if params:
+            assert param_reads_shift_ok(off, params), (s["label"], off)
+        else:
+            assert off == 0, s["label"]
+    assert bool(params) == (cfg == "params_opt_nvme.json")
 
 
 def test_a_tied_model_with_parameters_on_nvme_leaves_the_orphan_file(
     loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
     """Qwen2 with tie_word_embeddings: zero.Init swaps out lm_head's own weight before
-    transformers ties it to the embedding; the estimate counts that file too."""
+    transformers ties it to the embedding, and the estimate counts that file: the swap
+    files are the estimate's, to the byte, and so are the writes. A step's parameter reads
+    are at most the model's (the tied weight stays gathered between its uses), which the
+    estimate says."""
     mnt = _offload_dir(loop_device)
     doc = _trace("qwen2_tied", "params_opt_nvme.json", mnt, tmp_path / "r")
     est = doc["estimate"]
     meta = json.loads((tmp_path / "r" / "preset.json").read_text())["geometry"]
     assert [n for n, _ in meta["tied"]] == ["lm_head.weight"]
     assert _swap_files_bytes(doc) == est["nvme_bytes"]
+    assert any("tied weights" in c for c in est["caveats"])
+    sw = est["swapped"]
+    optimizer = 12 * sw["n_s"] + 4 * sw["n_g"]
     for s in doc["io_steps"][2:]:
         assert 0 <= s["write"]["bytes"] - est["steady_step"]["write"] <= FS_WRITES, s["label"]
-        off = s["read"]["bytes"] - est["steady_step"]["read"]
-        assert param_reads_shift_ok(off, est["swapped"]["n_p"]), (s["label"], off)
+        assert optimizer <= s["read"]["bytes"] <= est["steady_step"]["read"], s["label"]
 
 
 def test_your_own_script_is_traced_step_by_step_beside_the_estimate(
