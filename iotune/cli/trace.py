@@ -227,6 +227,12 @@ def trace_cmd(
     iotune trace --model ./my-model --ds-config ds.json -- deepspeed train.py
     iotune trace --devices loop0 --focus-size 512K -- fio job.fio
 
+    With --model DIR --ds-config FILE and a COMMAND (your own training script), the
+    drives behind the config's nvme_path are traced, the focus size is its aio block,
+    each step is cut where DeepSpeed rewrites its optimizer (or parameter) swap files,
+    and the estimate of that model and config is printed beside every step. Without a
+    COMMAND, iotune's own training worker runs that model and config (as --run does).
+
     With --run, the drives behind the preset's offload directory are traced,
     the focus size is the preset's AIO block size, every optimizer step gets
     its own figures, and the study's table is printed with the I/O model's

@@ -304,6 +304,13 @@ def estimate_cmd(
     'iotune trace --run PRESET' prints this prediction next to the measurement.
 
     \b
+    Your own model and DeepSpeed config instead of a preset:
+    iotune estimate --model ./my-model --ds-config ds_config.json --seq-len 4096
+    The model's parameter tensors come from its config.json (built by transformers
+    on the meta device: nothing is allocated or downloaded), the config is read as
+    DeepSpeed reads it, and settings that cost something are pointed out (advice).
+
+    \b
     Step time, from measurements (the study: offloaded steps are bandwidth-bound):
     iotune estimate opt_nvme_1b --aio-config SWEEP_RUN --threads-config THREADS_RUN \\
         --baseline OPT_RAM_RUN
@@ -489,6 +496,7 @@ def run_cmd(preset: str | None, out: str | None, **kw: Any) -> None:
     iotune run opt_nvme_1b --nvme-path /mnt/nvme0 --steps 5
     iotune run opt_raid0_3b_ga8 --aio-config results/sweep-...
     iotune run opt_nvme_8b --ranks 8 --nvme-path /mnt/nvme0,/mnt/nvme1
+    iotune run --model ./my-model --ds-config ds.json --seq-len 4096 --steps 3
 
     Before anything is allocated, the preset's GPU memory, host RAM and NVMe
     space are estimated and the run is refused if they do not fit (--force

@@ -235,7 +235,8 @@ def test_every_run_finished_on_its_volume(study: dict[str, Any], lab: Lab) -> No
 def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str, Any]) -> None:
     """Every steady step moves the I/O model's bytes, summed over the members (reads to the
     byte, or with parameter offload to whole parameter files as on one drive; writes up
-    to the filesystem's own), each member within 5% of its share."""
+    to the filesystem's own), each member within 5% of its share of the model's bytes (and
+    of the parameter files a step shifted)."""
     for s in STRATEGIES:
         for name, r in _runs(study, s).items():
             doc = _run_json(r)
@@ -255,8 +256,13 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
                 assert 0 <= wr - est["write"] <= FS_WRITES, (s, name, step["label"], wr)
                 for m in members:
                     for op, total in (("read", rd), ("write", wr)):
-                        share = per[m][op] / (total / len(members))
-                        assert abs(share - 1) <= 0.05, (s, name, m, op, share)
+                        # the model's bytes spread evenly; whole parameter files shifted in
+                        # or out of a step land on the members their stripes are on (seen:
+                        # 2 MiB more read, 1 MiB more on each of 2 of 4 members)
+                        shifted = abs(rd - est["read"]) if op == "read" else 0
+                        even = (total - (rd - est["read"] if op == "read" else 0)) / len(members)
+                        off = per[m][op] - even
+                        assert abs(off) <= 0.05 * even + shifted, (s, name, m, op, off, even)
             # the trace's cross-check against the kernel's own counters, per member
             trace = json.loads((Path(r["run_dir"]) / "trace.json").read_text())
             for d in trace["devices"]:
