@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -350,14 +351,20 @@ def test_the_planner_answers_from_one_drive_within_15_percent(
 
 
 def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: Lab) -> None:
+    """The report reads only records, which the share holds under the same paths on the
+    host: it is made there (in the guest, matplotlib on the emulated CPU took two minutes)."""
     out = lab.share / "report"
-    doc = lab.iotune_json(
-        "report",
-        str(study["dir"]),
-        *(str(lab.share / f"sweep-{n}") for n in VOLUMES),
-        "--out",
-        str(out),
+    p = subprocess.run(
+        [str(BIN / "iotune"), "--json", "report", str(study["dir"])]
+        + [str(lab.share / f"sweep-{n}") for n in VOLUMES]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
     assert "step_vs_drives.png" in doc["figures"], doc
     assert (out / "step_vs_drives.png").stat().st_size > 10_000
     md = (out / "report.md").read_text()
@@ -370,16 +377,16 @@ def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: La
 
 
 def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab: Lab) -> None:
-    """Last, as it breaks raid0x2: a study of two runs, the first on raid0x2, loses one of
-    that array's drives (its NVMe controller unplugged from the guest's PCI bus) once the
-    run has initialised. That run fails naming the drive and the broken array; the study
-    goes on and the run on the single drive succeeds."""
+    """Last, as it breaks raid0x2: a study of two runs of one step, the first on raid0x2,
+    loses one of that array's drives (its NVMe controller unplugged from the guest's PCI
+    bus) once the run has initialised. That run fails naming the drive and the broken
+    array; the study goes on and the run on the single drive succeeds."""
     d = lab.share / "faulty"
     sets = [a for s in SETS for a in ("--set", s)]
     lab.guest.spawn(
         [
             str(BIN / "iotune"),
-            *("study", "--presets", "tiny_opt_nvme", "--steps", str(STEPS), *sets),
+            *("study", "--presets", "tiny_opt_nvme", "--steps", "1", *sets),
             *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "single=/tmp/single"),
             *("--out", str(d)),
         ],
@@ -399,4 +406,4 @@ def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab
     assert bad["status"] == "failed", bad
     assert f"drive {lost} is gone" in bad["error"] and "is broken" in bad["error"], bad
     assert any(lost in f for f in bad["faults"]), bad
-    assert good["status"] == "ok" and good["steps_done"] == STEPS, good
+    assert good["status"] == "ok" and good["steps_done"] == 1, good
