@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from iotune.workers import worker_env
 from tests.io_rules import param_reads_shift_ok
 from tests.root.conftest import iotune, iotune_json
 
@@ -110,21 +111,30 @@ def test_your_own_script_is_traced_step_by_step_beside_the_estimate(
     mnt = _offload_dir(loop_device)
     cfg = json.loads((DATA / "opt_nvme.json").read_text())
     cfg["zero_optimization"]["offload_optimizer"]["nvme_path"] = str(mnt / "swap")
+    # 4 x 512 tokens: forward and backward take a moment between the optimizer steps, as a
+    # real step's do (the cut needs 0.15 s without an optimizer write)
+    cfg["train_micro_batch_size_per_gpu"] = 4
     (tmp_path / "ds.json").write_text(json.dumps(cfg))
     model = str(DATA / "gpt_neox")
-    doc = iotune_json(
+    p = iotune(
+        "--json",
         "trace",
-        *("--model", model, "--ds-config", str(tmp_path / "ds.json"), "--seq-len", SEQ),
+        *("--model", model, "--ds-config", str(tmp_path / "ds.json"), "--seq-len", "512"),
         *("--set", "accelerator=cpu", "--out", str(tmp_path / "t"), "--"),
         *(sys.executable, str(DATA / "train_script.py"), model, str(tmp_path / "ds.json")),
-        *("3", SEQ),
+        *("3", "512"),
+        # DeepSpeed's ops as iotune built them (a script of its own would build them into
+        # ~/.cache/torch_extensions first: minutes)
+        env=worker_env(),
     )
+    doc = json.loads(p.stdout)
     assert doc["exit_code"] == 0
     s = doc["script"]
     assert s["initialised"] and s["steps_found"] == 3, s
     assert [r["label"] for r in s["rows"]] == ["init:0", "step:1", "step:2", "step:3"]
-    # the whole run's reads are the model's; every read is inside a cut interval
-    assert s["measured_total"]["read"] == s["predicted_total"]["read"]
+    # the whole run's reads are the model's, but for the filesystem's own: the script makes
+    # DeepSpeed's swap folder itself (ext4 read a 4 KiB metadata block at initialisation)
+    assert 0 <= s["measured_total"]["read"] - s["predicted_total"]["read"] <= FS_WRITES
     assert 0 <= s["measured_total"]["write"] - s["predicted_total"]["write"] <= 4 * FS_WRITES
     # a steady step's reads fall on its side of the cut (DeepSpeed reads the optimizer
     # state only in the optimizer step, after the last write of the step before)

@@ -17,7 +17,8 @@ os.environ.setdefault("MASTER_PORT", "29533")
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING  # noqa: E402
 
 
 def main() -> None:
@@ -33,8 +34,9 @@ def main() -> None:
     cfg = AutoConfig.from_pretrained(model_dir)
     cfg.use_cache = False
     torch.manual_seed(0)
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]  # its module imported out here
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = model_class(cfg)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     engine, _, _, _ = deepspeed.initialize(
         model=model,
@@ -45,7 +47,9 @@ def main() -> None:
     ga = int(ds_config.get("gradient_accumulation_steps", 1))
     for step in range(steps):
         for _ in range(ga):
-            ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+            ids = torch.randint(
+                0, cfg.vocab_size, (int(ds_config["train_micro_batch_size_per_gpu"]), seq_len)
+            )
             loss = engine(input_ids=ids, labels=ids).loss
             engine.backward(loss)
             engine.step()
