@@ -343,7 +343,7 @@ def estimate_cmd(
     e = estimate(p, cfg)
     bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
-    advice = advise(p, cfg, e)
+    advice = advise(p, cfg, e, aio_config=aio_config)
     plan = None
     if drives or target_step is not None:
         plan = _plan_drives(p, e, bw, adam, base, aio_config, drives, target_step, link, memory_bw)

@@ -31,12 +31,73 @@ class Advice:
 
 
 def advise(
-    p: Preset, cfg: dict[str, Any], est: Estimate, tree: SysTree | None = None
+    p: Preset,
+    cfg: dict[str, Any],
+    est: Estimate,
+    tree: SysTree | None = None,
+    aio_config: str | None = None,
 ) -> list[Advice]:
     out: list[Advice] = []
     out += _subgroup(p, cfg, est)
     out += _block_vs_queue(cfg, p.nvme_path, tree or SysTree("/"))
+    if aio_config and p.ds_user and isinstance(p.deepspeed.get("aio"), dict):
+        out += _swept_block(p.deepspeed["aio"], Path(aio_config))
     return out
+
+
+def _point_key(aio: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        int(aio.get("block_size", 1 << 20)),
+        int(aio.get("queue_depth", 8)),
+        int(aio.get("intra_op_parallelism", aio.get("threads", 1))),
+        bool(aio.get("single_submit", False)),
+        bool(aio.get("overlap_events", True)),
+    )
+
+
+def _swept_block(mine: dict[str, Any], sweep: Path) -> list[Advice]:
+    """Your config's aio block against the sweep of the drive (--aio-config SWEEP_RUN): its
+    measured bandwidth beside the sweep's best, where the sweep measured it."""
+    import json
+
+    points = sweep / "points.jsonl" if sweep.is_dir() else sweep.parent / "points.jsonl"
+    if not points.is_file():
+        return []
+    best: dict[str, float] = {}
+    at: dict[str, tuple[Any, ...]] = {}
+    yours: dict[str, float] = {}
+    for line in points.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        op, bw = r.get("op"), r.get("bw_bytes_s")
+        if op not in ("read", "write") or not isinstance(bw, int | float):
+            continue
+        key = _point_key({**r, "intra_op_parallelism": r.get("threads", 1)})
+        if bw > best.get(op, 0):
+            best[op], at[op] = bw, key
+        if key == _point_key(mine):
+            yours[op] = max(yours.get(op, 0.0), bw)
+    if set(yours) != {"read", "write"} or not best:
+        return []
+    slower = {op: 1 - yours[op] / best[op] for op in ("read", "write") if best.get(op)}
+    if max(slower.values()) < 0.05:
+        return []
+    bs, qd, th, ss, oe = at["read"]
+    return [
+        Advice(
+            "aio",
+            f"your aio block (block {format_size(int(mine.get('block_size', 1 << 20)))}, "
+            f"queue depth {mine.get('queue_depth', 8)}) read {amount(yours['read'], '/s')} "
+            f"and wrote {amount(yours['write'], '/s')} in {sweep}, "
+            f"{slower['read']:.0%} and {slower['write']:.0%} below its best: read "
+            f"{amount(best['read'], '/s')} (block {format_size(bs)}, queue depth {qd}, "
+            f"{th} thread(s), single_submit {str(ss).lower()}, overlap_events "
+            f"{str(oe).lower()}), write {amount(best['write'], '/s')}; the estimate's times "
+            "use the sweep's block",
+        )
+    ]
 
 
 def _subgroup(p: Preset, cfg: dict[str, Any], est: Estimate) -> list[Advice]:

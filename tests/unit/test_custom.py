@@ -173,3 +173,44 @@ def test_the_step_watch_cuts_where_every_state_file_is_rewritten(tmp_path: Path)
     assert set(state_files(tmp_path)) == {str(rank / f"{i}.tensor.swp") for i in (1, 2, 3)}
     os.remove(rank / "1.tensor.swp")
     assert len(state_files(tmp_path)) == 2
+
+
+def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> None:
+    """--aio-config SWEEP_RUN: your config's block beside the sweep's best, from its points."""
+    from iotune.train.advice import _swept_block
+
+    def point(op: str, bs: int, qd: int, gib_s: float) -> str:
+        return json.dumps(
+            {
+                "op": op,
+                "block_size": bs,
+                "queue_depth": qd,
+                "threads": 1,
+                "single_submit": False,
+                "overlap_events": True,
+                "bw_bytes_s": gib_s * 2**30,
+            }
+        )
+
+    (tmp_path / "points.jsonl").write_text(
+        "\n".join(
+            [
+                point("read", MIB // 2, 8, 1.5),
+                point("write", MIB // 2, 8, 2.8),
+                point("read", MIB, 32, 2.0),
+                point("write", MIB, 32, 3.2),
+            ]
+        )
+        + "\n"
+    )
+    mine = {
+        "block_size": MIB // 2,
+        "queue_depth": 8,
+        "intra_op_parallelism": 1,
+        "single_submit": False,
+        "overlap_events": True,
+    }
+    (a,) = _swept_block(mine, tmp_path)
+    assert "25% and 13% below its best" in a.text and "block 1M, queue depth 32" in a.text
+    assert _swept_block({**mine, "block_size": MIB, "queue_depth": 32}, tmp_path) == []
+    assert _swept_block({**mine, "queue_depth": 64}, tmp_path) == []  # not swept: no figure
