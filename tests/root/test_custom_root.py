@@ -1,6 +1,7 @@
 """Root tier: your model and your DeepSpeed config (--model, --ds-config). Three tiny CPU
 models of architectures other than Llama (tests/data/custom: GPT-NeoX with biases and a
-fused QKV, Phi-3 with fused QKV and gate/up, Qwen2 with GQA and a tied embedding) train
+fused QKV, Phi-3 with fused QKV and gate/up, Mixtral with its experts fused into 3-D
+parameters, Qwen2 with GQA and a tied embedding) train
 under the real DeepSpeed ZeRO-3 on an ext4 loop device, traced by the real eBPF program: the
 estimate from each model's own tensors is DeepSpeed's swap files and bytes, to the byte. A
 plain training script of a user's is traced with its steps found in the swap folder. Bad
@@ -49,7 +50,12 @@ def _trace(model: str, cfg: str, mnt: Path, out: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("model", "cfg"), [("phi3", "opt_nvme.json"), ("gpt_neox", "params_opt_nvme.json")]
+    ("model", "cfg"),
+    [
+        ("phi3", "opt_nvme.json"),
+        ("mixtral", "opt_nvme.json"),
+        ("gpt_neox", "params_opt_nvme.json"),
+    ],
 )
 def test_your_model_moves_the_estimated_bytes(
     model: str, cfg: str, loop_device: Callable[..., str], tmp_path: Path
