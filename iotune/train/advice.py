@@ -4,11 +4,13 @@ with the figure. Pure over the estimate and sysfs; shown by `iotune estimate` (a
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from iotune.probes.sysfs import SysTree
+from iotune.train.dsconfig import model_element_size
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.presets import Preset
 from iotune.units import amount, format_size
@@ -39,6 +41,7 @@ def advise(
 ) -> list[Advice]:
     out: list[Advice] = []
     out += _subgroup(p, cfg, est)
+    out += _param_buffers(p, cfg)
     out += _block_vs_queue(cfg, p.nvme_path, tree or SysTree("/"))
     if aio_config and p.ds_user and isinstance(p.deepspeed.get("aio"), dict):
         out += _swept_block(p.deepspeed["aio"], Path(aio_config))
@@ -123,6 +126,63 @@ def _subgroup(p: Preset, cfg: dict[str, Any], est: Estimate) -> list[Advice]:
             f"({off.get('buffer_count', 4)} x the largest sub-group's fp32 state); "
             f"{SMALLER_SUBGROUP:,} would pin {amount(other)} and swap the same bytes per step",
             pinned - other,
+        )
+    ]
+
+
+def param_buffers_needed(p: Preset, cfg: dict[str, Any]) -> tuple[int, int]:
+    """How many offload_param swap buffers DeepSpeed may hold at once, as (with the config's
+    stage3_max_reuse_distance, with 0). One buffer holds one parameter's partition; the
+    parameters at or below stage3_param_persistence_threshold never swap. A module's
+    parameters come in one swap-in and are released only after the next module's arrive, so
+    two modules' worth are the least; after use a parameter is kept (buffer and all)
+    while it comes back within max_reuse_distance elements of the trace
+    (partitioned_param_coordinator.py): with the default 1e9 that is every swapped parameter
+    of a model below it, which stays resident from its forward to its backward. An upper
+    bound: a tiny GPT-NeoX with 8 swapped parameters ran with 6 buffers and failed with 5
+    (DeepSpeed 0.19.8); with stage3_max_reuse_distance 0 it ran with 2 and failed with 1."""
+    zo = cfg.get("zero_optimization", {})
+    keep = int(zo.get("stage3_param_persistence_threshold", 100_000))
+    reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
+    tensors = p.geometry.tensors()
+    swapped = [n > keep for _, n in tensors]
+    modules = Counter(name.rsplit(".", 1)[0] for name, n in tensors if n > keep)
+    least = 2 * max(modules.values(), default=0)
+    # the most swapped parameters in any stretch of the trace within `reuse` elements
+    most = held = numel = start = 0
+    for i, (_, n) in enumerate(tensors):
+        numel += n
+        held += swapped[i]
+        while numel > reuse and start <= i:
+            numel -= tensors[start][1]
+            held -= swapped[start]
+            start += 1
+        most = max(most, held)
+    return max(least, most), least
+
+
+def _param_buffers(p: Preset, cfg: dict[str, Any]) -> list[Advice]:
+    """offload_param's buffer_count below what DeepSpeed may hold at once: it stops mid-step
+    with "Not enough buffers" after minutes of start-up."""
+    zo = cfg.get("zero_optimization", {})
+    op = zo.get("offload_param") or {}
+    if not isinstance(op, dict) or op.get("device") != "nvme":
+        return []
+    count = int(op.get("buffer_count", 5))
+    need, without_reuse = param_buffers_needed(p, cfg)
+    if count >= need:
+        return []
+    each = model_element_size(cfg) * int(op.get("buffer_size", 100_000_000))
+    reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
+    return [
+        Advice(
+            "zero_optimization.offload_param.buffer_count",
+            f"offload_param.buffer_count {count} may be too few: DeepSpeed can hold up to {need} "
+            f"parameters' swap buffers at once (stage3_max_reuse_distance {reuse:,} keeps the "
+            "parameters above stage3_param_persistence_threshold from forward to backward) and "
+            "stops mid-step with 'Not enough buffers'; buffer_count "
+            f"{need} pins {amount((need - count) * each)} more, or stage3_max_reuse_distance 0 "
+            f"needs {without_reuse} and reads the parameters again in backward",
         )
     ]
 

@@ -214,3 +214,27 @@ def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> Non
     assert "25% and 13% below its best" in a.text and "block 1M, queue depth 32" in a.text
     assert _swept_block({**mine, "block_size": MIB, "queue_depth": 32}, tmp_path) == []
     assert _swept_block({**mine, "queue_depth": 64}, tmp_path) == []  # not swept: no figure
+
+
+@pytest.mark.parametrize(
+    ("count", "reuse", "need"),
+    [(2, None, 3), (3, None, None), (1, 0, 2), (2, 0, None)],
+)
+def test_advice_on_too_few_parameter_swap_buffers(
+    count: int, reuse: int | None, need: int | None
+) -> None:
+    """Three swapped parameters (the embedding and two 196,608-element weights): the default
+    reuse distance keeps all three resident; at 0 two modules' worth are in use."""
+    cfg = _cfg("params_opt_nvme.json")
+    zo = cfg["zero_optimization"]
+    zo["offload_param"]["buffer_count"] = count
+    if reuse is not None:
+        zo["stage3_max_reuse_distance"] = reuse
+    p = _preset(cfg)
+    advice = [a for a in advise(p, cfg, estimate(p, cfg)) if "buffer_count" in a.setting]
+    if need is None:
+        assert advice == []
+    else:
+        (a,) = advice
+        assert f"buffer_count {count} may be too few" in a.text
+        assert f"up to {need} parameters" in a.text
