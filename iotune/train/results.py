@@ -271,6 +271,13 @@ def build_result(
     events = [e for e in every if "step" in e]
     ready = next((e for e in every if e.get("event") == "ready"), None)
     steps = [e for e in events if e.get("event") == "step"]
+    nan = [e["step"] for e in steps if isinstance(e.get("loss"), float) and e["loss"] != e["loss"]]
+    if nan:
+        req.notes.append(
+            f"the loss was NaN at step(s) {', '.join(map(str, nan))}: DeepSpeed skips the "
+            "optimizer step where the gradients overflow, so those steps move less than the "
+            "I/O model's bytes"
+        )
     init = next((e for e in events if e.get("event") == "init"), None)
     io_by_label = {s["label"]: s for s in (trace or {}).get("steps", [])}
     traced = bool(prep.targets.disks) and trace is not None

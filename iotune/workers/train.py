@@ -70,13 +70,18 @@ def _proc_io() -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _llama_init(torch: Any, std: float) -> Iterator[None]:
-    """nn.Linear and nn.Embedding initialised as transformers' _init_weights does
-    (normal(0, std), zero bias, zero padding row), in their constructors: before zero.Init
-    partitions them. Each is marked initialised, so the model's post_init leaves it alone:
-    on a partition (an empty tensor) it would index the padding row and fail."""
+def _init_in_constructors(torch: Any, std: float) -> Iterator[None]:
+    """Every weight initialised as transformers' _init_weights does, inside its module's
+    constructor: before zero.Init partitions it. nn.Linear and nn.Embedding get
+    normal(0, std), a zero bias and a zero padding row; any other parameter of two or more
+    dimensions (a Mixtral's fused experts, its router: torch.empty until _init_weights)
+    gets normal(0, std) as it is registered. Linear and Embedding are marked initialised, so
+    the model's post_init leaves them alone: on a partition (an empty tensor) it would index
+    the padding row and fail; for the rest it touches only empty partitions, and without
+    this their memory would train as it was left (NaN losses, optimizer steps skipped)."""
     nn = torch.nn
     saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+    saved_register = nn.Module.register_parameter
 
     def linear(self: Any) -> None:
         nn.init.normal_(self.weight, mean=0.0, std=std)
@@ -91,11 +96,20 @@ def _llama_init(torch: Any, std: float) -> Iterator[None]:
                 self.weight[self.padding_idx].fill_(0)
         self._is_hf_initialized = True
 
+    def register(self: Any, name: str, param: Any) -> None:
+        saved_register(self, name, param)
+        fresh = param is not None and not hasattr(param, "ds_id")  # not yet partitioned
+        if fresh and param.dim() >= 2 and not isinstance(self, (nn.Linear, nn.Embedding)):
+            with torch.no_grad():
+                nn.init.normal_(param, mean=0.0, std=std)
+
     nn.Linear.reset_parameters, nn.Embedding.reset_parameters = linear, embedding
+    nn.Module.register_parameter = register
     try:
         yield
     finally:
         nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
+        nn.Module.register_parameter = saved_register
 
 
 def swap_bytes(path: str | None, rank: int | None = None) -> dict[str, int]:
@@ -251,14 +265,14 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     model_class: Any = AutoModelForCausalLM._model_mapping[type(mcfg)]
     dtype = torch.bfloat16 if bf16 else torch.float32
     if stage == 3 and spec.get("zero_init", True):
-        llama_init = _llama_init(torch, float(getattr(mcfg, "initializer_range", 0.02)))
+        weights_init = _init_in_constructors(torch, float(getattr(mcfg, "initializer_range", 0.02)))
         # zero.Init partitions (and with offload_param swaps out) each parameter as soon as
         # its module is built, so a model larger than GPU or host memory can be built at all.
-        # Each module's constructor initialises its weights before that (reset_parameters,
-        # here Llama's normal(0, initializer_range) as transformers' _init_weights would),
+        # Each module's constructor initialises its weights before that (normal(0,
+        # initializer_range) as transformers' _init_weights would),
         # so every partition is written once: re-initialising afterwards would gather each
         # one back, reading and writing it all again.
-        with llama_init, deepspeed.zero.Init(config_dict_or_path=ds_config):
+        with weights_init, deepspeed.zero.Init(config_dict_or_path=ds_config):
             model = model_class(mcfg)
     else:
         # built on the device in its training dtype: no fp32 copy of the model in host RAM
