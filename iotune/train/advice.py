@@ -130,10 +130,10 @@ def _subgroup(p: Preset, cfg: dict[str, Any], est: Estimate) -> list[Advice]:
     ]
 
 
-def param_buffers_needed(p: Preset, cfg: dict[str, Any]) -> tuple[int, int]:
-    """How many offload_param swap buffers DeepSpeed may hold at once, as (with the config's
-    stage3_max_reuse_distance, with 0). One buffer holds one parameter's partition; the
-    parameters at or below stage3_param_persistence_threshold never swap. A module's
+def _param_buffers_needed(tensors: list[tuple[str, int]], keep: int, reuse: int) -> tuple[int, int]:
+    """How many offload_param swap buffers DeepSpeed may hold at once, as (with the reuse
+    distance `reuse`, with 0). One buffer holds one parameter's partition; the parameters
+    at or below stage3_param_persistence_threshold (`keep`) never swap. A module's
     parameters come in one swap-in and are released only after the next module's arrive, so
     two modules' worth are the least; after use a parameter is kept (buffer and all)
     while it comes back within max_reuse_distance elements of the trace
@@ -141,12 +141,10 @@ def param_buffers_needed(p: Preset, cfg: dict[str, Any]) -> tuple[int, int]:
     of a model below it, which stays resident from its forward to its backward. An upper
     bound: a tiny GPT-NeoX with 8 swapped parameters ran with 6 buffers and failed with 5
     (DeepSpeed 0.19.8); with stage3_max_reuse_distance 0 it ran with 2 and failed with 1."""
-    zo = cfg.get("zero_optimization", {})
-    keep = int(zo.get("stage3_param_persistence_threshold", 100_000))
-    reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
-    tensors = p.geometry.tensors()
     swapped = [n > keep for _, n in tensors]
-    modules = Counter(name.rsplit(".", 1)[0] for name, n in tensors if n > keep)
+    modules = Counter(
+        name.rsplit(".", 1)[0] for (name, _), s in zip(tensors, swapped, strict=True) if s
+    )
     least = 2 * max(modules.values(), default=0)
     # the most swapped parameters in any stretch of the trace within `reuse` elements
     most = held = numel = start = 0
@@ -169,11 +167,12 @@ def _param_buffers(p: Preset, cfg: dict[str, Any]) -> list[Advice]:
     if not isinstance(op, dict) or op.get("device") != "nvme":
         return []
     count = int(op.get("buffer_count", 5))
-    need, without_reuse = param_buffers_needed(p, cfg)
+    keep = int(zo.get("stage3_param_persistence_threshold", 100_000))
+    reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
+    need, without_reuse = _param_buffers_needed(p.geometry.tensors(), keep, reuse)
     if count >= need:
         return []
     each = model_element_size(cfg) * int(op.get("buffer_size", 100_000_000))
-    reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
     return [
         Advice(
             "zero_optimization.offload_param.buffer_count",

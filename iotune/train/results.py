@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -271,7 +272,7 @@ def build_result(
     events = [e for e in every if "step" in e]
     ready = next((e for e in every if e.get("event") == "ready"), None)
     steps = [e for e in events if e.get("event") == "step"]
-    nan = [e["step"] for e in steps if isinstance(e.get("loss"), float) and e["loss"] != e["loss"]]
+    nan = [e["step"] for e in steps if isinstance(e.get("loss"), float) and math.isnan(e["loss"])]
     if nan:
         req.notes.append(
             f"the loss was NaN at step(s) {', '.join(map(str, nan))}: DeepSpeed skips the "

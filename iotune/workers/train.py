@@ -112,6 +112,32 @@ def _init_in_constructors(torch: Any, std: float) -> Iterator[None]:
         nn.Module.register_parameter = saved_register
 
 
+def model_config(model: dict[str, Any]) -> tuple[Any, Any]:
+    """A spec's model (a config.json's fields) as transformers' config, and the class
+    AutoModelForCausalLM picks for it, to be built directly: inside zero.Init as it is."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    fields = dict(model)
+    mcfg = CONFIG_MAPPING[str(fields.pop("model_type", "llama"))].from_dict(fields)
+    mcfg.use_cache = False
+    return mcfg, AutoModelForCausalLM._model_mapping[type(mcfg)]
+
+
+def build_partitioned(
+    torch: Any, deepspeed: Any, mcfg: Any, model_class: Any, ds_config: dict[str, Any]
+) -> Any:
+    """The model built inside zero.Init, which partitions (and with offload_param swaps out)
+    each parameter as soon as its module is built, so a model larger than GPU or host memory
+    can be built at all. Each module's constructor initialises its weights before that
+    (normal(0, initializer_range) as transformers' _init_weights would), so every partition
+    is written once: re-initialising afterwards would gather each one back, reading and
+    writing it all again."""
+    std = float(getattr(mcfg, "initializer_range", 0.02))
+    with _init_in_constructors(torch, std), deepspeed.zero.Init(config_dict_or_path=ds_config):
+        return model_class(mcfg)
+
+
 def swap_bytes(path: str | None, rank: int | None = None) -> dict[str, int]:
     """Allocated and apparent bytes of every file under the swap directory, or of the files
     of one rank: DeepSpeed keeps each rank's under a ``rank<r>`` folder
@@ -226,9 +252,10 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     import deepspeed
     import torch
     from deepspeed.accelerator import get_accelerator
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    # imports transformers: part of the imports the "ready" event reports, before any I/O
+    # of the training's own
+    mcfg, model_class = model_config(spec["model"])
     acc = get_accelerator()
     cuda = acc.device_name() == "cuda"
     if cuda:
@@ -257,23 +284,9 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     swap_dir = rank_swap_dir(spec, local_rank)
     ds_config = with_nvme_path(spec["ds_config"], swap_dir)
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
-    model_cfg = dict(spec["model"])
-    kind = str(model_cfg.pop("model_type", "llama"))
-    mcfg = CONFIG_MAPPING[kind].from_dict(model_cfg)
-    mcfg.use_cache = False
-    # the class AutoModelForCausalLM picks, built directly: inside zero.Init as it is
-    model_class: Any = AutoModelForCausalLM._model_mapping[type(mcfg)]
     dtype = torch.bfloat16 if bf16 else torch.float32
     if stage == 3 and spec.get("zero_init", True):
-        weights_init = _init_in_constructors(torch, float(getattr(mcfg, "initializer_range", 0.02)))
-        # zero.Init partitions (and with offload_param swaps out) each parameter as soon as
-        # its module is built, so a model larger than GPU or host memory can be built at all.
-        # Each module's constructor initialises its weights before that (normal(0,
-        # initializer_range) as transformers' _init_weights would),
-        # so every partition is written once: re-initialising afterwards would gather each
-        # one back, reading and writing it all again.
-        with weights_init, deepspeed.zero.Init(config_dict_or_path=ds_config):
-            model = model_class(mcfg)
+        model = build_partitioned(torch, deepspeed, mcfg, model_class, ds_config)
     else:
         # built on the device in its training dtype: no fp32 copy of the model in host RAM
         # (ZenFlow needs the model built this way: zero.Init's early partitioning defeats

@@ -1,5 +1,5 @@
 """Build a model from its config.json inside DeepSpeed's zero.Init on the CPU (one rank,
-gloo), the way iotune's training worker does, and print each parameter's partition: name,
+gloo), with the training worker's own code, and print each parameter's partition: name,
 dimensions, standard deviation, largest magnitude (JSON lines). Usage: init_stats.py DIR"""
 
 import json
@@ -9,24 +9,20 @@ from pathlib import Path
 
 import deepspeed
 import torch
-from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
-from iotune.workers.train import _init_in_constructors
+from iotune.workers.train import build_partitioned, model_config
 
 
 def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
     os.environ.setdefault("LOCAL_RANK", "0")
     deepspeed.init_distributed(dist_backend="gloo")
-    cfg = json.loads((Path(sys.argv[1]) / "config.json").read_text())
-    mcfg = CONFIG_MAPPING[cfg.pop("model_type")].from_dict(cfg)
-    model_class = AutoModelForCausalLM._model_mapping[type(mcfg)]
+    mcfg, model_class = model_config(json.loads((Path(sys.argv[1]) / "config.json").read_text()))
     # leave NaN where the allocator will hand out the parameters' memory
     garbage = torch.full((64 << 20,), float("nan"))
     del garbage
     ds = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
-    with _init_in_constructors(torch, 0.02), deepspeed.zero.Init(config_dict_or_path=ds):
-        model = model_class(mcfg)
+    model = build_partitioned(torch, deepspeed, mcfg, model_class, ds)
     for name, p in model.named_parameters():
         t = p.ds_tensor.float()
         print(
