@@ -325,10 +325,10 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     caveats = []
     if n_p and preset.geometry.tied_tensors():
         caveats.append(
-            "tied weights with the parameters on NVMe: a step's parameter reads are at most "
-            "the model's; DeepSpeed keeps a tied weight gathered between its two uses (a tiny "
-            "Qwen2 read 0 to 1 of the 2 fetches counted here), and initialisation reads its "
-            "file twice more"
+            "tied weights with the parameters on NVMe: a step reads a tied weight's file 0 to "
+            "2 times, where one is counted here (DeepSpeed keeps it gathered between its two "
+            "uses, or not; a tiny Qwen2 read it 0, 1 and 2 times in three steps), and "
+            "initialisation reads its file twice more"
         )
     return Estimate(
         caveats=tuple(caveats),
