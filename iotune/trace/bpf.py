@@ -71,13 +71,161 @@ class DoneKey(ctypes.Structure):  # struct done_key
     _fields_ = [("dev", ctypes.c_uint32), ("op", ctypes.c_uint32)]
 
 
+class DoneVal(ctypes.Structure):  # struct done_val
+    _fields_ = [("ios", ctypes.c_uint64), ("sectors", ctypes.c_uint64)]
+
+
+class OwnerKey(ctypes.Structure):  # struct owner_key
+    _fields_ = [
+        ("dev", ctypes.c_uint32),
+        ("op", ctypes.c_uint32),
+        ("tgid", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    ]
+
+
+class OwnerVal(ctypes.Structure):  # struct owner_val
+    _fields_ = [("bios", ctypes.c_uint64), ("sectors", ctypes.c_uint64)]
+
+
+class CommVal(ctypes.Structure):  # struct comm_val
+    _fields_ = [("comm", ctypes.c_char * 16)]
+
+
+#: key and value types of the hash maps read (bcc makes its own from the source)
+MAP_TYPES: dict[str, tuple[Any, Any]] = {
+    "sizes": (SizeKey, ctypes.c_uint64),
+    "done": (DoneKey, DoneVal),
+    "owners": (OwnerKey, OwnerVal),
+    "comms": (ctypes.c_uint32, CommVal),
+    "devices": (ctypes.c_uint32, ctypes.c_uint32),
+    "workload": (ctypes.c_uint32, ctypes.c_uint8),
+}
+
+
 #: (kernel dev, op index) → (ios, sectors) completed; op OP_EMPTY_PREFLUSH included
 Done = dict[tuple[int, int], tuple[int, int]]
 #: (kernel dev, op index, tgid; 0 = the workload) → (bios, sectors) submitted
 Owners = dict[tuple[int, int, int], tuple[int, int]]
 
 
-class ReqSizeTracer:
+class MapReader:
+    """What both tracers read from the maps of bpf/iotune.h, whoever loaded them: bcc
+    (:class:`ReqSizeTracer`) or libbpf (iotune.trace.libbpf). A subclass says how to reach a
+    map: its items, its fd, one u64 of an array, an update; and fills :attr:`rows` (the
+    devices with a row of the arrays) and :attr:`_views` (their read-only mappings)."""
+
+    owners_enabled = False
+    rows: list[int]
+    _views: dict[str, Any]
+
+    def _items(self, name: str) -> list[tuple[Any, Any]]:
+        raise NotImplementedError
+
+    def _map_fd(self, name: str) -> int:
+        raise NotImplementedError
+
+    def _array_u64(self, name: str, index: int) -> int:
+        raise NotImplementedError
+
+    def _update(self, name: str, key: Any, value: Any) -> None:
+        raise NotImplementedError
+
+    def _map_views(self, n: int, owners: bool) -> None:
+        """Map the arrays of *n* device rows (none without rows)."""
+        self._views = {}
+        if n:
+            self._views["slots"] = self._view("slots", n * 2 * (SLOT_SECTORS + 1))
+            self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
+            if owners:
+                self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+
+    def _unmap(self) -> None:
+        # the mappings go with the last view of them (an mmap cannot close while a numpy
+        # array still exports its buffer)
+        self._views = {}
+        self._maps: list[mmap.mmap] = []
+
+    def _view(self, name: str, words: int) -> Any:
+        """A read-only numpy view of an mmap-able array map: its counters as the kernel
+        updates them, read without a system call."""
+        import numpy as np
+
+        fd = self._map_fd(name)
+        size = -(-words * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        self._maps = [*getattr(self, "_maps", []), mm]
+        return np.frombuffer(mm, dtype=np.uint64, count=words)
+
+    def counts(self) -> dict[tuple[int, int, int], int]:
+        out = {(k.dev, k.op, k.bytes): v.value for k, v in self._items("sizes")}
+        view = self._snapshot("slots")
+        if view is not None:
+            width = SLOT_SECTORS + 1
+            for i in view.nonzero()[0].tolist():
+                row, rest = divmod(i, 2 * width)
+                op, sectors = divmod(rest, width)
+                out[(self.rows[row], op, sectors * 512)] = int(view[i])
+        return out
+
+    def hist(self) -> dict[tuple[int, int, int], int]:
+        """(dev, op, log2 slot) -> requests, from the exact counts (bcc's bpf_log2l slots:
+        slot k holds sizes in [2^(k-1), 2^k - 1], slot 0 the empty requests)."""
+        return log2_hist(self.counts())
+
+    def done(self) -> Done:
+        out = {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._items("done")}
+        for dev, op, pair in self._pairs("dones", DONE_OPS):
+            out[(dev, op)] = pair
+        return out
+
+    def _snapshot(self, name: str) -> Any:
+        """A copy of the array *name* (None without one): the kernel updates the mapped
+        view while it is read, so every reader reads one copy of it."""
+        view = self._views.get(name)
+        return None if view is None else view.copy()
+
+    def _pairs(self, name: str, ops: int) -> Iterator[tuple[int, int, tuple[int, int]]]:
+        """(dev, op, (count, sectors)) of every non-zero entry of an array of two-counter
+        values with *ops* entries per device row (dones, wowners)."""
+        view = self._snapshot(name)
+        if view is None:
+            return
+        pairs = view.reshape(-1, 2)
+        for i in pairs.any(axis=1).nonzero()[0].tolist():
+            row, op = divmod(i, ops)
+            yield self.rows[row], op, (int(pairs[i, 0]), int(pairs[i, 1]))
+
+    def add_workload(self, pid: int) -> None:
+        if self.owners_enabled:
+            self._update("workload", ctypes.c_uint32(pid), ctypes.c_uint8(1))
+            # every CPU's cached answer is stale now (bpf/reqsize.bpf.c is_workload)
+            gen = self._array_u64("generation", 0)
+            self._update("generation", ctypes.c_uint32(0), ctypes.c_uint64(gen + 1))
+
+    def owners(self) -> Owners:
+        if not self.owners_enabled:
+            return {}
+        out = {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._items("owners")}
+        for dev, op, pair in self._pairs("wowners", OWNER_OPS):
+            out[(dev, op, 0)] = pair  # tgid 0: the workload
+        return out
+
+    def comms(self) -> dict[int, str]:
+        if not self.owners_enabled:
+            return {}
+        return {
+            k.value: bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace")
+            for k, v in self._items("comms")
+        }
+
+    def dropped(self) -> tuple[int, int, int, int]:
+        a, b, c, d = (self._array_u64("dropped", i) for i in range(4))
+        return a, b, c, d
+
+
+
+class ReqSizeTracer(MapReader):
     """Attached on construction; :meth:`close` detaches (idempotent). With ``owners``, bios are
     attributed to the workload (processes added with :meth:`add_workload` and everything they
     start) or to their other submitters.
@@ -160,13 +308,7 @@ class ReqSizeTracer:
                 for i, d in enumerate(devs):
                     row = i + 1 if i < SLOT_DEVS else NO_ROW
                     table[ctypes.c_uint32(d)] = ctypes.c_uint32(row)
-            self._views: dict[str, Any] = {}
-            if self.rows:
-                n = len(self.rows)
-                self._views["slots"] = self._view("slots", n * 2 * (SLOT_SECTORS + 1))
-                self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
-                if owners:
-                    self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+            self._map_views(len(self.rows), owners)
         except BaseException:
             self.close()  # attached: detach before the error leaves
             raise
@@ -239,80 +381,6 @@ class ReqSizeTracer:
             bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
             self._detached_raw.pop()
 
-    def _view(self, name: str, words: int) -> Any:
-        """A read-only numpy view of an mmap-able array map: its counters as the kernel
-        updates them, read without a system call."""
-        import numpy as np
-
-        fd = self._bpf[name].map_fd
-        size = -(-words * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
-        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        self._maps = [*getattr(self, "_maps", []), mm]
-        return np.frombuffer(mm, dtype=np.uint64, count=words)
-
-    def counts(self) -> dict[tuple[int, int, int], int]:
-        out = {(k.dev, k.op, k.bytes): v.value for k, v in self._bpf["sizes"].items()}
-        view = self._snapshot("slots")
-        if view is not None:
-            width = SLOT_SECTORS + 1
-            for i in view.nonzero()[0].tolist():
-                row, rest = divmod(i, 2 * width)
-                op, sectors = divmod(rest, width)
-                out[(self.rows[row], op, sectors * 512)] = int(view[i])
-        return out
-
-    def hist(self) -> dict[tuple[int, int, int], int]:
-        """(dev, op, log2 slot) -> requests, from the exact counts (bcc's bpf_log2l slots:
-        slot k holds sizes in [2^(k-1), 2^k - 1], slot 0 the empty requests)."""
-        return log2_hist(self.counts())
-
-    def done(self) -> Done:
-        out = {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._bpf["done"].items()}
-        for dev, op, pair in self._pairs("dones", DONE_OPS):
-            out[(dev, op)] = pair
-        return out
-
-    def _snapshot(self, name: str) -> Any:
-        """A copy of the array *name* (None without one): the kernel updates the mapped
-        view while it is read, so every reader reads one copy of it."""
-        view = self._views.get(name)
-        return None if view is None else view.copy()
-
-    def _pairs(self, name: str, ops: int) -> Iterator[tuple[int, int, tuple[int, int]]]:
-        """(dev, op, (count, sectors)) of every non-zero entry of an array of two-counter
-        values with *ops* entries per device row (dones, wowners)."""
-        view = self._snapshot(name)
-        if view is None:
-            return
-        pairs = view.reshape(-1, 2)
-        for i in pairs.any(axis=1).nonzero()[0].tolist():
-            row, op = divmod(i, ops)
-            yield self.rows[row], op, (int(pairs[i, 0]), int(pairs[i, 1]))
-
-    def add_workload(self, pid: int) -> None:
-        if self.owners_enabled:
-            self._bpf["workload"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
-            # every CPU's cached answer is stale now (bpf/reqsize.bpf.c is_workload)
-            gen = self._bpf["generation"]
-            key = ctypes.c_int(0)
-            gen[key] = ctypes.c_uint64(int(gen[key].value) + 1)
-
-    def owners(self) -> Owners:
-        if not self.owners_enabled:
-            return {}
-        out = {(k.dev, k.op, k.tgid): (v.bios, v.sectors) for k, v in self._bpf["owners"].items()}
-        for dev, op, pair in self._pairs("wowners", OWNER_OPS):
-            out[(dev, op, 0)] = pair  # tgid 0: the workload
-        return out
-
-    def comms(self) -> dict[int, str]:
-        if not self.owners_enabled:
-            return {}
-        return {
-            k.value: bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace")
-            for k, v in self._bpf["comms"].items()
-        }
-
     def misses(self) -> dict[str, int]:
         """Events the kernel did not deliver, per program: a tracepoint program that fires
         while another BPF program runs on the same CPU (an I/O completion interrupting an
@@ -327,9 +395,8 @@ class ReqSizeTracer:
             info = prog_info(fd)
             if "recursion_misses" in info:
                 out[label] = info["recursion_misses"]
-        t = self._bpf["nested"]
         for i, event in enumerate(("block_rq_issue", "block_rq_complete")):
-            out[f"nested:{event}"] = int(t[ctypes.c_int(i)].value)
+            out[f"nested:{event}"] = self._array_u64("nested", i)
         return out
 
     def programs(self) -> list[tuple[str, int]]:
@@ -343,16 +410,20 @@ class ReqSizeTracer:
         ]
         return progs + [(f"block:{event}", prog) for event, prog, _ in self._links]
 
-    def dropped(self) -> tuple[int, int, int, int]:
-        t = self._bpf["dropped"]
-        a, b, c, d = (int(t[ctypes.c_int(i)].value) for i in range(4))
-        return a, b, c, d
+    def _items(self, name: str) -> list[tuple[Any, Any]]:
+        return list(self._bpf[name].items())
+
+    def _map_fd(self, name: str) -> int:
+        return int(self._bpf[name].map_fd)
+
+    def _array_u64(self, name: str, index: int) -> int:
+        return int(self._bpf[name][ctypes.c_int(index)].value)
+
+    def _update(self, name: str, key: Any, value: Any) -> None:
+        self._bpf[name][key] = value
 
     def close(self) -> None:
-        # the mappings go with the last view of them (an mmap cannot close while a numpy
-        # array still exports its buffer)
-        self._views = {}
-        self._maps = []
+        self._unmap()
         for _, prog, link in self._links:
             if link >= 0:
                 os.close(link)

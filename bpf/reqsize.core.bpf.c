@@ -1,0 +1,349 @@
+// SPDX-License-Identifier: GPL-2.0
+// Exact per-request size accounting for iotune trace, as one BPF CO-RE object for libbpf
+// (iotune/trace/libbpf.py loads it; bpf/build.sh compiles it). It counts what
+// reqsize.bpf.c counts, with the same maps and keys (iotune.h), so the two backends give
+// the same tables; the comments there say why each event is read.
+//
+// No kernel headers and no compiler at run time: the kernel types below name only the fields
+// read, marked preserve_access_index, so libbpf relocates every access to the running
+// kernel's layout from its BTF (/sys/kernel/btf/vmlinux) when it loads the object. The
+// programs are BTF tracepoints (tp_btf): run directly at the tracepoint, never skipped on a
+// CPU busy with another BPF program (a program that would run inside itself on a CPU is
+// skipped and counted in its recursion_misses, which iotune reads).
+//
+// What the bcc build takes as -D flags is set by user space before the load: the sizes of
+// the arrays (max_entries) and the configuration in .rodata (`cfg`), which the verifier
+// reads as constants, so the branches a configuration does not take are not even loaded.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef u64 sector_t;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "iotune.h"
+
+/* the kernel's types: only the fields read, at the running kernel's offsets (CO-RE) */
+struct gendisk {
+    int major;
+    int first_minor;
+} __attribute__((preserve_access_index));
+
+struct request_queue {
+    struct gendisk *disk;
+} __attribute__((preserve_access_index));
+
+struct request {
+    struct request_queue *q;
+    unsigned int cmd_flags;
+    unsigned int __data_len;
+    sector_t __sector;
+} __attribute__((preserve_access_index));
+
+struct block_device {
+    struct gendisk *bd_disk;
+} __attribute__((preserve_access_index));
+
+struct bvec_iter {
+    unsigned int bi_size;
+} __attribute__((preserve_access_index));
+
+struct bio {
+    struct block_device *bi_bdev;
+    unsigned int bi_opf;
+    struct bvec_iter bi_iter;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+    int pid;
+} __attribute__((preserve_access_index));
+
+/* enum req_op (6.0 and later; before, req_opf): its values relocated by name where the
+ * kernel has it, else these, which have not changed since 4.10 */
+enum req_op {
+    REQ_OP_READ = 0,
+    REQ_OP_WRITE = 1,
+    REQ_OP_FLUSH = 2,
+    REQ_OP_DISCARD = 3,
+    REQ_OP_SECURE_ERASE = 5,
+};
+
+#define OPV(name)                                                                           \
+    (bpf_core_enum_value_exists(enum req_op, name) ? bpf_core_enum_value(enum req_op, name) \
+                                                   : name)
+
+/* a row per device in the arrays for the first SLOT_DEVS traced devices, as in the bcc
+ * build; its sizes and op counts are the same (iotune/trace/bpf.py) */
+#define SLOT_DEVS 16
+#define SLOT_SECTORS 2048
+#define DONE_OPS 8
+#define OWNER_OPS 5
+#define MAX_SIZES 65536
+#define NO_ROW 0xffff
+
+/* the configuration, written into .rodata by user space before the load */
+struct config {
+    u32 slot_devs;  /* devices with a row: the first ones of devs[] */
+    u32 filter;     /* 1: only devices in `devices` (and devs[]) are counted */
+    u32 devs[SLOT_DEVS];
+};
+
+const volatile struct config cfg = {};
+
+#define MAP(kind, name, k, v, n, ...)                                                        \
+    struct {                                                                                \
+        __uint(type, kind);                                                                 \
+        __uint(max_entries, n);                                                             \
+        __type(key, k);                                                                     \
+        __type(value, v);                                                                   \
+        __VA_ARGS__                                                                         \
+    } name SEC(".maps")
+
+MAP(BPF_MAP_TYPE_HASH, sizes, struct size_key, u64, MAX_SIZES);
+MAP(BPF_MAP_TYPE_HASH, devices, u32, u32, 1024);
+/* sized by user space: rows x 2 x (SLOT_SECTORS + 1), rows x DONE_OPS, rows x OWNER_OPS */
+MAP(BPF_MAP_TYPE_ARRAY, slots, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_ARRAY, dones, u32, struct done_val, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_HASH, done, struct done_key, struct done_val, 4096);
+MAP(BPF_MAP_TYPE_ARRAY, dropped, u32, u64, 4); /* map full: [0] sizes, [2] done, [3] owners */
+MAP(BPF_MAP_TYPE_HASH, workload, u32, u8, 65536);
+MAP(BPF_MAP_TYPE_HASH, owners, struct owner_key, struct owner_val, 4096);
+MAP(BPF_MAP_TYPE_HASH, comms, u32, struct comm_val, 1024);
+MAP(BPF_MAP_TYPE_ARRAY, wowners, u32, struct owner_val, 1, __uint(map_flags, BPF_F_MMAPABLE););
+
+struct mine_cache {
+    u32 tgid;
+    u32 mine;
+    u64 generation;
+};
+MAP(BPF_MAP_TYPE_PERCPU_ARRAY, mine_last, u32, struct mine_cache, 1);
+MAP(BPF_MAP_TYPE_ARRAY, generation, u32, u64, 1);
+
+char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline u32 traced(u32 dev)
+{
+    if (!cfg.filter)
+        return NO_ROW;
+#pragma unroll
+    for (int i = 0; i < SLOT_DEVS; i++)
+        if (i < cfg.slot_devs && cfg.devs[i] == dev)
+            return i + 1;
+    u32 *row = bpf_map_lookup_elem(&devices, &dev);
+    return row ? *row : 0;
+}
+
+/* the class blk_fill_rwbs() gives an op: write zeroes, like every op it names "N", are
+ * "other" */
+static __always_inline u32 req_class(u32 opf)
+{
+    u32 op = opf & 0xff; /* REQ_OP_MASK */
+    if (op == OPV(REQ_OP_READ))
+        return OP_READ;
+    if (op == OPV(REQ_OP_WRITE))
+        return OP_WRITE;
+    if (op == OPV(REQ_OP_DISCARD) || op == OPV(REQ_OP_SECURE_ERASE))
+        return OP_DISCARD;
+    if (op == OPV(REQ_OP_FLUSH))
+        return OP_FLUSH;
+    return OP_OTHER;
+}
+
+static __always_inline void count_drop(u32 which)
+{
+    u64 *d = bpf_map_lookup_elem(&dropped, &which);
+    if (d)
+        __sync_fetch_and_add(d, 1);
+}
+
+static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta, bool create)
+{
+    u64 zero = 0, *val;
+    if (row <= cfg.slot_devs && op <= OP_WRITE && !(bytes & 511) &&
+        (bytes >> 9) <= SLOT_SECTORS) {
+        u32 i = ((row - 1) * 2 + op) * (SLOT_SECTORS + 1) + (bytes >> 9);
+        val = bpf_map_lookup_elem(&slots, &i);
+        if (val)
+            __sync_fetch_and_add(val, delta);
+        return;
+    }
+    struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
+    val = bpf_map_lookup_elem(&sizes, &sk);
+    if (!val && create) {
+        bpf_map_update_elem(&sizes, &sk, &zero, BPF_NOEXIST);
+        val = bpf_map_lookup_elem(&sizes, &sk);
+        if (!val)
+            count_drop(0);
+    }
+    if (val)
+        __sync_fetch_and_add(val, delta);
+}
+
+/* disk_devt(): major << 20 | first_minor, 0 without a disk (as the tracepoints report) */
+static __always_inline u32 disk_dev(struct gendisk *disk)
+{
+    if (!disk)
+        return 0;
+    return ((u32)disk->major << 20) | (u32)disk->first_minor;
+}
+
+static __always_inline u32 rq_dev(struct request *rq)
+{
+    return disk_dev(rq->q->disk);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(block_rq_issue, struct request *rq)
+{
+    /* the block tracepoints pass the request first since 5.11 and bio->bi_bdev exists since
+     * 5.12: on a kernel without that field this relocation fails and the object does not
+     * load, rather than reading another struct as a request */
+    if (bpf_core_field_offset(struct bio, bi_bdev) == 0xffffffff)
+        return 0;
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row)
+        bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, 1, true);
+    return 0;
+}
+
+/* blk_rq_bytes() of the requeued request: what its issue reported */
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(block_rq_requeue, struct request *rq)
+{
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row)
+        bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
+    return 0;
+}
+
+static __always_inline void count_done(u32 row, u32 dev, u32 op, u32 nr_sector, u64 sector)
+{
+    struct done_key k = {.dev = dev, .op = op};
+    /* an empty write is an empty pre-flush, or the final end of a sequenced data write,
+     * which sits past its data (iotune.h) */
+    if (k.op == OP_WRITE && nr_sector == 0)
+        k.op = sector ? OP_FLUSH_SEQ_DONE : OP_EMPTY_PREFLUSH;
+    struct done_val zero = {}, *val;
+    if (row <= cfg.slot_devs && k.op < DONE_OPS) {
+        u32 i = (row - 1) * DONE_OPS + k.op;
+        val = bpf_map_lookup_elem(&dones, &i);
+        if (val) {
+            __sync_fetch_and_add(&val->ios, 1);
+            __sync_fetch_and_add(&val->sectors, nr_sector);
+        }
+        return;
+    }
+    val = bpf_map_lookup_elem(&done, &k);
+    if (!val) {
+        bpf_map_update_elem(&done, &k, &zero, BPF_NOEXIST);
+        val = bpf_map_lookup_elem(&done, &k);
+        if (!val) {
+            count_drop(2);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&val->ios, 1);
+    __sync_fetch_and_add(&val->sectors, nr_sector);
+}
+
+/* (rq, error, nr_bytes): the classic tracepoint's nr_sector is nr_bytes >> 9 */
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(block_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+    u32 dev = rq_dev(rq), row = traced(dev);
+    if (row)
+        count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
+    return 0;
+}
+
+/* Whether a tgid is the workload's, without a hash lookup per bio: each CPU remembers its
+ * last answer while the workload set has not grown (`generation`; user space starts it at
+ * 1, so a CPU's zeroed memory is never valid) */
+static __always_inline bool is_workload(u32 tgid)
+{
+    u32 zero = 0;
+    u64 *gen = bpf_map_lookup_elem(&generation, &zero);
+    struct mine_cache *c = bpf_map_lookup_elem(&mine_last, &zero);
+    if (!gen || !c)
+        return bpf_map_lookup_elem(&workload, &tgid) != NULL;
+    u64 g = *(volatile u64 *)gen;
+    if (g && c->generation == g && c->tgid == tgid)
+        return c->mine;
+    bool mine = bpf_map_lookup_elem(&workload, &tgid) != NULL;
+    c->tgid = tgid;
+    c->mine = mine;
+    c->generation = g;
+    return mine;
+}
+
+static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
+{
+    struct owner_val zero = {}, *val = bpf_map_lookup_elem(&owners, k);
+    if (!val) {
+        bpf_map_update_elem(&owners, k, &zero, BPF_NOEXIST);
+        val = bpf_map_lookup_elem(&owners, k);
+        if (!val) {
+            count_drop(3);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&val->bios, 1);
+    __sync_fetch_and_add(&val->sectors, nr_sector);
+}
+
+/* a bio of the whole disk *dev* (the partition is remapped before block_bio_queue fires),
+ * class *op*, *nr_sector* long, submitted by the current task */
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(block_bio_queue, struct bio *bio)
+{
+    struct block_device *bdev = bio->bi_bdev;
+    if (!bdev)
+        return 0;
+    u32 dev = disk_dev(bdev->bd_disk), row = traced(dev);
+    if (!row)
+        return 0;
+    u32 op = req_class(bio->bi_opf), nr_sector = bio->bi_iter.bi_size >> 9;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct owner_key k = {.dev = dev, .op = op};
+    bool mine = is_workload(tgid);
+    if (mine && row <= cfg.slot_devs) {
+        u32 i = (row - 1) * OWNER_OPS + k.op;
+        struct owner_val *w = bpf_map_lookup_elem(&wowners, &i);
+        if (w) {
+            __sync_fetch_and_add(&w->bios, 1);
+            __sync_fetch_and_add(&w->sectors, nr_sector);
+        }
+        return 0;
+    }
+    if (!mine) {
+        k.tgid = tgid;
+        struct comm_val c = {};
+        bpf_get_current_comm(c.comm, sizeof(c.comm));
+        bpf_map_update_elem(&comms, &tgid, &c, BPF_ANY);
+    }
+    count_bio(&k, nr_sector);
+    return 0;
+}
+
+/* every task the workload creates, threads included, joins it */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+    u32 ppid = parent->pid, cpid = child->pid;
+    u8 one = 1;
+    if (bpf_map_lookup_elem(&workload, &ppid)) {
+        bpf_map_update_elem(&workload, &cpid, &one, BPF_ANY);
+        u32 zero = 0;
+        u64 *gen = bpf_map_lookup_elem(&generation, &zero);
+        if (gen)
+            __sync_fetch_and_add(gen, 1);
+    }
+    return 0;
+}
