@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import logging
 import os
@@ -52,7 +53,6 @@ class Config(ctypes.Structure):  # struct config in bpf/reqsize.core.bpf.c (its 
 
 
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-_lib: Any = None
 _messages: list[str] = []
 
 
@@ -83,12 +83,10 @@ def libbpf_path() -> str | None:
     return ctypes.util.find_library("bpf")
 
 
+@functools.cache
 def lib() -> Any:
     """libbpf.so.1, its signatures declared (an IotuneError where it is missing or older than
     1.0, whose error conventions differ)."""
-    global _lib
-    if _lib is not None:
-        return _lib
     try:
         so = ctypes.CDLL("libbpf.so.1", use_errno=True)
     except OSError as exc:
@@ -129,7 +127,6 @@ def lib() -> Any:
             hint="install libbpf 1.x (Debian 12: libbpf1); or use --backend bcc",
         )
     so.libbpf_set_print(_print_cb)
-    _lib = so
     return so
 
 
@@ -152,9 +149,7 @@ def check_object(path: Path | None = None) -> None:
         lines = sidecar.read_text().splitlines()
     except OSError as exc:
         raise IotuneError(f"cannot read the BPF object: {exc}", hint=HINT) from exc
-    want = {
-        Path(f).name: h for h, _, f in (ln.partition("  ") for ln in lines if ln[:1] != "#")
-    }
+    want = {Path(f).name: h for h, _, f in (ln.partition("  ") for ln in lines if ln[:1] != "#")}
     if want.get(obj.name) != digest:
         raise IotuneError(
             f"{obj.name} is not the object its sidecar names (sha256 {digest[:12]}…)",
@@ -225,11 +220,11 @@ class LibbpfTracer(MapReader):
         for i, d in enumerate(self.rows):
             cfg.devs[i] = d
         rodata = self._rodata(so)
-        size = ctypes.c_size_t(0)
-        so.bpf_map__initial_value(rodata, ctypes.byref(size))
-        if size.value != ctypes.sizeof(Config):
+        held = ctypes.c_size_t(0)
+        so.bpf_map__initial_value(rodata, ctypes.byref(held))
+        if held.value != ctypes.sizeof(Config):
             raise IotuneError(
-                f"{OBJECT}: .rodata holds {size.value} bytes, not the {ctypes.sizeof(Config)} "
+                f"{OBJECT}: .rodata holds {held.value} bytes, not the {ctypes.sizeof(Config)} "
                 "of its configuration",
                 hint="rebuild it with bpf/build.sh",
             )
@@ -333,12 +328,12 @@ class LibbpfTracer(MapReader):
 
     def close(self) -> None:
         self._unmap()
-        so = _lib
-        for label, link in list(self._links.items()):
-            if link and so is not None:
+        so = lib()  # loaded: the constructor's first step
+        for link in self._links.values():
+            if link:
                 so.bpf_link__destroy(link)
         self._links = {}
-        if getattr(self, "_obj", None) and so is not None:
+        if getattr(self, "_obj", None):
             so.bpf_object__close(self._obj)
         self._obj = None
         self._progs = {}
