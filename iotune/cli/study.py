@@ -126,7 +126,7 @@ def _gpu(items: list[Any]) -> Gpus | None:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "bcc", "diskstats"]),
+    type=click.Choice(["auto", "libbpf", "bcc", "diskstats"]),
     default="auto",
     show_default=True,
     help="How the drives are measured, as for 'iotune trace'.",

@@ -29,8 +29,9 @@ def _backend(requested: str) -> str:
     from iotune.trace.backend import choose_backend
 
     choice = choose_backend(requested, SysTree("/"), is_root=os.geteuid() == 0)
-    if choice.warning:
-        warn(choice.warning)
+    for line in (choice.warning, choice.note):
+        if line:
+            warn(line)
     return choice.backend
 
 
@@ -188,10 +189,11 @@ def _request(
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "bcc", "diskstats"]),
+    type=click.Choice(["auto", "libbpf", "bcc", "diskstats"]),
     default="auto",
     show_default=True,
-    help="bcc: exact sizes via eBPF; diskstats: kernel totals only.",
+    help="libbpf: exact sizes via eBPF (CO-RE, kernel BTF); bcc: the same, compiled at start; "
+    "diskstats: kernel totals only; auto: the first that works here.",
 )
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
 @click.option(

@@ -224,7 +224,6 @@ class MapReader:
         return a, b, c, d
 
 
-
 class ReqSizeTracer(MapReader):
     """Attached on construction; :meth:`close` detaches (idempotent). With ``owners``, bios are
     attributed to the workload (processes added with :meth:`add_workload` and everything they

@@ -24,6 +24,7 @@ from iotune import proc
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import model
+from iotune.trace.backend import traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
 from iotune.trace.outputs import opjson, other_io, write_outputs
 from iotune.trace.targets import Targets, devno_of, kernel_dev
@@ -45,7 +46,7 @@ class Terminated(Exception):
 @dataclass
 class TraceRequest:
     targets: Targets
-    backend: str  # "bcc" | "diskstats"
+    backend: str  # "libbpf" | "bcc" | "diskstats"
     focus: int
     interval: float
     out: Path
@@ -206,11 +207,9 @@ class Tracer:
         old_term = signal.signal(signal.SIGTERM, _raise_terminated)
         child: subprocess.Popen[bytes] | None = None
         try:
-            if req.backend == "bcc":
-                from iotune.trace.bpf import ReqSizeTracer
-
+            if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
-                self.bpf = ReqSizeTracer(list(self.devs.values()), owners=bool(req.command))
+                self.bpf = open_tracer(req.backend, list(self.devs.values()), bool(req.command))
                 self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             self.start = time.monotonic()
@@ -294,7 +293,7 @@ class Tracer:
         chunk_of = {m: a.chunk_bytes for a in req.targets.arrays for m in a.members}
         for name in self.names:
             kernel = last.stats[name] - first.stats[name]
-            if req.backend == "bcc":
+            if traces_requests(req.backend):
                 ops = {
                     op: model.op_stats(counts, self.devs[name], i, req.focus)
                     for i, op in enumerate(model.OPS)
@@ -321,7 +320,7 @@ class Tracer:
                     "exact": None,
                     "summary": "bio-based: requests are counted on its members",
                 }
-            elif req.backend == "bcc":
+            elif traces_requests(req.backend):
                 dev = self.devs[name]
                 done = {
                     op: (
@@ -439,7 +438,7 @@ class Tracer:
                     getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
                     for n in self.req.targets.disks
                 )
-                traced = self.req.backend == "bcc"
+                traced = traces_requests(self.req.backend)
                 for n in self.req.targets.disks:
                     per = row.setdefault("drives", {}).setdefault(n, {})
                     per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
@@ -453,6 +452,17 @@ class Tracer:
             out.append(row)
             prev = s
         return out
+
+
+def open_tracer(backend: str, devs: list[int], owners: bool) -> Any:
+    """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*."""
+    if backend == "libbpf":
+        from iotune.trace.libbpf import LibbpfTracer
+
+        return LibbpfTracer(devs, owners=owners)
+    from iotune.trace.bpf import ReqSizeTracer
+
+    return ReqSizeTracer(devs, owners=owners)
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:

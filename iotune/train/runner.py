@@ -57,7 +57,7 @@ from iotune.workers import worker_env
 class RunRequest:
     preset: Preset
     out: Path
-    backend: str  # "bcc" | "diskstats"
+    backend: str  # "libbpf" | "bcc" | "diskstats"
     nvme_paths: list[Path] = field(default_factory=list)  # none: the preset's
     aio: dict[str, Any] | None = None
     aio_source: str = "preset"

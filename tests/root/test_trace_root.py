@@ -50,19 +50,22 @@ def dev_entry(doc: dict[str, Any], dev: str) -> dict[str, Any]:
     return next(d for d in doc["devices"] if d["name"] == Path(dev).name)
 
 
+@pytest.mark.parametrize("backend", ["auto", "bcc"])
 def test_prime_count_of_512k_writes_and_reads(
-    loop_device: Callable[..., str], tmp_path: Path
+    backend: str, loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
     dev, other = loop_device(), loop_device()
     code, doc = trace_json(
         tmp_path,
+        *("--backend", backend),
         "--devices",
         f"{dev},{other}",
         "--",
         *fio(dev, "--rw=write", "--bs=512k", f"--size={23 * 512}k"),
     )
-    assert code == 0 and doc["exit_code"] == 0 and doc["backend"] == "bcc"
-    # BTF tracepoint programs where the kernel has BTF (this host's kernel has)
+    # auto: libbpf's CO-RE object where the kernel has BTF (this host's kernel has)
+    assert code == 0 and doc["exit_code"] == 0
+    assert doc["backend"] == ("libbpf" if backend == "auto" else backend)
     assert doc["probes"] == "tp_btf" and doc["probes_fallback"] is None
     d = dev_entry(doc, dev)
     assert d["write"]["sizes"] == {"524288": 23}
@@ -440,12 +443,22 @@ def test_events_on_a_cpu_busy_with_the_tracer_are_counted(
     assert end["nested:block_rq_complete"] - start["nested:block_rq_complete"] >= 17
 
 
-def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., str]) -> None:
-    """The BTF programs read struct request and struct bio at offsets from the kernel's BTF;
-    the classic ones read the event records the kernel fills. One fio job of mixed sizes,
-    reads and writes (seeded, one request at a time: no merging), run under each: the same
-    exact sizes, completions and bios, and what fio did."""
+def _tracer(kind: str, kdev: int, owners: bool = False) -> Any:
+    """libbpf's CO-RE object, or bcc's build with BTF (tp_btf) or classic tracepoints."""
     from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.libbpf import LibbpfTracer
+
+    if kind == "libbpf":
+        return LibbpfTracer([kdev], owners=owners)
+    return ReqSizeTracer([kdev], owners=owners, btf=kind == "tp_btf")
+
+
+def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., str]) -> None:
+    """The CO-RE object (libbpf) and bcc's BTF programs read struct request and struct bio at
+    the kernel's offsets (relocated by libbpf, or taken from the BTF by iotune); the classic
+    ones read the event records the kernel fills. One fio job of mixed sizes, reads and
+    writes (seeded, one request at a time: no merging), run under each: the same exact sizes,
+    completions and bios, and what fio did."""
     from iotune.trace.targets import kernel_dev
 
     dev = loop_device(size_mib=64)
@@ -461,17 +474,17 @@ def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., s
         "--size=64m",
     )
     seen = {}
-    for btf in (True, False):
-        tracer = ReqSizeTracer([kdev], owners=True, btf=btf)
+    for kind in ("libbpf", "tp_btf", "tracepoint"):
+        tracer = _tracer(kind, kdev, owners=True)
         try:
-            assert tracer.probes == ("tp_btf" if btf else "tracepoint")
+            assert tracer.probes == ("tracepoint" if kind == "tracepoint" else "tp_btf")
             tracer.add_workload(os.getpid())
             done = json.loads(sh(*job))["jobs"][0]
-            seen[btf] = (tracer.counts(), tracer.done(), tracer.owners(), tracer.dropped())
+            seen[kind] = (tracer.counts(), tracer.done(), tracer.owners(), tracer.dropped())
         finally:
             tracer.close()
-    assert seen[True] == seen[False]
-    counts, completed, owners, dropped = seen[True]
+    assert seen["libbpf"] == seen["tp_btf"] == seen["tracepoint"]
+    counts, completed, owners, dropped = seen["libbpf"]
     assert dropped == (0, 0, 0, 0)
     ios = {op: done[op]["total_ios"] for op in ("read", "write")}
     assert ios["read"] > 50 and ios["write"] > 50, ios
@@ -488,7 +501,7 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
     loop_device: Callable[..., str],
 ) -> None:
     """switch() detaches the block programs with the counts kept and attaches them again,
-    for both kinds of programs (benchmarks/trace_toggle.py relies on it)."""
+    for every kind of programs (benchmarks/trace_toggle.py relies on it)."""
     from iotune.trace.bpf import ReqSizeTracer
     from iotune.trace.targets import kernel_dev
 
@@ -496,8 +509,8 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
     st = os.stat(dev)
     kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
     reads = fio(dev, "--rw=read", "--bs=64k", "--size=640k")
-    for btf in (True, False):
-        tracer = ReqSizeTracer([kdev], btf=btf)
+    for btf in ("libbpf", "tp_btf", "tracepoint"):
+        tracer = _tracer(btf, kdev)
         try:
             sh(*reads)
             tracer.switch(False)
@@ -512,19 +525,20 @@ def test_switched_off_programs_count_nothing_and_on_again_count(
         assert counts == {(kdev, 0, 64 * K): 20}, (btf, counts)
         assert done[(kdev, 0)] == (20, 20 * 128), btf
     # the BTF programs one event at a time: issue alone counts sizes, no completion
-    tracer = ReqSizeTracer([kdev], btf=True)
-    try:
-        tracer.switch(False)
-        for wrong in ("block_rq_issue", ("block_rq",)):  # a name, not a collection; no event
-            with pytest.raises(ValueError, match="not events"):
-                tracer.switch(True, events=wrong)
-        tracer.switch(True, events=("block_rq_issue",))
-        sh(*reads)
-        counts, done = tracer.counts(), tracer.done()
-    finally:
-        tracer.close()
-    assert counts == {(kdev, 0, 64 * K): 10}, counts
-    assert done.get((kdev, 0), (0, 0)) == (0, 0), done
+    for kind in ("libbpf", "tp_btf"):
+        tracer = _tracer(kind, kdev)
+        try:
+            tracer.switch(False)
+            for wrong in ("block_rq_issue", ("block_rq",)):  # a name, not a collection
+                with pytest.raises(ValueError, match="not events"):
+                    tracer.switch(True, events=wrong)
+            tracer.switch(True, events=("block_rq_issue",))
+            sh(*reads)
+            counts, done = tracer.counts(), tracer.done()
+        finally:
+            tracer.close()
+        assert counts == {(kdev, 0, 64 * K): 10}, (kind, counts)
+        assert done.get((kdev, 0), (0, 0)) == (0, 0), (kind, done)
     classic = ReqSizeTracer([kdev], btf=False)
     try:
         with pytest.raises(ValueError, match="BTF programs"):

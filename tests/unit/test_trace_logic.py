@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -205,30 +206,50 @@ def test_no_drive_named_means_every_nvme_drive() -> None:
         select(SysTree(DATA / "ci-host"), None, None)
 
 
-def test_auto_backend_is_bcc_when_everything_is_there() -> None:
+NO_BTF = "no kernel BTF (/sys/kernel/btf/vmlinux)"
+
+
+def test_auto_backend_is_libbpf_where_it_loads_else_bcc_and_says_why() -> None:
     tree = SysTree(DATA / "ci-host")  # tracefs with the recorded block_rq_issue format
-    assert choose_backend("auto", tree, is_root=True, bcc_available=lambda: True) == BackendChoice(
-        "bcc"
+    ok = choose_backend(
+        "auto", tree, is_root=True, bcc_available=lambda: True, libbpf_unavailable=lambda: None
     )
+    assert ok == BackendChoice("libbpf")
+    c = choose_backend(
+        "auto", tree, is_root=True, bcc_available=lambda: True, libbpf_unavailable=lambda: NO_BTF
+    )
+    assert c == BackendChoice("bcc", note=f"tracing with bcc: libbpf cannot ({NO_BTF})")
 
 
 def test_auto_backend_falls_back_to_diskstats_and_says_why(tmp_path: Path) -> None:
-    c = choose_backend(
-        "auto", SysTree(DATA / "ci-host"), is_root=False, bcc_available=lambda: False
-    )
+    def auto(tree: SysTree, root: bool = True, bcc: bool = True) -> BackendChoice:
+        return choose_backend(
+            "auto",
+            tree,
+            is_root=root,
+            bcc_available=lambda: bcc,
+            libbpf_unavailable=lambda: NO_BTF,
+        )
+
+    c = auto(SysTree(DATA / "ci-host"), root=False, bcc=False)
     assert c.backend == "diskstats"
     assert c.warning is not None
-    assert c.warning.startswith("using the diskstats backend (not root, bcc not importable): ")
+    assert c.warning.startswith("using the diskstats backend (not root): ")
     assert c.warning.endswith("'iotune doctor --for trace' says what to fix")
-    bare = choose_backend("auto", SysTree(tmp_path), is_root=True, bcc_available=lambda: True)
+    c = auto(SysTree(DATA / "ci-host"), bcc=False)
+    assert c.warning is not None
+    assert c.warning.startswith(
+        f"using the diskstats backend (libbpf: {NO_BTF}, bcc not importable)"
+    )
+    bare = auto(SysTree(tmp_path))
     assert bare.backend == "diskstats" and bare.warning is not None
-    assert "(tracefs not mounted)" in bare.warning  # the tracepoint is not looked for then
+    assert "(libbpf: no kernel BTF (/sys/kernel/btf/vmlinux), tracefs not mounted)" in bare.warning
     fmt = "sys/kernel/tracing/events/block/block_rq_issue/format"
     (tmp_path / fmt).parent.mkdir(parents=True)
     (tmp_path / fmt).write_text("\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n")
-    old = choose_backend("auto", SysTree(tmp_path), is_root=True, bcc_available=lambda: True)
+    old = auto(SysTree(tmp_path))
     assert old.warning is not None
-    assert "(block:block_rq_issue lacks field(s) bytes, nr_sector, rwbs, sector)" in old.warning
+    assert "block:block_rq_issue lacks field(s) bytes, nr_sector, rwbs, sector)" in old.warning
 
 
 def test_a_named_backend_is_taken_or_refused(tmp_path: Path) -> None:
@@ -240,6 +261,13 @@ def test_a_named_backend_is_taken_or_refused(tmp_path: Path) -> None:
     with pytest.raises(IotuneError, match="cannot trace with bcc: tracefs not mounted") as info:
         choose_backend("bcc", SysTree(tmp_path), is_root=True)
     assert info.value.hint == "mount tracefs first"
+    lb = choose_backend("libbpf", tree, is_root=True, libbpf_unavailable=lambda: None)
+    assert lb.backend == "libbpf"
+    with pytest.raises(NotRootError):
+        choose_backend("libbpf", tree, is_root=False, libbpf_unavailable=lambda: None)
+    with pytest.raises(IotuneError, match=re.escape(f"cannot trace with libbpf: {NO_BTF}")) as info:
+        choose_backend("libbpf", tree, is_root=True, libbpf_unavailable=lambda: NO_BTF)
+    assert info.value.hint == "use --backend bcc"
 
 
 def test_other_io_names_each_submitter_that_is_not_the_workload() -> None:
