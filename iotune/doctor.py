@@ -9,6 +9,8 @@ import os
 import platform
 import re
 import resource
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,111 @@ def check_bpf_load(tree: SysTree) -> Check:
         f"compiled, loaded and attached {source.name} ({attached} tracepoint), then detached",
         needed_by=families,
     )
+
+
+#: what only the bcc tracer needs (with libbpf serving, their failures are warnings)
+BCC_CHAIN = ("tracefs", "block tracepoints", "kernel headers", "bcc", "BPF load")
+LIBBPF_CHAIN = ("libbpf", "libbpf load")
+
+
+def check_libbpf() -> Check:
+    from iotune.trace import libbpf
+
+    families = frozenset({Family.TRACE})
+    try:
+        found = f"libbpf {libbpf.version()} ({libbpf.libbpf_path() or 'libbpf.so.1'})"
+    except IotuneError as exc:
+        return Check("libbpf", Status.FAIL, exc.message, "apt-get install libbpf1", families)
+    return Check("libbpf", Status.PASS, found, needed_by=families)
+
+
+def check_libbpf_load(tree: SysTree) -> Check:
+    """Load bpf/reqsize.core.bpf.o through libbpf (CO-RE relocations against the kernel's
+    BTF, the verifier), attach its block programs, then detach: what trace does first."""
+    from iotune.trace.libbpf import OBJECT, LibbpfTracer
+
+    families = frozenset({Family.TRACE})
+    name = "libbpf load"
+    if os.geteuid() != 0:
+        return Check(name, Status.FAIL, "not tried: needs root", "run as root", families)
+    if not tree.exists("/sys/kernel/btf/vmlinux"):
+        return Check(
+            name,
+            Status.FAIL,
+            "no /sys/kernel/btf/vmlinux: the CO-RE object needs the kernel's BTF",
+            "a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since "
+            "2021); or bcc (see below)",
+            families,
+        )
+    start = time.monotonic()
+    try:
+        tracer = LibbpfTracer(None)
+        n = len(tracer.programs())
+        tracer.close()
+    except IotuneError as exc:
+        return Check(name, Status.FAIL, exc.message, exc.hint, families)
+    ms = (time.monotonic() - start) * 1000
+    return Check(
+        name,
+        Status.PASS,
+        f"loaded {OBJECT} (CO-RE, relocated to this kernel's BTF) and attached its {n} "
+        f"tracepoint programs in {ms:.0f} ms, then detached",
+        needed_by=families,
+    )
+
+
+def settle_tracer(checks: list[Check]) -> list[Check]:
+    """trace needs one of its two eBPF tracers: libbpf (tried first) or bcc. Where one of
+    them works, the other's failures are warnings that trace does not need; a last check
+    says which tracer trace will use and why. Where neither works, both stay failures."""
+    by = {c.name: c for c in checks}
+
+    def ok(chain: tuple[str, ...]) -> bool:
+        return all(by[n].status is not Status.FAIL for n in chain if n in by)
+
+    libbpf_ok, bcc_ok = ok(LIBBPF_CHAIN), ok(BCC_CHAIN)
+    spare: tuple[str, ...]
+    if libbpf_ok:
+        spare, note = BCC_CHAIN, "bcc, the fallback for kernels without BTF, is not needed"
+        verdict = Check(
+            "tracer",
+            Status.PASS,
+            "trace uses libbpf: its CO-RE object loads on this kernel (no compiler or "
+            "headers at run time)",
+            needed_by=frozenset({Family.TRACE}),
+        )
+    elif bcc_ok:
+        spare, note = LIBBPF_CHAIN, "trace uses bcc"
+        why = "; ".join(by[n].found for n in LIBBPF_CHAIN if by[n].status is Status.FAIL)
+        verdict = Check(
+            "tracer",
+            Status.PASS,
+            f"trace uses bcc: libbpf cannot ({why})",
+            needed_by=frozenset({Family.TRACE}),
+        )
+    else:
+        return [
+            *checks,
+            Check(
+                "tracer",
+                Status.FAIL,
+                "neither libbpf nor bcc can trace: see their checks above",
+                "fix either chain; without one, trace counts diskstats totals only",
+                frozenset({Family.TRACE}),
+            ),
+        ]
+    out = [
+        replace(
+            c,
+            status=Status.WARN,
+            found=f"{c.found} ({note})",
+            needed_by=c.needed_by - {Family.TRACE},
+        )
+        if c.name in spare and c.status is Status.FAIL
+        else c
+        for c in checks
+    ]
+    return [*out, verdict]
 
 
 def _tool_version(tool: str, args: list[str], pattern: str) -> str | None:
@@ -403,6 +510,8 @@ def run_checks(
         check_root(),
         check_kernel(),
         check_btf(tree),
+        check_libbpf(),
+        check_libbpf_load(tree),
         check_tracefs(tree),
         check_block_tracepoint(tree),
         check_headers(tree),
@@ -418,7 +527,7 @@ def run_checks(
     info = torch_info if torch_info is not None else probe_torch(build_ops, bf16_cost=True)
     checks += checks_from_torch(info)
     checks += [check_bf16(tree, info), check_memory(tree), check_memlock()]
-    return checks
+    return settle_tracer(checks)
 
 
 def ready(checks: list[Check], family: Family) -> list[Check]:

@@ -159,3 +159,35 @@ def test_study_set_refuses_bad_overrides_before_anything_runs(
     assert code == 2
     assert message in one_error(err)[0]
     assert not out.exists()
+
+
+def test_trace_needs_one_of_its_two_tracers() -> None:
+    """libbpf's chain or bcc's: where one passes, the other's failures are warnings trace
+    does not need, and the last check names the tracer; where neither does, both fail."""
+    from iotune.checks import Check, Family, Status
+
+    trace = frozenset({Family.TRACE})
+
+    def checks(libbpf: Status, bcc: Status) -> list[Check]:
+        return [
+            Check("libbpf", Status.PASS, "libbpf 1.1", needed_by=trace),
+            Check("libbpf load", libbpf, "no kernel BTF", "a BTF kernel", trace),
+            Check("kernel headers", bcc, "no /lib/modules/x/build", "apt-get ...", trace),
+            Check("bcc", Status.PASS, "bcc 0.26.0", needed_by=trace),
+        ]
+
+    got = doctor.settle_tracer(checks(Status.PASS, Status.FAIL))
+    assert doctor.ready(got, Family.TRACE) == []
+    headers = next(c for c in got if c.name == "kernel headers")
+    assert headers.status is Status.WARN and Family.TRACE not in headers.needed_by
+    assert got[-1].name == "tracer" and got[-1].found.startswith("trace uses libbpf")
+    got = doctor.settle_tracer(checks(Status.FAIL, Status.PASS))
+    assert doctor.ready(got, Family.TRACE) == []
+    assert got[-1].found == "trace uses bcc: libbpf cannot (no kernel BTF)"
+    assert next(c for c in got if c.name == "libbpf load").status is Status.WARN
+    got = doctor.settle_tracer(checks(Status.FAIL, Status.FAIL))
+    assert [c.name for c in doctor.ready(got, Family.TRACE)] == [
+        "libbpf load",
+        "kernel headers",
+        "tracer",
+    ]
