@@ -36,8 +36,16 @@ command -v apt-get >/dev/null || die "apt-get not found: this script supports De
 . /etc/os-release
 release="$(uname -r)"
 # ccache: torch compiles DeepSpeed's ops through it, so a new virtualenv reuses the last one's
-pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ ccache bpfcc-tools
-      python3-bpfcc bpftool python3-venv kmod udev procps)
+pkgs=(fio mdadm xfsprogs e2fsprogs util-linux mount libaio-dev g++ ccache libbpf1
+      python3-venv kmod udev procps)
+# The tracer: libbpf's CO-RE object where the kernel has BTF, with no compiler or headers.
+# bcc (LLVM, and the kernel's headers) where the kernel has no BTF, and for the test tiers,
+# which count with both and compare them.
+want_bcc=no
+if [ "$mode" = test ] || [ ! -e /sys/kernel/btf/vmlinux ]; then
+    want_bcc=yes
+    pkgs+=(bpfcc-tools python3-bpfcc bpftool)
+fi
 if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules);
     # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace;
@@ -55,7 +63,7 @@ done
 # otherwise the distribution's generic headers, linked below (see docs/setup.md).
 headers_dir="/lib/modules/$release/build"
 link_headers=no
-if [ ! -e "$headers_dir/include" ] && [ ! -e /sys/kernel/kheaders.tar.xz ]; then
+if [ "$want_bcc" = yes ] && [ ! -e "$headers_dir/include" ] && [ ! -e /sys/kernel/kheaders.tar.xz ]; then
     if [ -z "$(apt-cache policy "linux-headers-$release" 2>/dev/null | grep -E 'Candidate: [0-9]')" ] \
        && [ "${#missing[@]}" -gt 0 ]; then
         apt-get update -q >&2
@@ -110,7 +118,7 @@ fi
 purelib="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # bcc is not on PyPI: its Python half is pure Python over libbcc.so from python3-bpfcc.
 # Link just that package into the virtualenv (not all of the system's site-packages).
-if [ ! -e "$purelib/bcc" ]; then
+if [ ! -e "$purelib/bcc" ] && [ -d /usr/lib/python3/dist-packages/bcc ]; then
     ln -sfn /usr/lib/python3/dist-packages/bcc "$purelib/bcc"
     say "linked the system bcc module into the virtualenv"
 fi
