@@ -573,3 +573,37 @@ def test_without_btf_the_classic_programs_count(
     assert done[(kdev, 0)] == (10, 10 * 128)
     with pytest.raises(IotuneError, match=r"BTF tracepoints: .*no-btf"):
         ReqSizeTracer([kdev], btf=True)
+
+
+def test_libbpf_traces_with_bcc_and_the_kernel_headers_hidden(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """The CO-RE object needs neither bcc nor headers nor a compiler: in a mount namespace
+    where the system's Python packages (bcc among them), /lib/modules and /usr/src are empty,
+    auto still traces with libbpf, exactly."""
+    dev = loop_device()
+    out = tmp_path / "run"
+    hide = "mount --make-rprivate / && " + " && ".join(
+        f"mount -t tmpfs none {d}"
+        for d in ("/usr/lib/python3/dist-packages", "/lib/modules", "/usr/src")
+    )
+    probe = f"{sys.executable} -c 'import bcc' 2>/dev/null && echo bcc-importable >&2; "
+    probe += "find /lib/modules /usr/src -mindepth 1 | grep -q . && echo not-hidden >&2; "
+    script = (
+        f"{hide} && {probe}exec {IOTUNE} --json trace --out {out} --devices {dev} -- "
+        + " ".join(fio(dev, "--rw=write", "--bs=512k", "--size=5632k"))
+    )
+    p = subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert "bcc-importable" not in p.stderr and "not-hidden" not in p.stderr, p.stderr
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["backend"] == "libbpf" and doc["probes"] == "tp_btf"
+    d = dev_entry(doc, dev)
+    assert d["write"]["sizes"] == {"524288": 11}
+    assert d["check"]["exact"], d["check"]
