@@ -1,6 +1,7 @@
 """Overhead of request tracing on a high-IOPS workload, measured side by side in one run.
 
     sudo .venv/bin/python benchmarks/trace_overhead.py [--rounds 5] [--seconds 5]
+        [--only throughput|cost|attach ...]
 
 Workload: fio 4 KiB random reads, io_uring, iodepth 32, on a loop device over a file in
 /dev/shm (RAM-backed: the drive is never the bottleneck, so tracing cost shows). Each
@@ -19,6 +20,10 @@ CMD`, whose window also holds its start.) Beside `iotune trace`, which reads the
 events with BTF tracepoint programs where the kernel has BTF, the same tracer is held on
 classic tracepoints (`--hold DEV --probes tracepoint`, sampling its counters every
 second as `iotune trace` does).
+
+`iotune trace --duration` runs with each of its eBPF backends: libbpf (the prebuilt CO-RE
+object) and bcc (compiled at start); their attach + detach times are measured too, in
+process and alternating (`--only attach`).
 
 Then, with the kernel's BPF statistics on (kernel.bpf_stats_enabled), each BPF tracer's
 programs are timed by the kernel itself over an fio run: nanoseconds of BPF per request
@@ -172,9 +177,44 @@ def run_iotune(dev: str, seconds: int, out: Path) -> Run:
     return Run(iops(p.stderr[p.stderr.index('{\n  "fio version"') :]), None)
 
 
-def iotune_beside(dev: str, seconds: int, out: Path) -> list[str]:
-    """`iotune trace --duration` on *dev*, long enough for an fio run of *seconds*."""
-    return [IOTUNE, "trace", "--devices", dev, "--duration", str(seconds + 30), "--out", str(out)]
+def iotune_beside(dev: str, seconds: int, out: Path, backend: str = "libbpf") -> list[str]:
+    """`iotune trace --duration` on *dev* with *backend*, long enough for an fio run of
+    *seconds*."""
+    return [
+        *(IOTUNE, "trace", "--backend", backend, "--devices", dev),
+        *("--duration", str(seconds + 30), "--out", str(out)),
+    ]
+
+
+def attach_times(dev: str, rounds: int) -> dict[str, list[float]]:
+    """Seconds from nothing loaded to the programs attached, and to all of it gone again,
+    for each eBPF tracer as `iotune trace` opens it (owners on), alternating: libbpf loads
+    the prebuilt CO-RE object; bcc compiles the source first."""
+    from iotune.trace.bpf import ReqSizeTracer
+    from iotune.trace.libbpf import LibbpfTracer
+    from iotune.trace.targets import kernel_dev
+
+    st = os.stat(dev)
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    opens: dict[str, Callable[[], object]] = {
+        "libbpf": lambda: LibbpfTracer([kdev], owners=True),
+        "bcc": lambda: ReqSizeTracer([kdev], owners=True),
+    }
+    out: dict[str, list[float]] = {k: [] for k in opens}
+    for r in range(rounds):
+        for name, open_ in opens.items():
+            t0 = time.perf_counter()
+            tracer = open_()
+            t1 = time.perf_counter()
+            tracer.close()  # type: ignore[attr-defined]
+            t2 = time.perf_counter()
+            out[name].append(t2 - t0)
+            print(
+                f"attach round {r + 1}: {name}: attach {1000 * (t1 - t0):.0f} ms, "
+                f"detach {1000 * (t2 - t1):.0f} ms",
+                flush=True,
+            )
+    return out
 
 
 @contextmanager
@@ -246,6 +286,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--cost-rounds", type=int, default=3)
+    ap.add_argument("--attach-rounds", type=int, default=5)
+    ap.add_argument(
+        "--only",
+        choices=("throughput", "cost", "attach"),
+        action="append",
+        help="run only these parts (default: all)",
+    )
     ap.add_argument("--hold", metavar="DEV", help=argparse.SUPPRESS)
     ap.add_argument("--probes", choices=("tp_btf", "tracepoint"), default="tp_btf")
     args = ap.parse_args()
@@ -261,8 +308,13 @@ def main() -> None:
     drops: list[int] = []
     tracers: dict[str, Callable[[], Run]] = {
         "iotune trace -- CMD (exact, owners)": lambda: run_iotune(dev, args.seconds, tmp / "trace"),
-        "iotune trace --duration (exact)": lambda: run_with_tool(
+        "iotune trace --duration, libbpf": lambda: run_with_tool(
             iotune_beside(dev, args.seconds, tmp / f"dur-{time.monotonic_ns()}"), dev, args.seconds
+        ),
+        "iotune trace --duration, bcc": lambda: run_with_tool(
+            iotune_beside(dev, args.seconds, tmp / f"dur-{time.monotonic_ns()}", "bcc"),
+            dev,
+            args.seconds,
         ),
         "iotune tracer, classic tracepoints": lambda: run_with_tool(
             held(dev, "tracepoint"), dev, args.seconds
@@ -274,7 +326,8 @@ def main() -> None:
         ),
     }
     bpf_tracers = {
-        "iotune trace --duration (exact)": iotune_beside(dev, args.seconds, tmp / "cost"),
+        "iotune trace --duration, libbpf": iotune_beside(dev, args.seconds, tmp / "cost"),
+        "iotune trace --duration, bcc": iotune_beside(dev, args.seconds, tmp / "cost", "bcc"),
         "iotune tracer, classic tracepoints": held(dev, "tracepoint"),
         "bcc bitesize (log2)": ["bitesize-bpfcc"],
         "bpftrace bitesize.bt (log2)": ["bpftrace", "/usr/sbin/bitesize.bt"],
@@ -285,9 +338,13 @@ def main() -> None:
     costs: dict[str, list[tuple[float, float, list[str]]]] = {k: [] for k in bpf_tracers}
     base_all: list[float] = []
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    parts = set(args.only or ("throughput", "cost", "attach"))
+    attach: dict[str, list[float]] = {}
     try:
         run_plain(dev, 2)  # warm-up
-        for r in range(args.rounds):
+        if "attach" in parts:
+            attach = attach_times(dev, args.attach_rounds)
+        for r in range(args.rounds if "throughput" in parts else 0):
             for name, fn in tracers.items():
                 base = run_plain(dev, args.seconds)
                 traced = fn()
@@ -305,7 +362,7 @@ def main() -> None:
         stats_was = stats.read_text()
         stats.write_text("1\n")
         try:
-            for r in range(args.cost_rounds):
+            for r in range(args.cost_rounds if "cost" in parts else 0):
                 for name, argv in bpf_tracers.items():
                     shutil.rmtree(tmp / "cost", ignore_errors=True)
                     costs[name].append(bpf_cost(argv, dev, args.seconds))
@@ -320,6 +377,15 @@ def main() -> None:
     finally:
         stack.close()
     print()
+    if attach:
+        lb, bc = statistics.median(attach["libbpf"]), statistics.median(attach["bcc"])
+        print(
+            f"attach + detach (median of {len(attach['bcc'])}): libbpf {1000 * lb:.0f} ms, "
+            f"bcc {1000 * bc:.0f} ms: libbpf/bcc = {lb / bc:.3f}"
+        )
+    if not base_all:
+        print_costs(costs)
+        return
     print(f"untraced median: {statistics.median(base_all):,.0f} IOPS ({len(base_all)} runs)")
     print(f"{'tracer':<36} {'median traced/untraced':>24} {'overhead':>9}  (quartiles; min..max)")
     for name, rs in ratios.items():
@@ -348,6 +414,12 @@ def main() -> None:
             f"{name:<36} {m:>21.0f} {100 * share:>11.1f}% {100 * m * 250e3 / 1e9:>20.2f}%"
             f"  ({q1:.0f}..{q3:.0f}; {min(extra):.0f}..{max(extra):.0f})"
         )
+    print_costs(costs)
+
+
+def print_costs(costs: dict[str, list[tuple[float, float, list[str]]]]) -> None:
+    if not any(costs.values()):
+        return
     print()
     print(
         f"{'tracer':<36} {'BPF ns/request':>15} {'runs/request':>13} {'one CPU at 250K IOPS':>21}"
