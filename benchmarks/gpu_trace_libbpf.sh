@@ -55,18 +55,25 @@ if [ "$part" = 2 ]; then
         > "$out/trace_3b.json" 2> "$out/trace_3b.err"
     echo "=== trace opt_nvme_3b: exit $? at $((SECONDS - start)) s" >&2
 fi
+# PART 4: the same pair with the kernel's BPF statistics on, so each trace also records what
+#   its programs cost by the kernel's clock (bpf_time in its JSON), run first
+first=trace second=run
+if [ "$part" = 4 ]; then
+    sysctl -qw kernel.bpf_stats_enabled=1
+    first=run second=trace
+fi
 i=0
 while [ $((SECONDS - start)) -lt "$budget" ]; do
     i=$((i + 1))
-    for cmd in trace run; do
+    for cmd in $first $second; do
         [ $((SECONDS - start)) -lt "$budget" ] || break
         rm -rf "${off:?}"/*
         tag="p${part}_${i}_${cmd}"
         if [ "$cmd" = trace ]; then
-            iot --json trace --run opt_nvme_1b --steps 4 --nvme-path "$off" --out "$out/$tag" \
+            iot --json trace --run opt_nvme_1b --steps "${STEPS:-4}" --nvme-path "$off" --out "$out/$tag" \
                 > "$out/$tag.json" 2> "$out/$tag.err"
         else
-            iot --json run opt_nvme_1b --steps 4 --nvme-path "$off" --out "$out/$tag" \
+            iot --json run opt_nvme_1b --steps "${STEPS:-4}" --nvme-path "$off" --out "$out/$tag" \
                 > "$out/$tag.json" 2> "$out/$tag.err"
         fi
         echo "=== $tag: exit $? at $((SECONDS - start)) s" >&2

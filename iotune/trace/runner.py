@@ -109,6 +109,7 @@ class Tracer:
         self.events_path = req.out / "events.jsonl"
         self.missed_start: dict[str, int] = {}
         self.missed_end: dict[str, int] = {}
+        self.bpf_time: dict[str, int] | None = None
         self._events_pos = 0
 
     # ------------------------------------------------------------------ sampling
@@ -264,6 +265,7 @@ class Tracer:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves
                 self.missed_end = self.bpf.misses()
+                self.bpf_time = bpf_time(self.bpf.programs())
             hist = self.bpf.hist() if self.bpf is not None else {}
             dropped = self.bpf.dropped() if self.bpf is not None else (0, 0, 0, 0)
             owners = (self.bpf.owners(), self.bpf.comms()) if self.bpf is not None else ({}, {})
@@ -401,6 +403,7 @@ class Tracer:
             },
             "other_io": other_io(owners[0], owners[1], self.devs) if req.command else None,
             "missed_events": {k: v for k, v in missed.items() if v},
+            "bpf_time": self.bpf_time,
             "interrupted": self.interrupted,
             "exit_code": self.exit_code,
             "out": str(req.out),
@@ -452,6 +455,19 @@ class Tracer:
             out.append(row)
             prev = s
         return out
+
+
+def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
+    """What the tracer's programs cost by the kernel's own clock since they were loaded: the
+    summed run_time_ns and run_cnt of their fdinfo. None unless the kernel's BPF statistics
+    are on (sysctl kernel.bpf_stats_enabled=1; off by default, as they cost two clock reads
+    per program run)."""
+    from iotune.trace.bpf import prog_info
+
+    infos = [prog_info(fd) for _, fd in programs]
+    ns = sum(i.get("run_time_ns", 0) for i in infos)
+    runs = sum(i.get("run_cnt", 0) for i in infos)
+    return {"run_time_ns": ns, "run_cnt": runs} if runs else None
 
 
 def open_tracer(backend: str, devs: list[int], owners: bool) -> Any:

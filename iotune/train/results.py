@@ -396,6 +396,7 @@ def build_result(
         "io_steps": (trace or {}).get("steps", []),
         "diskstats_check": checks,
         "dropped": (trace or {}).get("dropped"),
+        "bpf_time": (trace or {}).get("bpf_time"),
         "other_io": (trace or {}).get("other_io"),
         "notes": req.notes,
         "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),
