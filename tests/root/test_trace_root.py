@@ -607,3 +607,26 @@ def test_libbpf_traces_with_bcc_and_the_kernel_headers_hidden(
     d = dev_entry(doc, dev)
     assert d["write"]["sizes"] == {"524288": 11}
     assert d["check"]["exact"], d["check"]
+
+
+def test_the_programs_own_time_is_recorded_when_the_kernel_keeps_it(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """With the kernel's BPF statistics on, a trace records what its programs cost by the
+    kernel's clock (bpf_time): at least an issue and a completion run per request. Off (the
+    default), nothing is recorded."""
+    dev = loop_device()
+    knob = Path("/proc/sys/kernel/bpf_stats_enabled")
+    was = knob.read_text()
+    job = fio(dev, "--rw=write", "--bs=512k", "--size=5m")
+    try:
+        knob.write_text("1\n")
+        code, on = trace_json(tmp_path / "on", "--devices", dev, "--", *job)
+        knob.write_text("0\n")
+        code_off, off = trace_json(tmp_path / "off", "--devices", dev, "--", *job)
+    finally:
+        knob.write_text(was)
+    assert code == code_off == 0
+    assert dev_entry(on, dev)["write"]["requests"] == 10
+    assert on["bpf_time"]["run_cnt"] >= 2 * 10 and on["bpf_time"]["run_time_ns"] > 0
+    assert off["bpf_time"] is None
