@@ -3,7 +3,8 @@
 A loop device with direct I/O over a file in --dir (default /var/tmp: on the host's own
 drive, so the loop device's requests complete from that drive's interrupts), fio doing
 mixed random reads and writes of 4 KiB to 1 MiB on it throughout, and iotune's tracer loaded
-twice on it: once with BTF tracepoint programs, once with classic tracepoint programs. Every
+three times on it: libbpf's CO-RE object, and bcc's build with BTF tracepoint programs and
+with classic tracepoint programs. Every
 second it prints, per kind, the completions traced minus the completions the kernel counted
 in /sys/block/DEV/stat since the start (reads, writes), and at the end each kind's recursion
 misses (events the kernel says it did not deliver). The counters are read one after the
@@ -25,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
-from iotune.trace.bpf import ReqSizeTracer
+from iotune.trace.bpf import MapReader, ReqSizeTracer
+from iotune.trace.libbpf import LibbpfTracer
 from iotune.trace.targets import kernel_dev
 
 
@@ -43,7 +45,7 @@ def main() -> None:
     loop = stack.enter_context(loop_device(args.dir, args.size_mib, filled=False, direct_io=True))
     dev = Path(loop).name
     fio = None
-    tracers: dict[str, ReqSizeTracer] = {}
+    tracers: dict[str, MapReader] = {}
     try:
         fio = subprocess.Popen(
             ["fio", "--name=mix", f"--filename={loop}", "--direct=1", "--ioengine=libaio",
@@ -56,14 +58,15 @@ def main() -> None:
         time.sleep(2)
         ma, mi = map(int, Path(f"/sys/block/{dev}/dev").read_text().split(":"))
         kd = kernel_dev(ma, mi)
-        for kind, btf in (("tp_btf", True), ("tracepoint", False)):
-            tracers[kind] = ReqSizeTracer([kd], btf=btf)  # each closed below if the next fails
+        tracers["libbpf"] = LibbpfTracer([kd])  # each closed below if the next fails
+        for kind, btf in (("bcc tp_btf", True), ("bcc tracepoint", False)):
+            tracers[kind] = ReqSizeTracer([kd], btf=btf)
 
         def kernel() -> tuple[int, int]:
             f = Path(f"/sys/block/{dev}/stat").read_text().split()
             return int(f[0]), int(f[4])
 
-        def done(t: ReqSizeTracer) -> tuple[int, int]:
+        def done(t: MapReader) -> tuple[int, int]:
             d = t.done()
             return d.get((kd, 0), (0, 0))[0], d.get((kd, 1), (0, 0))[0]
 
@@ -90,6 +93,13 @@ def main() -> None:
         for n, t in tracers.items():
             m = {e: v - m0[n].get(e, 0) for e, v in t.misses().items() if v - m0[n].get(e, 0)}
             print(f"recursion misses, {n}: {m or 'none'}")
+        # every class of completion each counted, since it was loaded (a request counted
+        # under another class than the kernel's would show here)
+        for n, t in tracers.items():
+            print(
+                f"completions by class, {n}: {sorted((op, v) for (d, op), v in t.done().items() if d == kd)}"
+            )
+        print(f"kernel /sys/block/{dev}/stat: {Path(f'/sys/block/{dev}/stat').read_text().split()}")
     finally:
         for t in tracers.values():
             t.close()

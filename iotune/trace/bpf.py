@@ -131,6 +131,12 @@ class MapReader:
     def _update(self, name: str, key: Any, value: Any) -> None:
         raise NotImplementedError
 
+    def misses(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
     def _map_views(self, n: int, owners: bool) -> None:
         """Map the arrays of *n* device rows (none without rows)."""
         self._views = {}
