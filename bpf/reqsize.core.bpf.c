@@ -163,6 +163,28 @@ static __always_inline void count_drop(u32 which)
         __sync_fetch_and_add(d, 1);
 }
 
+/* the entry of *key* in the hash *map*, created at zero where missing (-EEXIST on a race is
+ * fine: the lookup after finds it); NULL where the map is full, counted in dropped[which] */
+static __always_inline void *lookup_or_zero(void *map, const void *key, const void *zero,
+                                            u32 which)
+{
+    void *val = bpf_map_lookup_elem(map, key);
+    if (val)
+        return val;
+    bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+    val = bpf_map_lookup_elem(map, key);
+    if (!val)
+        count_drop(which);
+    return val;
+}
+
+/* one more event of *n* sectors in a (count, sectors) pair: struct done_val, owner_val */
+static __always_inline void count_pair(u64 *pair, u32 n)
+{
+    __sync_fetch_and_add(&pair[0], 1);
+    __sync_fetch_and_add(&pair[1], n);
+}
+
 static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta, bool create)
 {
     u64 zero = 0, *val;
@@ -175,13 +197,7 @@ static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta,
         return;
     }
     struct size_key sk = {.dev = dev, .op = op, .bytes = bytes};
-    val = bpf_map_lookup_elem(&sizes, &sk);
-    if (!val && create) {
-        bpf_map_update_elem(&sizes, &sk, &zero, BPF_NOEXIST);
-        val = bpf_map_lookup_elem(&sizes, &sk);
-        if (!val)
-            count_drop(0);
-    }
+    val = create ? lookup_or_zero(&sizes, &sk, &zero, 0) : bpf_map_lookup_elem(&sizes, &sk);
     if (val)
         __sync_fetch_and_add(val, delta);
 }
@@ -234,23 +250,11 @@ static __always_inline void count_done(u32 row, u32 dev, u32 op, u32 nr_sector, 
     if (row <= cfg.slot_devs && k.op < DONE_OPS) {
         u32 i = (row - 1) * DONE_OPS + k.op;
         val = bpf_map_lookup_elem(&dones, &i);
-        if (val) {
-            __sync_fetch_and_add(&val->ios, 1);
-            __sync_fetch_and_add(&val->sectors, nr_sector);
-        }
-        return;
+    } else {
+        val = lookup_or_zero(&done, &k, &zero, 2);
     }
-    val = bpf_map_lookup_elem(&done, &k);
-    if (!val) {
-        bpf_map_update_elem(&done, &k, &zero, BPF_NOEXIST);
-        val = bpf_map_lookup_elem(&done, &k);
-        if (!val) {
-            count_drop(2);
-            return;
-        }
-    }
-    __sync_fetch_and_add(&val->ios, 1);
-    __sync_fetch_and_add(&val->sectors, nr_sector);
+    if (val)
+        count_pair(&val->ios, nr_sector);
 }
 
 /* (rq, error, nr_bytes): the classic tracepoint's nr_sector is nr_bytes >> 9 */
@@ -283,21 +287,6 @@ static __always_inline bool is_workload(u32 tgid)
     return mine;
 }
 
-static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
-{
-    struct owner_val zero = {}, *val = bpf_map_lookup_elem(&owners, k);
-    if (!val) {
-        bpf_map_update_elem(&owners, k, &zero, BPF_NOEXIST);
-        val = bpf_map_lookup_elem(&owners, k);
-        if (!val) {
-            count_drop(3);
-            return;
-        }
-    }
-    __sync_fetch_and_add(&val->bios, 1);
-    __sync_fetch_and_add(&val->sectors, nr_sector);
-}
-
 /* a bio of the whole disk *dev* (the partition is remapped before block_bio_queue fires),
  * class *op*, *nr_sector* long, submitted by the current task */
 SEC("tp_btf/block_bio_queue")
@@ -313,22 +302,22 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct owner_key k = {.dev = dev, .op = op};
     bool mine = is_workload(tgid);
+    struct owner_val zero = {}, *val;
     if (mine && row <= cfg.slot_devs) {
+        /* the workload's bios: a plain array by device and op, as for the sizes */
         u32 i = (row - 1) * OWNER_OPS + k.op;
-        struct owner_val *w = bpf_map_lookup_elem(&wowners, &i);
-        if (w) {
-            __sync_fetch_and_add(&w->bios, 1);
-            __sync_fetch_and_add(&w->sectors, nr_sector);
+        val = bpf_map_lookup_elem(&wowners, &i);
+    } else {
+        if (!mine) {
+            k.tgid = tgid;
+            struct comm_val c = {};
+            bpf_get_current_comm(c.comm, sizeof(c.comm));
+            bpf_map_update_elem(&comms, &tgid, &c, BPF_ANY);
         }
-        return 0;
+        val = lookup_or_zero(&owners, &k, &zero, 3);
     }
-    if (!mine) {
-        k.tgid = tgid;
-        struct comm_val c = {};
-        bpf_get_current_comm(c.comm, sizeof(c.comm));
-        bpf_map_update_elem(&comms, &tgid, &c, BPF_ANY);
-    }
-    count_bio(&k, nr_sector);
+    if (val)
+        count_pair(&val->bios, nr_sector);
     return 0;
 }
 
