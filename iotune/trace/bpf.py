@@ -131,8 +131,18 @@ class MapReader:
     def _update(self, name: str, key: Any, value: Any) -> None:
         raise NotImplementedError
 
-    def misses(self) -> dict[str, int]:
+    def programs(self) -> list[tuple[str, int]]:
         raise NotImplementedError
+
+    def misses(self) -> dict[str, int]:
+        """Per program, the events the kernel did not deliver to it (its recursion_misses,
+        where the kernel counts them), cumulative since the tracer was loaded."""
+        out = {}
+        for label, fd in self.programs():
+            info = prog_info(fd)
+            if "recursion_misses" in info:
+                out[label] = info["recursion_misses"]
+        return out
 
     def close(self) -> None:
         raise NotImplementedError
@@ -395,11 +405,7 @@ class ReqSizeTracer(MapReader):
         ``nested:block_rq_complete``). BTF tracepoint programs are skipped only when one would
         run inside itself on a CPU, which every kernel that has them counts in their
         recursion_misses. All are cumulative since the tracer was loaded."""
-        out = {}
-        for label, fd in self.programs():
-            info = prog_info(fd)
-            if "recursion_misses" in info:
-                out[label] = info["recursion_misses"]
+        out = super().misses()
         for i, event in enumerate(("block_rq_issue", "block_rq_complete")):
             out[f"nested:{event}"] = self._array_u64("nested", i)
         return out

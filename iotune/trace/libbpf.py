@@ -31,7 +31,6 @@ from iotune.trace.bpf import (
     SLOT_DEVS,
     SLOT_SECTORS,
     MapReader,
-    prog_info,
 )
 
 log = logging.getLogger("iotune.trace")
@@ -72,6 +71,7 @@ def _on_print(level: int, fmt: bytes, args: int) -> int:
 _print_cb = _PRINT_FN(_on_print)
 
 
+@functools.cache
 def _libc() -> Any:
     libc = ctypes.CDLL(None)
     libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
@@ -267,15 +267,11 @@ class LibbpfTracer(MapReader):
         so, fd = lib(), self._fds[name]
         key_t, val_t = MAP_TYPES[name]
         out = []
-        key, nxt = key_t(), key_t()
-        prev: Any = None
-        while so.bpf_map_get_next_key(fd, prev, ctypes.byref(nxt)) == 0:
+        prev: Any = None  # NULL: the first key
+        while so.bpf_map_get_next_key(fd, prev, ctypes.byref(key := key_t())) == 0:
             val = val_t()
-            if so.bpf_map_lookup_elem(fd, ctypes.byref(nxt), ctypes.byref(val)) == 0:
-                k = key_t()
-                ctypes.memmove(ctypes.byref(k), ctypes.byref(nxt), ctypes.sizeof(k))
-                out.append((k, val))
-            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key))
+            if so.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0:
+                out.append((key, val))
             prev = ctypes.byref(key)
         return out
 
@@ -298,16 +294,6 @@ class LibbpfTracer(MapReader):
         """(event, program fd) of the attached programs' events."""
         so = lib()
         return [(label, int(so.bpf_program__fd(prog))) for label, prog in self._progs.items()]
-
-    def misses(self) -> dict[str, int]:
-        """Events the kernel did not deliver, per program (its recursion_misses: a BTF
-        tracepoint program is skipped only when it would run inside itself on a CPU)."""
-        out = {}
-        for label, fd in self.programs():
-            info = prog_info(fd)
-            if "recursion_misses" in info:
-                out[label] = info["recursion_misses"]
-        return out
 
     def switch(self, on: bool, events: Any = None) -> None:
         """Detach the block event programs (``on`` False) or attach them again, the maps and

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from iotune.render import warn
-from iotune.trace.backend import EBPF
+from iotune.trace.backend import traces_requests
 from iotune.units import format_size, gb
 
 BAR = 40
@@ -70,7 +70,7 @@ def summary_table(result: dict[str, Any]) -> Table:
 
 def print_details(con: Console, result: dict[str, Any], top: int = 5) -> None:
     for d in result["devices"]:
-        if result["backend"] not in EBPF:
+        if not traces_requests(result["backend"]):
             continue
         for op in ("read", "write", "discard", "flush"):
             sizes = d[op]["sizes"]
