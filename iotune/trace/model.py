@@ -104,6 +104,21 @@ class DirCheck:
         # with nothing in flight at either end, the sectors must agree as well
         return bool(self.inflight_start or self.inflight_end) or self.issued[1] == self.done[1]
 
+    @property
+    def issues_add_up(self) -> bool:
+        """The issues against the kernel's own count instead of the traced completions: each
+        request the kernel completed in the window was seen issued (or was in flight at the
+        start), and nothing else was."""
+        ios = self.kernel[0] - self.empty_preflush - self.inflight_start + self.inflight_end
+        if self.issued[0] != ios:
+            return False
+        return bool(self.inflight_start or self.inflight_end) or self.issued[1] == self.kernel[1]
+
+    @property
+    def unseen(self) -> int:
+        """Completions the kernel counted beyond the traced ones (negative: traced more)."""
+        return self.kernel[0] - self.done[0]
+
 
 @dataclass(frozen=True)
 class Check:
@@ -134,6 +149,26 @@ class Check:
         )
 
     @property
+    def unseen_completions(self) -> int:
+        """Completions the kernel counted that reached no completion program, where the issues
+        add up with the kernel's count (:attr:`explained_by_unseen`); 0 otherwise."""
+        return self.read.unseen + self.write.unseen if self.explained_by_unseen else 0
+
+    @property
+    def explained_by_unseen(self) -> bool:
+        """Not exact only because the kernel counted completions that fired no completion event
+        here, while every request it counted was seen issued, with its size. The kernel's own
+        block_io_done tracepoint, fired where it counts the io, misses the same ones (6.18 on
+        virtio and loop devices, about 3 in 10,000 under load; no recursion miss is counted):
+        no program attached to the completion can see them, the issues prove the rest."""
+        if self.exact or not self.settled:
+            return False
+        dirs = (self.read, self.write)
+        return all(
+            d.issues_add_up and d.unseen >= 0 and d.done[1] <= d.kernel[1] for d in dirs
+        ) and any(d.unseen for d in dirs)
+
+    @property
     def empty_preflush_writes(self) -> int:
         return self.write.empty_preflush
 
@@ -155,7 +190,13 @@ class Check:
                     f"{d.inflight_end} {label}(s) issued in the trace were still in flight at "
                     "its end (not yet counted by the kernel)"
                 )
-            if not d.reconciled:
+            if d.unseen > 0 and self.explained_by_unseen:
+                notes.append(
+                    f"{d.unseen} {label} completion(s) the kernel counted reached no completion "
+                    f"event; the {label}s issued ({d.issued[0]}) add up with the kernel's count, "
+                    "so each was seen and sized"
+                )
+            elif not d.reconciled:
                 notes.append(
                     f"{label}s issued {d.issued[0]} ({d.issued[1]} sectors) do not add up to "
                     f"the completions with the requests in flight"
@@ -185,7 +226,7 @@ class Check:
             "exact: "
             if self.exact
             else "consistent: "
-            if self.explained_by_misses
+            if self.explained_by_misses or self.explained_by_unseen
             else "approximate: "
             if not self.settled
             else "differs: "

@@ -346,6 +346,7 @@ class Tracer:
                     "exact": chk.exact,
                     "summary": chk.describe(),
                     "empty_preflush_writes": chk.empty_preflush_writes,
+                    "unseen_completions": chk.unseen_completions,
                     "flush_sequenced_writes": chk.write.flush_seq_done,
                     "inflight_start": {
                         "read": chk.read.inflight_start,
