@@ -82,12 +82,26 @@ class LoopDevices:
         self.mounts: list[Path] = []
 
     def __call__(
-        self, size_mib: int = 64, sector_size: int = 512, fs: str | None = None, mount: bool = False
+        self,
+        size_mib: int = 64,
+        sector_size: int = 512,
+        fs: str | None = None,
+        mount: bool = False,
+        direct_io: bool = False,
     ) -> str:
+        """``direct_io``: the loop device reads and writes its file with O_DIRECT, so its
+        requests complete from the interrupts of the drive under the file."""
         img = self.tmp / f"disk{len(self.made)}.img"
         with img.open("wb") as fh:
             fh.truncate(size_mib * 2**20)
-        dev = sh("losetup", "--find", "--show", f"--sector-size={sector_size}", str(img)).strip()
+        dev = sh(
+            "losetup",
+            "--find",
+            "--show",
+            f"--sector-size={sector_size}",
+            *(["--direct-io=on"] if direct_io else []),
+            str(img),
+        ).strip()
         self.made.append(dev)
         # queue limits outlive losetup -d: a reused loop device keeps the last test's
         # max_sectors_kb, so start every device at its hardware limit
