@@ -159,7 +159,7 @@ class Check:
         """Not exact only because the kernel counted completions that fired no completion event
         here, while every request it counted was seen issued, with its size. The kernel's own
         block_io_done tracepoint, fired where it counts the io, misses the same ones (6.18 on
-        virtio and loop devices, about 3 in 10,000 under load; no recursion miss is counted):
+        virtio and loop devices, about 5 in 10,000 under load; no recursion miss is counted):
         no program attached to the completion can see them, the issues prove the rest."""
         if self.exact or not self.settled:
             return False
