@@ -9,7 +9,7 @@
 # PART 2: `iotune trace --run opt_nvme_3b --steps 2` (its cross-check on the virtio disk),
 #   then more alternations of PART 1's pair while time is left
 # PART 5: the same pair on a RAM-backed drive, a loop device with direct I/O over a file in
-#   /dev/shm (ext4): the virtio disk's own variation is gone, and the tracer's cost per second
+#   a tmpfs (ext4): the virtio disk's own variation is gone, and the tracer's cost per second
 #   is at its highest (every step's 37 GiB move at memory speed)
 # $OUT gets part-PART.tgz: every run's JSON, output and run folder.
 set -u
@@ -61,8 +61,10 @@ fi
 if [ "$part" = 5 ]; then
     off=/mnt/ramdrive
     if ! mountpoint -q "$off"; then
-        truncate -s 24G /dev/shm/ramdrive.img
-        dev=$(losetup --find --show --direct-io=on /dev/shm/ramdrive.img)
+        # a tmpfs of its own: a container's /dev/shm may be small
+        mkdir -p /mnt/ramfs && mount -t tmpfs -o size=25g tmpfs /mnt/ramfs
+        truncate -s 24G /mnt/ramfs/ramdrive.img
+        dev=$(losetup --find --show --direct-io=on /mnt/ramfs/ramdrive.img)
         mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$dev"
         mkdir -p "$off" && mount -o noatime "$dev" "$off"
     fi
