@@ -10,7 +10,8 @@
 #   then more alternations of PART 1's pair while time is left
 # PART 5: the same pair on a RAM-backed drive, a loop device with direct I/O over a file in
 #   a tmpfs (ext4): the virtio disk's own variation is gone, and the tracer's cost per second
-#   is at its highest (every step's 37 GiB move at memory speed)
+#   is at its highest (every step's 37 GiB move at memory speed); the kernel's BPF statistics
+#   are on for the traced runs only
 # $OUT gets part-PART.tgz: every run's JSON, output and run folder.
 set -u
 part="${1:?part}"
@@ -90,6 +91,9 @@ while [ $((SECONDS - start)) -lt "$budget" ]; do
     for cmd in $first $second; do
         [ $((SECONDS - start)) -lt "$budget" ] || break
         rm -rf "${off:?}"/*
+        if [ "$part" = 5 ]; then  # the traced runs record their programs' time (bpf_time)
+            sysctl -qw kernel.bpf_stats_enabled=$([ "$cmd" = trace ] && echo 1 || echo 0)
+        fi
         tag="p${part}_${i}_${cmd}"
         if [ "$cmd" = trace ]; then
             iot --json trace --run opt_nvme_1b --steps "${STEPS:-4}" --nvme-path "$off" --out "$out/$tag" \

@@ -3,7 +3,11 @@
 Reads the runs `benchmarks/gpu_trace_libbpf.sh` wrote (``pPART_I_trace.json`` and
 ``pPART_I_run.json``: `iotune --json trace --run PRESET` and `iotune --json run PRESET`,
 taking turns) and prints, for each pair, the median steady step of each and their ratio,
-then the median of the pair ratios and the pooled steady steps of each kind.
+then the median of the pair ratios and the pooled steady steps of each kind. For each traced
+run it also prints what tracing cost in CPU time: its BPF programs by the kernel's clock
+(``bpf_time``, where the statistics were on) and the tracing process's own CPU
+(``tracer_cpu_s``), against the run's init and steps. Were all of it on the step's critical
+path, the step could be no longer than that share.
 
     python benchmarks/step_pairs.py DIR [--part 5]
 """
@@ -55,6 +59,21 @@ def main() -> None:
         print(f"{i:4d} {t:9.3f} {u:10.3f} {t / u:7.3f}  {to:.3f} / {uo:.3f} (median of {n})")
     if ratios:
         print(f"median of {len(ratios)} pair ratios: {statistics.median(ratios):.4f}")
+    for i, pair in sorted(pairs.items()):
+        if "trace" not in pair or pair["trace"].get("tracer_cpu_s") is None:
+            continue
+        doc = pair["trace"]
+        busy = doc["init_s"] + sum(
+            e["step_s"] for e in doc["events"] if e.get("event") == "step" and "step_s" in e
+        )
+        bpf_s = (doc.get("bpf_time") or {}).get("run_time_ns", 0) / 1e9
+        runs = (doc.get("bpf_time") or {}).get("run_cnt", 0)
+        cpu = doc["tracer_cpu_s"]
+        print(
+            f"traced run {i}: BPF programs {bpf_s:.3f} s ({runs:,} runs), iotune's process "
+            f"{cpu:.3f} s of CPU, over {busy:.1f} s of init and steps: "
+            f"{100 * (bpf_s + cpu) / busy:.2f}% at most"
+        )
     for kind, xs in pooled.items():
         if xs:
             print(

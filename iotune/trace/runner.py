@@ -110,6 +110,9 @@ class Tracer:
         self.missed_start: dict[str, int] = {}
         self.missed_end: dict[str, int] = {}
         self.bpf_time: dict[str, int] | None = None
+        #: CPU seconds this process spent while tracing (sampling, reading the workload's
+        #: events), its own threads only: the workload's are its children's
+        self.tracer_cpu_s: float | None = None
         self._events_pos = 0
 
     # ------------------------------------------------------------------ sampling
@@ -213,6 +216,7 @@ class Tracer:
                 self.bpf = open_tracer(req.backend, list(self.devs.values()), bool(req.command))
                 self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
+            cpu0 = time.process_time()
             self.start = time.monotonic()
             self.sample("start")
             if req.command:
@@ -261,6 +265,7 @@ class Tracer:
                         str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
                     )
                 self.sample("end")
+                self.tracer_cpu_s = round(time.process_time() - cpu0, 3)
             if self.bpf is not None:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves
@@ -405,6 +410,7 @@ class Tracer:
             "other_io": other_io(owners[0], owners[1], self.devs) if req.command else None,
             "missed_events": {k: v for k, v in missed.items() if v},
             "bpf_time": self.bpf_time,
+            "tracer_cpu_s": self.tracer_cpu_s,
             "interrupted": self.interrupted,
             "exit_code": self.exit_code,
             "out": str(req.out),

@@ -397,6 +397,7 @@ def build_result(
         "diskstats_check": checks,
         "dropped": (trace or {}).get("dropped"),
         "bpf_time": (trace or {}).get("bpf_time"),
+        "tracer_cpu_s": (trace or {}).get("tracer_cpu_s"),
         "other_io": (trace or {}).get("other_io"),
         "notes": req.notes,
         "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),

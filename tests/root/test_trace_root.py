@@ -648,7 +648,7 @@ def test_the_programs_own_time_is_recorded_when_the_kernel_keeps_it(
 ) -> None:
     """With the kernel's BPF statistics on, a trace records what its programs cost by the
     kernel's clock (bpf_time): at least an issue and a completion run per request. Off (the
-    default), nothing is recorded."""
+    default), nothing is recorded. Either way the tracing process's own CPU time is."""
     dev = loop_device()
     knob = Path("/proc/sys/kernel/bpf_stats_enabled")
     was = knob.read_text()
@@ -657,10 +657,14 @@ def test_the_programs_own_time_is_recorded_when_the_kernel_keeps_it(
         knob.write_text("1\n")
         code, on = trace_json(tmp_path / "on", "--devices", dev, "--", *job)
         knob.write_text("0\n")
+        t0 = time.monotonic()
         code_off, off = trace_json(tmp_path / "off", "--devices", dev, "--", *job)
+        wall = time.monotonic() - t0
     finally:
         knob.write_text(was)
     assert code == code_off == 0
     assert dev_entry(on, dev)["write"]["requests"] == 10
     assert on["bpf_time"]["run_cnt"] >= 2 * 10 and on["bpf_time"]["run_time_ns"] > 0
     assert off["bpf_time"] is None
+    # sampling and the workload's events, not fio's own CPU (a child's)
+    assert 0 < off["tracer_cpu_s"] < wall and on["tracer_cpu_s"] > 0, (off["tracer_cpu_s"], wall)
