@@ -83,10 +83,10 @@ fi
 i=$(find "$out" -maxdepth 1 -name "p${part}_*_run.json" | wc -l)
 while [ $((SECONDS - start)) -lt "$budget" ]; do
     i=$((i + 1))
-    if [ "$part" = 5 ] && [ $((i % 2)) = 0 ]; then
-        first=run second=trace  # each goes first in every other pair
-    elif [ "$part" = 5 ]; then
-        first=trace second=run
+    if [ "$part" = 5 ]; then  # each goes first in every other pair; FIRST=run starts with run
+        a="${FIRST:-trace}" b=run
+        [ "$a" = run ] && b=trace
+        if [ $((i % 2)) = 1 ]; then first=$a second=$b; else first=$b second=$a; fi
     fi
     for cmd in $first $second; do
         [ $((SECONDS - start)) -lt "$budget" ] || break
