@@ -41,14 +41,17 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, sort_keys=False)
 
 
-def append_record(path: Path, record: Mapping[str, Any]) -> None:
-    """Append one record and fsync, so an interrupted run keeps every finished record."""
+def append_record(path: Path, record: Mapping[str, Any], sync: bool = True) -> None:
+    """Append one record and fsync, so an interrupted run keeps every finished record.
+    ``sync=False`` leaves it in the page cache: a killed process keeps it all the same, a
+    crash of the machine may lose it, until the next synced record of the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(to_jsonable(record), sort_keys=True) + "\n"
     with path.open("a", encoding="utf-8") as fh:
         fh.write(line)
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:

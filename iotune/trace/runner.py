@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 from iotune import proc
 from iotune.probes.sysfs import SysTree
@@ -113,7 +113,8 @@ class Tracer:
         #: CPU seconds this process spent while tracing (sampling, reading the workload's
         #: events), its own threads only: the workload's are its children's
         self.tracer_cpu_s: float | None = None
-        self._events_pos = 0
+        self._events: BinaryIO | None = None  # the workload's events file, read on as it grows
+        self._events_buf = b""  # a line the workload has not finished writing
 
     # ------------------------------------------------------------------ sampling
     def _counts(self) -> dict[tuple[int, int, int], int]:
@@ -173,6 +174,9 @@ class Tracer:
                 "inflight": {n: list(v) for n, v in s.inflight.items()},
                 **({} if settled else {"settled": False}),
             },
+            # the periodic samples (one a second) are synced with the next step's or the end's:
+            # an fsync each would be most of what tracing costs the machine's CPU
+            sync=label != "interval",
         )
         if self.on_sample:
             self.on_sample(s)
@@ -182,13 +186,15 @@ class Tracer:
         """The workload's new events; a ``process`` event (a worker forked by iotune's
         zygote, not by the command, iotune/workers/zygote.py) joins that pid to the
         workload instead, so its I/O is the workload's."""
-        if not self.events_path.exists():
-            return []
-        with self.events_path.open() as fh:
-            fh.seek(self._events_pos)
-            chunk = fh.read()
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self._events_pos += len(complete.encode())
+        if self._events is None:
+            if not self.events_path.exists():
+                return []
+            # kept open: one read a poll (20 a second), not a stat, an open and a close
+            self._events = self.events_path.open("rb")
+        self._events_buf += self._events.read()
+        end = self._events_buf.rfind(b"\n") + 1
+        complete = self._events_buf[:end].decode(errors="replace")
+        self._events_buf = self._events_buf[end:]
         out = []
         for line in complete.splitlines():
             try:
@@ -266,6 +272,9 @@ class Tracer:
                     )
                 self.sample("end")
                 self.tracer_cpu_s = round(time.process_time() - cpu0, 3)
+            if self._events is not None:
+                self._events.close()
+                self._events = None
             if self.bpf is not None:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves
