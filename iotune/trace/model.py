@@ -96,23 +96,26 @@ class DirCheck:
     def counted(self) -> bool:
         return self.done == self.kernel
 
-    @property
-    def reconciled(self) -> bool:
-        ios = self.done[0] - self.empty_preflush - self.inflight_start + self.inflight_end
+    def _issues_match(self, completed: tuple[int, int]) -> bool:
+        """The issues against *completed* (ios, sectors), with the requests in flight at
+        either end and the empty pre-flush writes (completed, never issued as writes)."""
+        ios = completed[0] - self.empty_preflush - self.inflight_start + self.inflight_end
         if self.issued[0] != ios:
             return False
         # with nothing in flight at either end, the sectors must agree as well
-        return bool(self.inflight_start or self.inflight_end) or self.issued[1] == self.done[1]
+        return bool(self.inflight_start or self.inflight_end) or self.issued[1] == completed[1]
+
+    @property
+    def reconciled(self) -> bool:
+        """The issues against the traced completions."""
+        return self._issues_match(self.done)
 
     @property
     def issues_add_up(self) -> bool:
         """The issues against the kernel's own count instead of the traced completions: each
         request the kernel completed in the window was seen issued (or was in flight at the
         start), and nothing else was."""
-        ios = self.kernel[0] - self.empty_preflush - self.inflight_start + self.inflight_end
-        if self.issued[0] != ios:
-            return False
-        return bool(self.inflight_start or self.inflight_end) or self.issued[1] == self.kernel[1]
+        return self._issues_match(self.kernel)
 
     @property
     def unseen(self) -> int:
