@@ -75,7 +75,13 @@ def build(top: Path) -> dict[str, str]:
     cxx.chmod(0o755)
     (top / "shim" / "cpuinfo.py").write_text(CPUINFO)
     env = guest_env(top)
-    build_env = {**os.environ, **env, **compiler_cache()}
+    # ccache checks a compiler by its mtime: the wrapper written above is new in every
+    # virtualenv, so it would never find an earlier one's objects. Its -v output names the
+    # compiler it runs instead.
+    check = (
+        {} if "CCACHE_COMPILERCHECK" in os.environ else {"CCACHE_COMPILERCHECK": "%compiler% -v"}
+    )
+    build_env = {**os.environ, **env, **compiler_cache(), **check}
     script = (
         "from deepspeed.accelerator import get_accelerator\n"
         "from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder\n"
