@@ -30,9 +30,12 @@ def steady(doc: dict[str, Any]) -> tuple[float, float, int]:
 
 
 def step_times(doc: dict[str, Any]) -> list[float]:
-    """Every steady step's time (the steps after the first), where the run recorded them."""
-    steps = [e for e in doc.get("events", []) if e.get("event") == "step" and "step_s" in e]
-    return [float(e["step_s"]) for e in steps[1:]]
+    """Every step's time, the first included, where the run recorded them."""
+    return [
+        float(e["step_s"])
+        for e in doc.get("events", [])
+        if e.get("event") == "step" and "step_s" in e
+    ]
 
 
 def main() -> None:
@@ -51,7 +54,7 @@ def main() -> None:
     print(f"{'pair':>4} {'traced s':>9} {'untraced s':>10} {'ratio':>7}  optimizer traced/untraced")
     for i, pair in sorted(pairs.items()):
         for kind, doc in pair.items():
-            pooled[kind] += step_times(doc)
+            pooled[kind] += step_times(doc)[1:]  # the steady steps: after the first
         if set(pair) != {"trace", "run"}:
             continue
         (t, to, n), (u, uo, _) = steady(pair["trace"]), steady(pair["run"])
@@ -63,9 +66,7 @@ def main() -> None:
         if "trace" not in pair or pair["trace"].get("tracer_cpu_s") is None:
             continue
         doc = pair["trace"]
-        busy = doc["init_s"] + sum(
-            e["step_s"] for e in doc["events"] if e.get("event") == "step" and "step_s" in e
-        )
+        busy = doc["init_s"] + sum(step_times(doc))
         bpf_s = (doc.get("bpf_time") or {}).get("run_time_ns", 0) / 1e9
         runs = (doc.get("bpf_time") or {}).get("run_cnt", 0)
         cpu = doc["tracer_cpu_s"]
