@@ -34,6 +34,27 @@ DRIVES = [
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 
 
+#: the test modules whose set-up started early (``start_early``), to stop at the session's end
+_early: list[Any] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A selected vm module with a ``start_early`` gets it called now, so that its set-up's
+    unmeasured emulated minutes (a guest's boot and imports) overlap the tests before it."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        module: Any = getattr(item, "module", None)
+        if hasattr(module, "start_early") and module not in _early:
+            _early.append(module)
+            module.start_early()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for module in _early:
+        module.stop_early()
+
+
 class Session:
     def __init__(self, guest: Guest) -> None:
         self.guest = guest
