@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from threading import Event
 from typing import Any
 
 import pytest
 
-from tests.vm.guest import Drive, Guest
+from tests.vm.guest import Drive, Early, Guest
+from tests.vm.study_lab import Lab, bring_up
 
 KEEP = "these bytes must survive every refusal\n"
 DRIVES = [
@@ -34,27 +36,6 @@ DRIVES = [
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 
 
-#: the test modules whose set-up started early (``start_early``), to stop at the session's end
-_early: list[Any] = []
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """A selected vm module with a ``start_early`` gets it called now, so that its set-up's
-    unmeasured emulated minutes (a guest's boot and imports) overlap the tests before it."""
-    if session.config.option.collectonly:
-        return
-    for item in session.items:
-        module: Any = getattr(item, "module", None)
-        if hasattr(module, "start_early") and module not in _early:
-            _early.append(module)
-            module.start_early()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    for module in _early:
-        module.stop_early()
-
-
 class Session:
     def __init__(self, guest: Guest) -> None:
         self.guest = guest
@@ -68,34 +49,75 @@ class Session:
         return json.loads(r.stdout)
 
 
-@pytest.fixture(scope="session")
-def vm() -> Iterator[Session]:
-    if os.geteuid() != 0:
-        pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
+def _vm_setup(guests: list[Guest], cancel: Event) -> Session:
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
     guest = Guest(workdir, DRIVES)
+    guests.append(guest)
     guest.start()
+    if cancel.is_set():
+        raise RuntimeError("the vm guest was stopped while it came up")
+    guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]).check()
+    s = Session(guest)
+    guest.run(
+        [
+            "mdadm",
+            "--create",
+            "/dev/md/held",
+            "--level=1",
+            "--raid-devices=2",
+            "--metadata=1.2",
+            "--run",
+            "--force",
+            s.dev("IOT2"),
+            "missing",
+        ]
+    ).check()
+    guest.run(["mkdir", "-p", "/tmp/iot3"]).check()
+    guest.run(["mount", s.dev("IOT3"), "/tmp/iot3"]).check()
+    return s
+
+
+#: each guest fixture's set-up, started when the session's collection selects a test that
+#: uses it (pytest_collection_finish), so that its boot and imports overlap the tiers before
+SETUPS: dict[str, Callable[[list[Guest], Event], Any]] = {"vm": _vm_setup, "lab": bring_up}
+_early: dict[str, Early[Any]] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly or os.geteuid() != 0:
+        return
+    wanted = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    for name, setup in SETUPS.items():
+        if name in wanted and name not in _early:
+            _early[name] = Early(setup)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for early in _early.values():
+        if not early.taken:
+            early.stop()
+
+
+def _guests(name: str) -> Iterator[Any]:
+    """The fixture *name*'s value: from its early set-up if one is waiting, else set up now;
+    its guests are stopped when the fixture ends."""
+    if os.geteuid() != 0:
+        pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
+    early = _early.get(name)
+    if early is None or early.taken:
+        early = Early(SETUPS[name])
     try:
-        guest.run(
-            ["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]
-        ).check()
-        s = Session(guest)
-        guest.run(
-            [
-                "mdadm",
-                "--create",
-                "/dev/md/held",
-                "--level=1",
-                "--raid-devices=2",
-                "--metadata=1.2",
-                "--run",
-                "--force",
-                s.dev("IOT2"),
-                "missing",
-            ]
-        ).check()
-        guest.run(["mkdir", "-p", "/tmp/iot3"]).check()
-        guest.run(["mount", s.dev("IOT3"), "/tmp/iot3"]).check()
-        yield s
+        yield early.take()
     finally:
-        guest.stop()
+        early.stop()
+
+
+@pytest.fixture(scope="session")
+def vm() -> Iterator[Session]:
+    yield from _guests("vm")
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    """The RAID0 study's guest (tests/vm/study_lab.py), for tests/vm/test_study_vm.py."""
+    yield from _guests("lab")

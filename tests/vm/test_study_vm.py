@@ -15,30 +15,18 @@ step on one, two and four drives. The sweeps rehearse that same model's swapping
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
-from threading import Event
 from typing import Any
 
 import pytest
 
 from iotune.records import read_records
 from tests.io_rules import param_reads_shift_ok
-from tests.vm import guest_ops
-from tests.vm.guest import Drive, Guest, Result
+from tests.vm.study_lab import BIN, VOLUMES, Lab
 
-MIB = 2**20
-#: each drive's bandwidth, reads and writes together (QEMU's throttling.bps-total)
-BPS = 2 * MIB
-VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST4", "ST5", "ST6")}
-DRIVES = [Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members]
 STRATEGIES = ("opt_nvme", "params_opt_nvme")
 SETS = (
     "seq_len=2",
@@ -50,137 +38,6 @@ SETS = (
 STEPS = 2
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
 FS_WRITES = 1024 * 1024
-ZYGOTE = "/tmp/iotune-zygote.sock"
-BIN = Path(sys.executable).parent
-
-
-@dataclass
-class Lab:
-    guest: Guest
-    env: dict[str, str]
-    names: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def share(self) -> Path:
-        return self.guest.share
-
-    def iotune(self, *args: str, timeout: float = 600.0) -> Result:
-        return self.guest.run([str(BIN / "iotune"), *args], timeout=timeout, env=self.env)
-
-    def iotune_json(self, *args: str, timeout: float = 600.0) -> Any:
-        return json.loads(self.iotune("--json", *args, timeout=timeout).check().stdout)
-
-
-def _wait_for(log: Path, text: str, seconds: float, cancel: Event | None = None) -> None:
-    deadline = time.monotonic() + seconds
-    while text not in (log.read_text(errors="replace") if log.exists() else ""):
-        if cancel is not None and cancel.is_set():
-            raise RuntimeError(f"stopped while waiting for {text!r} in {log}")
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
-            raise TimeoutError(f"{text!r} not in {log} after {seconds:.0f} s:\n{tail}")
-        time.sleep(1)
-
-
-def _bring_up(guests: list[Guest], cancel: Event) -> Lab:
-    """The guest booted, the zygote's import done, the three volumes built: minutes of
-    emulated CPU that measure nothing. The guest goes into *guests* as soon as it exists,
-    for whoever stops it; *cancel* set ends the bring-up at its next stage."""
-
-    def go_on() -> None:
-        if cancel.is_set():
-            raise RuntimeError("the study's lab was stopped while it came up")
-
-    top = guest_ops.default_dir()
-    env = {**guest_ops.build(top), "IOTUNE_ZYGOTE": ZYGOTE}
-    go_on()
-    workdir = Path(tempfile.mkdtemp(prefix="iotune-study-vm-"))
-    guest = Guest(
-        workdir,
-        DRIVES,
-        memory="4G",
-        qemu_opts=("-accel", "tcg,thread=multi,tb-size=1024"),
-        rwdirs=(top,),
-    )
-    guests.append(guest)
-    guest.start(timeout=600)
-    go_on()
-    lab = Lab(guest, env)
-    # the zygote imports torch, DeepSpeed and transformers once (minutes of emulated
-    # CPU); every training and AIO worker forks from it. The volumes are built meanwhile.
-    log = guest.share / "zygote.log"
-    guest.spawn([sys.executable, "-m", "iotune.workers.zygote", "serve", ZYGOTE], log, env)
-    guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0"]).check()
-    lab.names = guest.by_serial()
-    for name, members in VOLUMES.items():
-        go_on()
-        devs = [f"/dev/{lab.names[s]}" for s in members]
-        if len(devs) == 1:
-            guest.run(["mkfs.xfs", "-q", "-f", "-L", name, *devs]).check()
-            guest.run(["mkdir", "-p", f"/tmp/{name}"]).check()
-            guest.run(["mount", "-o", "noatime", *devs, f"/tmp/{name}"]).check()
-            continue
-        doc = lab.iotune_json(
-            "raid", "create", *devs, "--name", name, "--mount", f"/tmp/{name}", "--yes"
-        )
-        assert doc["applied"] is True and doc["array"]["level"] == "raid0", doc
-    _wait_for(log, "imported in", 1200, cancel)
-    return lab
-
-
-class _Bringing:
-    """The lab coming up on a thread of its own."""
-
-    def __init__(self) -> None:
-        self.guests: list[Guest] = []
-        self.cancel = Event()
-        pool = ThreadPoolExecutor(1, "study-vm-lab")
-        self.future: Future[Lab] = pool.submit(_bring_up, self.guests, self.cancel)
-        pool.shutdown(wait=False)
-        self.taken = False
-
-    def stop(self) -> None:
-        """Stops the guest; a bring-up still under way is cancelled (its guest killed) and
-        ends at its next stage."""
-        if not self.future.done():
-            self.cancel.set()
-            for guest in self.guests:
-                if guest.proc is not None and guest.proc.poll() is None:
-                    guest.proc.kill()
-        wait([self.future])
-        for guest in self.guests:
-            guest.stop()
-
-
-#: the lab started early (at most one)
-_early: list[_Bringing] = []
-
-
-def start_early() -> None:
-    """Called when the session's collection selects this module: the lab comes up while
-    the tests before it run (its boot and import take a core of this host for minutes;
-    the sweeps and the study, which measure, wait for the lab fixture)."""
-    if not _early and os.geteuid() == 0:
-        _early.append(_Bringing())
-
-
-def stop_early() -> None:
-    """At the session's end: a lab brought up early that no test took is stopped."""
-    for bringing in _early:
-        if not bringing.taken:
-            bringing.stop()
-
-
-@pytest.fixture(scope="module")
-def lab() -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
-    bringing = next((b for b in _early if not b.taken), None) or _Bringing()
-    bringing.taken = True
-    try:
-        yield bringing.future.result()
-    finally:
-        bringing.stop()
 
 
 #: in the guest: waits for a run's init record, stops the run (SIGSTOP), unplugs a drive's
