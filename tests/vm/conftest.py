@@ -53,7 +53,7 @@ def _vm_setup(guests: list[Guest], cancel: Event) -> Session:
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
     guest = Guest(workdir, DRIVES)
     guests.append(guest)
-    guest.start()
+    guest.start(timeout=900)  # it boots beside the root tier's builds and training
     if cancel.is_set():
         raise RuntimeError("the vm guest was stopped while it came up")
     guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]).check()
@@ -77,25 +77,46 @@ def _vm_setup(guests: list[Guest], cancel: Event) -> Session:
     return s
 
 
-#: each guest fixture's set-up, started when the session's collection selects a test that
-#: uses it (pytest_collection_finish), so that its boot and imports overlap the tiers before
+#: each guest fixture's set-up, started when the session's tests begin if a selected vm test
+#: uses it (pytest_runtestloop), so that its boot and imports overlap the tiers before
 SETUPS: dict[str, Callable[[list[Guest], Event], Any]] = {"vm": _vm_setup, "lab": bring_up}
 _early: dict[str, Early[Any]] = {}
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly or os.geteuid() != 0:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before the first test runs: the set-ups of the guest fixtures that selected vm tests
+    use start on threads of their own (not for --collect-only, --setup-plan, a collection
+    that failed, or without root, where the fixtures fail on their own)."""
+    opt = session.config.option
+    if opt.collectonly or getattr(opt, "setupplan", False) or os.geteuid() != 0:
         return
-    wanted = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    if session.testsfailed and not opt.continue_on_collection_errors:
+        return
+    wanted = {
+        name
+        for item in session.items
+        if item.nodeid.startswith("tests/vm/")
+        for name in getattr(item, "fixturenames", ())
+    }
     for name, setup in SETUPS.items():
         if name in wanted and name not in _early:
             _early[name] = Early(setup)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    for early in _early.values():
-        if not early.taken:
-            early.stop()
+    """Set-ups that no test took are stopped, each of them even if one before it fails
+    (a second Ctrl-C, say)."""
+    _stop_all([early for early in _early.values() if not early.taken])
+
+
+def _stop_all(rest: list[Early[Any]]) -> None:
+    if rest:
+        try:
+            rest[0].stop()
+        finally:
+            _stop_all(rest[1:])
 
 
 def _guests(name: str) -> Iterator[Any]:

@@ -7,9 +7,11 @@ virtualenv, mdadm and fio against a distribution kernel that has the nvme and md
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -142,8 +144,15 @@ class Guest:
         env = dict(os.environ)
         env["PATH"] = f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}"
         log = self.log_path.open("wb")
+        # a session of its own: vng runs QEMU through a shell and virtme-run, so ``kill``
+        # ends the whole group, QEMU with it
         self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while not (self.share / "ready").exists():
@@ -200,6 +209,8 @@ class Guest:
         res = self.share / f"res-{name}"
         deadline = time.monotonic() + 60
         while not res.exists():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"guest died while starting {argv}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"guest did not start {argv}")
             time.sleep(0.05)
@@ -229,8 +240,16 @@ class Guest:
                 tmp.rename(self.share / "cmd-999999.json")
                 self.proc.wait(timeout=60)
             except (subprocess.TimeoutExpired, OSError):
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """Kills the guest's whole process group (vng, virtme-run, QEMU), whatever is left."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
         self.proc = None
 
 
@@ -254,12 +273,14 @@ class Early(Generic[T]):
         return self._future.result()
 
     def stop(self) -> None:
-        """Stops its guests; a set-up still under way is cancelled (its guests killed)."""
-        if not self._future.done():
-            self.cancel.set()
-            for guest in self.guests:
-                if guest.proc is not None and guest.proc.poll() is None:
-                    guest.proc.kill()
-        wait([self._future])
+        """Stops its guests; a set-up still under way is cancelled, each guest it has
+        started (or starts meanwhile) killed, so that it ends at its next wait."""
+        self.cancel.set()
+        while not wait([self._future], timeout=0.5).done:
+            for guest in list(self.guests):
+                proc = guest.proc
+                if proc is not None and proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
         for guest in self.guests:
             guest.stop()

@@ -45,12 +45,15 @@ FS_WRITES = 1024 * 1024
 UNPLUG = """
 import json, os, signal, sys, time
 steps, drive = sys.argv[1], sys.argv[2]
+runs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(steps))), "runs.jsonl")
 deadline = time.monotonic() + 850
 text = ""
 while '"init"' not in text:
     if time.monotonic() > deadline:
         sys.exit(f"no init record in {steps}")
-    time.sleep(0.005)
+    if os.path.exists(runs) and open(runs).read().strip():
+        sys.exit(f"the run ended before its init record: {open(runs).read()[-2000:]}")
+    time.sleep(0.02)
     text = open(steps).read() if os.path.exists(steps) else ""
 pid = next(json.loads(line)["pid"] for line in text.splitlines() if '"ready"' in line)
 os.kill(pid, signal.SIGSTOP)
