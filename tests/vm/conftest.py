@@ -49,9 +49,9 @@ class Session:
         return json.loads(r.stdout)
 
 
-def _vm_setup(guests: list[Guest], cancel: Event) -> Session:
+def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Session:
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
-    guest = Guest(workdir, DRIVES)
+    guest = Guest(workdir, DRIVES, environ=environ)
     guests.append(guest)
     guest.start(timeout=900)  # it boots beside the root tier's builds and training
     if cancel.is_set():
@@ -79,7 +79,10 @@ def _vm_setup(guests: list[Guest], cancel: Event) -> Session:
 
 #: each guest fixture's set-up, started when the session's tests begin if a selected vm test
 #: uses it (pytest_runtestloop), so that its boot and imports overlap the tiers before
-SETUPS: dict[str, Callable[[list[Guest], Event], Any]] = {"vm": _vm_setup, "lab": bring_up}
+SETUPS: dict[str, Callable[[list[Guest], Event, dict[str, str]], Any]] = {
+    "vm": _vm_setup,
+    "lab": bring_up,
+}
 _early: dict[str, Early[Any]] = {}
 
 

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +77,7 @@ class Guest:
         qemu_opts: tuple[str, ...] = (),
         append: tuple[str, ...] = (),
         rwdirs: tuple[Path, ...] = (),
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.drives = drives
@@ -84,6 +85,8 @@ class Guest:
         self.qemu_opts = qemu_opts
         self.append = append
         self.rwdirs = rwdirs  # host folders the guest may write (besides the share)
+        #: the environment QEMU and the agent start in (default: this process's at start)
+        self.environ = environ
         self.share = workdir / "share"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "guest.log"
@@ -141,7 +144,7 @@ class Guest:
             "--exec",
             agent,
         ]
-        env = dict(os.environ)
+        env = dict(os.environ if self.environ is None else self.environ)
         env["PATH"] = f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}"
         log = self.log_path.open("wb")
         # a session of its own: vng runs QEMU through a shell and virtme-run, so ``kill``
@@ -257,14 +260,16 @@ class Early(Generic[T]):
     """A guests' set-up run on a thread of its own, so that its boot and imports (minutes
     of emulated CPU that measure nothing) overlap the tests before the ones that use it.
 
-    *setup(guests, cancel)* puts each guest it makes into *guests* as soon as it exists and
-    ends (raises) at its next stage once *cancel* is set; ``take`` waits for its result."""
+    *setup(guests, cancel, environ)* puts each guest it makes into *guests* as soon as it
+    exists, ends (raises) at its next stage once *cancel* is set, and starts what it starts
+    in *environ*: this process's environment when the set-up began, as tests running
+    meanwhile may change it. ``take`` waits for its result."""
 
-    def __init__(self, setup: Callable[[list[Guest], Event], T]) -> None:
+    def __init__(self, setup: Callable[[list[Guest], Event, dict[str, str]], T]) -> None:
         self.guests: list[Guest] = []
         self.cancel = Event()
         pool = ThreadPoolExecutor(1, "guest-setup")
-        self._future = pool.submit(setup, self.guests, self.cancel)
+        self._future = pool.submit(setup, self.guests, self.cancel, dict(os.environ))
         pool.shutdown(wait=False)
         self.taken = False
 

@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from iotune.workers import compiler_cache
@@ -65,8 +66,10 @@ def guest_env(top: Path) -> dict[str, str]:
     }
 
 
-def build(top: Path) -> dict[str, str]:
-    """Build (or find built) the ops under *top*; the guest's environment for them."""
+def build(top: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Build (or find built) the ops under *top*, in *environ* (default: this process's);
+    the guest's environment for them."""
+    base = dict(os.environ if environ is None else environ)
     top = top.resolve()  # ninja runs the compiler from the op's own folder
     (top / "bin").mkdir(parents=True, exist_ok=True)
     (top / "shim").mkdir(parents=True, exist_ok=True)
@@ -78,10 +81,8 @@ def build(top: Path) -> dict[str, str]:
     # ccache checks a compiler by its mtime: the wrapper written above is new in every
     # virtualenv, so it would never find an earlier one's objects. Its -v output names the
     # compiler it runs instead.
-    check = (
-        {} if "CCACHE_COMPILERCHECK" in os.environ else {"CCACHE_COMPILERCHECK": "%compiler% -v"}
-    )
-    build_env = {**os.environ, **env, **compiler_cache(), **check}
+    check = {} if "CCACHE_COMPILERCHECK" in base else {"CCACHE_COMPILERCHECK": "%compiler% -v"}
+    build_env = {**base, **env, **compiler_cache(), **check}
     script = (
         "from deepspeed.accelerator import get_accelerator\n"
         "from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder\n"

@@ -55,17 +55,18 @@ def wait_for(log: Path, text: str, seconds: float, cancel: Event | None = None) 
         time.sleep(1)
 
 
-def bring_up(guests: list[Guest], cancel: Event) -> Lab:
+def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab:
     """The guest booted, the zygote's import done, the three volumes built: minutes of
     emulated CPU that measure nothing. The guest goes into *guests* as soon as it exists,
-    for whoever stops it; *cancel* set ends the bring-up at its next stage."""
+    for whoever stops it; *cancel* set ends the bring-up at its next stage; the ops' build
+    and the guest start in *environ*."""
 
     def go_on() -> None:
         if cancel.is_set():
             raise RuntimeError("the study's lab was stopped while it came up")
 
     top = guest_ops.default_dir()
-    env = {**guest_ops.build(top), "IOTUNE_ZYGOTE": ZYGOTE}
+    env = {**guest_ops.build(top, environ), "IOTUNE_ZYGOTE": ZYGOTE}
     go_on()
     workdir = Path(tempfile.mkdtemp(prefix="iotune-study-vm-"))
     guest = Guest(
@@ -74,6 +75,7 @@ def bring_up(guests: list[Guest], cancel: Event) -> Lab:
         memory="4G",
         qemu_opts=("-accel", "tcg,thread=multi,tb-size=1024"),
         rwdirs=(top,),
+        environ=environ,
     )
     guests.append(guest)
     guest.start(timeout=600)
