@@ -53,7 +53,7 @@ def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Se
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
     guest = Guest(workdir, DRIVES, environ=environ)
     guests.append(guest)
-    guest.start(timeout=900)  # it boots beside the root tier's builds and training
+    guest.start(timeout=900)  # it may boot beside another guest's emulated import
     if cancel.is_set():
         raise RuntimeError("the vm guest was stopped while it came up")
     guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]).check()
