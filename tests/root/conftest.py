@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from iotune.workers import ZYGOTE_ENV, worker_env
+
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 LAZY0 = "lazy_itable_init=0,lazy_journal_init=0"
 
@@ -26,6 +28,43 @@ def _sigint_reaches_the_children() -> None:
     A handler (unlike SIG_IGN) is reset to the default in an exec'd child."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="package")
+def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every worker of this tier (training, probes, sweep points) forks from one zygote that
+    imported torch, DeepSpeed and transformers once (iotune/workers/zygote.py, the path a
+    user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
+    instead of in each of the tier's runs. Tests of the plain start (a fresh root, the
+    README's command, Ctrl-C of a plain worker) drop it with the ``plain_workers`` fixture."""
+    sock = tmp_path_factory.mktemp("zygote") / "workers.sock"
+    log = sock.with_suffix(".log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "iotune.workers.zygote", "serve", str(sock)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, **worker_env()},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not sock.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"the zygote did not start: {sock.with_suffix('.log').read_text()}")
+        time.sleep(0.1)
+    os.environ[ZYGOTE_ENV] = str(sock)
+    yield
+    del os.environ[ZYGOTE_ENV]
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+    log.close()
+
+
+@pytest.fixture
+def plain_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's workers start as ``python -m MODULE``, with their own imports."""
+    monkeypatch.delenv(ZYGOTE_ENV)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 TOP = Path(__file__).resolve().parents[2]
 
 
-def test_setup_and_doctor_in_an_empty_debian_root(tmp_path: Path) -> None:
+def test_setup_and_doctor_in_an_empty_debian_root(tmp_path: Path, plain_workers: None) -> None:
     p = subprocess.run(
         [
             str(TOP / "tests" / "tools" / "fresh_root.sh"),

@@ -173,7 +173,7 @@ def test_preflight_refuses_with_numbers(loop_device: Callable[..., str], tmp_pat
 
 
 def test_kill_mid_run_keeps_step_records_and_trace(
-    loop_device: Callable[..., str], tmp_path: Path
+    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
 ) -> None:
     _, mnt = _offload_dir(loop_device)
     out = tmp_path / "run"
