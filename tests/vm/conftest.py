@@ -33,7 +33,6 @@ DRIVES = [
     *(Drive(f"IOT{i}", size_mib=256) for i in range(6, 10)),
     Drive("IOT10", size_mib=256, prepare="ext4"),
 ]
-STUDY = "tests/vm/test_study_vm.py"
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 
 
@@ -78,8 +77,8 @@ def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Se
     return s
 
 
-#: each guest fixture's set-up, started once the root tier's tests are over if a selected vm
-#: test uses it, so that its boot and imports overlap the unit tier
+#: each guest fixture's set-up, started with the test loop if a selected vm test uses it, so
+#: that its boot and imports take what CPU the root and unit tiers leave idle
 SETUPS: dict[str, Callable[[list[Guest], Event, dict[str, str]], Any]] = {
     "vm": _vm_setup,
     "lab": bring_up,
@@ -87,39 +86,13 @@ SETUPS: dict[str, Callable[[list[Guest], Event, dict[str, str]], Any]] = {
 _early: dict[str, Early[Any]] = {}
 
 
-class _StartAfterRoot:
-    """Starts the set-ups at the first test outside tests/root/. Not during the root tier:
-    its traced runs take their per-step byte counts when the tracer reads each step's
-    event, and a tracer starved of CPU by the guests' emulation can read two steps' events
-    in one poll (seen: a step's bytes counted in the one before)."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-
-    @pytest.hookimpl(tryfirst=True)  # before the runner sets up the item's fixtures
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.names and not item.nodeid.startswith("tests/root/"):
-            for name in sorted(self.names):
-                _early.setdefault(name, Early(SETUPS[name]))
-            self.names = set()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The study's tests run first of the vm tier's, in the places the tier's tests hold:
-    the lab's set-up (an emulated import of minutes) then has the unit tier to overlap, and
-    the md tests of the session's guest come after it, not beside it (TCG beside TCG slowed
-    them 4x)."""
-    at = [i for i, item in enumerate(items) if item.nodeid.startswith("tests/vm/")]
-    tier = sorted((items[i] for i in at), key=lambda item: not item.nodeid.startswith(STUDY))
-    for i, item in zip(at, tier, strict=True):
-        items[i] = item
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Before the first test runs: the guest fixtures that selected vm tests use get their
-    set-ups started when the root tier is over (not for --collect-only, --setup-plan, a
-    collection that failed, or without root, where the fixtures fail on their own)."""
+    """Before the first test runs: the set-ups of the guest fixtures that selected vm tests
+    use start, at the lowest CPU priority until a test takes them (tests/vm/guest.Early):
+    beside the root tier's traced runs, whose per-step counts need a tracer that is not
+    starved of CPU, they take only what is idle. Not for --collect-only, --setup-plan, a
+    collection that failed, or without root, where the fixtures fail on their own."""
     opt = session.config.option
     if opt.collectonly or getattr(opt, "setupplan", False) or os.geteuid() != 0:
         return
@@ -131,8 +104,8 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         if item.nodeid.startswith("tests/vm/")
         for name in getattr(item, "fixturenames", ())
     }
-    # a plugin, not this conftest's hook: a conftest's item hooks see only its own folder
-    session.config.pluginmanager.register(_StartAfterRoot(wanted & set(SETUPS)))
+    for name in sorted(wanted & set(SETUPS)):
+        _early[name] = Early(SETUPS[name])
 
 
 @pytest.hookimpl(trylast=True)

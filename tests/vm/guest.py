@@ -14,12 +14,13 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from threading import Event
+from threading import Event, Lock
 from typing import Generic, TypeVar
 
 HERE = Path(__file__).resolve().parent
@@ -157,6 +158,10 @@ class Guest:
             env=env,
             start_new_session=True,
         )
+        # the starting thread's CPU priority, which may have changed since the fork, for
+        # all of it; its session is an autogroup of its own, which the scheduler weighs
+        # against the others by the group's nice value only
+        self.renice(os.getpriority(os.PRIO_PROCESS, 0))
         deadline = time.monotonic() + timeout
         while not (self.share / "ready").exists():
             if self.proc.poll() is not None:
@@ -246,6 +251,20 @@ class Guest:
                 pass
         self.kill()
 
+    def renice(self, nice: int) -> None:
+        """Every process of the guest (vng, virtme-run, QEMU and all its threads), and its
+        autogroup, at CPU priority *nice*."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.setpriority(os.PRIO_PGRP, self.proc.pid, nice)
+        self._autogroup(nice)
+
+    def _autogroup(self, nice: int) -> None:
+        if self.proc is not None:  # no file where the kernel has no autogroups; gone: no guest
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                Path(f"/proc/{self.proc.pid}/autogroup").write_text(str(nice))
+
     def kill(self) -> None:
         """Kills the guest's whole process group (vng, virtme-run, QEMU), whatever is left."""
         if self.proc is None:
@@ -256,25 +275,58 @@ class Guest:
         self.proc = None
 
 
+#: the CPU priority of a set-up that no test waits for: the lowest, so that its emulated
+#: CPU takes what the tests leave idle and never delays them (a tracer's polls, say)
+IDLE_NICE = 19
+
+
 class Early(Generic[T]):
     """A guests' set-up run on a thread of its own, so that its boot and imports (minutes
     of emulated CPU that measure nothing) overlap the tests before the ones that use it.
+    Until a test takes it, it runs at the lowest CPU priority (IDLE_NICE: its thread, what
+    the thread starts, its guests and their autogroups); ``take`` puts all of it back to
+    the tests' priority and waits for its result.
 
     *setup(guests, cancel, environ)* puts each guest it makes into *guests* as soon as it
     exists, ends (raises) at its next stage once *cancel* is set, and starts what it starts
     in *environ*: this process's environment when the set-up began, as tests running
-    meanwhile may change it. ``take`` waits for its result."""
+    meanwhile may change it."""
 
     def __init__(self, setup: Callable[[list[Guest], Event, dict[str, str]], T]) -> None:
         self.guests: list[Guest] = []
         self.cancel = Event()
-        pool = ThreadPoolExecutor(1, "guest-setup")
-        self._future = pool.submit(setup, self.guests, self.cancel, dict(os.environ))
-        pool.shutdown(wait=False)
         self.taken = False
+        self._thread: int | None = None
+        self._lock = Lock()
+        self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # this (the tests') thread's
+        pool = ThreadPoolExecutor(1, "guest-setup")
+        self._future = pool.submit(self._idle, setup, dict(os.environ))
+        pool.shutdown(wait=False)
+
+    def _idle(
+        self, setup: Callable[[list[Guest], Event, dict[str, str]], T], env: dict[str, str]
+    ) -> T:
+        with self._lock:
+            if not self.taken:
+                self._thread = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, self._thread, IDLE_NICE)
+        try:
+            return setup(self.guests, self.cancel, env)
+        finally:
+            with self._lock:  # the guests keep theirs until taken
+                if self._thread is not None:
+                    os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
+                    self._thread = None
 
     def take(self) -> T:
-        self.taken = True
+        with self._lock:
+            self.taken = True
+            if self._thread is not None:
+                # the thread first: a guest it starts from now on starts at the tests' priority
+                with contextlib.suppress(ProcessLookupError):
+                    os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
+            for guest in list(self.guests):
+                guest.renice(self._nice)
         return self._future.result()
 
     def stop(self) -> None:
