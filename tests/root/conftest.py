@@ -35,8 +35,9 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
     """Every worker of this tier (training, probes, sweep points) forks from one zygote that
     imported torch, DeepSpeed and transformers once (iotune/workers/zygote.py, the path a
     user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
-    instead of in each of the tier's runs. Tests of the plain start (a fresh root, the
-    README's command, Ctrl-C of a plain worker) drop it with the ``plain_workers`` fixture."""
+    instead of in each of the tier's runs. Tests of the plain start (the fresh root, the
+    Ctrl-C of a traced run) drop it with the ``plain_workers`` fixture; multi-rank runs
+    start plainly anyway (DeepSpeed's launcher starts the ranks)."""
     sock = tmp_path_factory.mktemp("zygote") / "workers.sock"
     log = sock.with_suffix(".log").open("wb")
     server = subprocess.Popen(
