@@ -188,6 +188,11 @@ def _run_module(module: str, args: list[str]) -> int:
 
 
 def client(path: str, module: str, args: list[str]) -> int:
+    from iotune.workers import die_with_parent
+
+    # iotune killed (kill -9): the client gets SIGTERM and passes it to the worker, which
+    # would otherwise go on training in the zygote's process tree
+    die_with_parent()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     req = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}

@@ -3,6 +3,7 @@ every test here fails (never skips), so a CI host that cannot run them is notice
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,18 +49,20 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
         env={**os.environ, **worker_env()},
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
-    while not sock.exists():
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            pytest.fail(f"the zygote did not start: {sock.with_suffix('.log').read_text()}")
-        time.sleep(0.1)
-    os.environ[ZYGOTE_ENV] = str(sock)
-    yield
-    del os.environ[ZYGOTE_ENV]
-    os.killpg(server.pid, signal.SIGKILL)
-    server.wait()
-    log.close()
+    try:
+        deadline = time.monotonic() + 300
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the zygote did not start: {sock.with_suffix('.log').read_text()}")
+            time.sleep(0.1)
+        os.environ[ZYGOTE_ENV] = str(sock)
+        yield
+    finally:
+        os.environ.pop(ZYGOTE_ENV, None)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        log.close()
 
 
 @pytest.fixture

@@ -37,8 +37,10 @@ def _pids_with(needle: str) -> list[int]:
 
 
 def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
-    loop_device: Callable[..., str], tmp_path: Path
+    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
 ) -> None:
+    """Plain workers: a zygote's worker has the server's command line, where the check
+    below looks for the run's spec (the zygote's own kill -9 case: tests/unit/test_zygote.py)."""
     dev = loop_device(size_mib=2048, fs="ext4", mount=True)
     (mnt,) = tmp_path.glob("mnt*")
     # an NVMe drive's request limit: the loop device's 1280 KiB would merge two 512 KiB

@@ -116,7 +116,11 @@ def test_small_grid_sweep_and_a_config_deepspeed_reads(volume: Path, tmp_path: P
     assert leftovers(volume) == []
 
 
-def test_kill_then_resume_loses_nothing_and_repeats_nothing(volume: Path, tmp_path: Path) -> None:
+def test_kill_then_resume_loses_nothing_and_repeats_nothing(
+    volume: Path, tmp_path: Path, plain_workers: None
+) -> None:
+    """Plain workers: the group's kill -9 must reach the worker itself, which then cleans up
+    nothing (a zygote's worker is outside the group and would remove its file on SIGTERM)."""
     run = tmp_path / "run"
     args = [
         "--target",

@@ -41,12 +41,8 @@ def zygote(tmp_path: Path) -> Iterator[Path]:
     server.wait()
 
 
-def _client(
-    sock: Path, *args: str, events: Path | None = None, **kw: object
-) -> subprocess.Popen[str]:
-    env = {**os.environ, ZYGOTE_ENV: str(sock), "ZYGOTE_TEST": "passed", "PYTHONPATH": str(TOP)}
-    if events is not None:
-        env["IOTUNE_EVENTS"] = str(events)
+def command_for(sock: Path, *args: str) -> list[str]:
+    """iotune's command for the target worker where $IOTUNE_ZYGOTE names *sock*."""
     old = os.environ.get(ZYGOTE_ENV)
     os.environ[ZYGOTE_ENV] = str(sock)
     try:
@@ -55,7 +51,17 @@ def _client(
         if old is None:
             os.environ.pop(ZYGOTE_ENV)
     assert argv[:5] == [sys.executable, "-m", "iotune.workers.zygote", "client", str(sock)]
-    return subprocess.Popen(
+    return argv
+
+
+def _client(
+    sock: Path, *args: str, events: Path | None = None, **kw: object
+) -> subprocess.Popen[str]:
+    env = {**os.environ, ZYGOTE_ENV: str(sock), "ZYGOTE_TEST": "passed", "PYTHONPATH": str(TOP)}
+    if events is not None:
+        env["IOTUNE_EVENTS"] = str(events)
+    argv = command_for(sock, *args)
+    p: subprocess.Popen[str] = subprocess.Popen(
         argv,
         env=env,
         stdin=subprocess.PIPE,
@@ -64,6 +70,7 @@ def _client(
         text=True,
         **kw,  # type: ignore[call-overload]
     )
+    return p
 
 
 def test_without_a_zygote_a_worker_is_a_fresh_interpreter(tmp_path: Path) -> None:
@@ -133,6 +140,33 @@ def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
     p, pid = _hanging(zygote)
     p.kill()
     p.wait(timeout=30)
+    _assert_gone(pid)
+
+
+def test_a_client_whose_parent_is_killed_takes_its_worker_along(zygote: Path) -> None:
+    """iotune killed with SIGKILL: its client gets SIGTERM (PR_SET_PDEATHSIG) and passes it
+    on, so the worker does not go on in the zygote's process tree."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import json, subprocess, sys, time\n"
+            "p = subprocess.Popen(json.loads(sys.argv[1]), stdin=subprocess.PIPE,\n"
+            "                     stdout=subprocess.PIPE, text=True)\n"
+            "p.stdin.write('\\n'); p.stdin.flush()\n"
+            "print(json.loads(p.stdout.readline())['pid'], flush=True)\n"
+            "time.sleep(60)\n",
+            json.dumps(command_for(zygote, "hang")),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(TOP)},
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    os.kill(pid, 0)  # the worker runs
+    parent.kill()
+    parent.wait(timeout=30)
     _assert_gone(pid)
 
 

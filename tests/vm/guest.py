@@ -158,10 +158,13 @@ class Guest:
             env=env,
             start_new_session=True,
         )
-        # the starting thread's CPU priority, which may have changed since the fork, for
-        # all of it; its session is an autogroup of its own, which the scheduler weighs
-        # against the others by the group's nice value only
-        self.renice(os.getpriority(os.PRIO_PROCESS, 0))
+        # the starting thread's CPU priority for all of it (its session is an autogroup of
+        # its own, which the scheduler weighs against the others by the group's nice only),
+        # again if the thread's changed meanwhile (Early.take)
+        nice = None
+        while nice != (now := os.getpriority(os.PRIO_PROCESS, 0)):
+            nice = now
+            self.renice(nice)
         deadline = time.monotonic() + timeout
         while not (self.share / "ready").exists():
             if self.proc.poll() is not None:
@@ -256,14 +259,11 @@ class Guest:
         autogroup, at CPU priority *nice*."""
         if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
+        # best effort: a priority is no test's result (gone, not allowed, rate-limited)
+        with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PGRP, self.proc.pid, nice)
-        self._autogroup(nice)
-
-    def _autogroup(self, nice: int) -> None:
-        if self.proc is not None:  # no file where the kernel has no autogroups; gone: no guest
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                Path(f"/proc/{self.proc.pid}/autogroup").write_text(str(nice))
+        with contextlib.suppress(OSError):  # no such file where the kernel has no autogroups
+            Path(f"/proc/{self.proc.pid}/autogroup").write_text(str(nice))
 
     def kill(self) -> None:
         """Kills the guest's whole process group (vng, virtme-run, QEMU), whatever is left."""
@@ -309,13 +309,15 @@ class Early(Generic[T]):
         with self._lock:
             if not self.taken:
                 self._thread = threading.get_native_id()
-                os.setpriority(os.PRIO_PROCESS, self._thread, IDLE_NICE)
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, self._thread, IDLE_NICE)
         try:
             return setup(self.guests, self.cancel, env)
         finally:
             with self._lock:  # the guests keep theirs until taken
                 if self._thread is not None:
-                    os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
+                    with contextlib.suppress(OSError):
+                        os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
                     self._thread = None
 
     def take(self) -> T:
@@ -323,7 +325,7 @@ class Early(Generic[T]):
             self.taken = True
             if self._thread is not None:
                 # the thread first: a guest it starts from now on starts at the tests' priority
-                with contextlib.suppress(ProcessLookupError):
+                with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
             for guest in list(self.guests):
                 guest.renice(self._nice)
