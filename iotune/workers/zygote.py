@@ -15,7 +15,8 @@ its exit code) until the child ends:
 
 - the child's pid goes to the tracer as a ``{"event": "process"}`` line in ``$IOTUNE_EVENTS``
   before the child starts, so its I/O is the workload's as a forked child's is;
-- SIGINT and SIGTERM to the client are passed to the child; the child ends when the
+- SIGINT and SIGTERM to the client are passed to the child; the client gets SIGTERM when
+  the process that started it dies (iotune killed with SIGKILL); the child ends when the
   client's connection closes (the client was killed);
 - the server waits for the child and sends its wait status; the client exits with the
   child's exit code (128 + N for a signal N, as a shell reports it).
