@@ -65,6 +65,10 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
         log.close()
 
 
+#: ``env=`` for one iotune command whose workers start plainly (an empty socket: no zygote)
+PLAIN = {ZYGOTE_ENV: ""}
+
+
 @pytest.fixture
 def plain_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """This test's workers start as ``python -m MODULE``, with their own imports."""

@@ -14,7 +14,14 @@ import pytest
 
 from iotune.probes.cpu import bf16_support
 from tests.io_rules import param_reads_shift_ok
-from tests.root.conftest import IOTUNE, LoopDevices, interrupt_after_steps, iotune, iotune_json
+from tests.root.conftest import (
+    IOTUNE,
+    PLAIN,
+    LoopDevices,
+    interrupt_after_steps,
+    iotune,
+    iotune_json,
+)
 
 MIB = 1 << 20
 
@@ -54,6 +61,7 @@ def tiny_opt_nvme_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
             "3",
             "--out",
             str(out),
+            env=PLAIN,  # its peak RSS is checked against the estimate
         )
         doc: dict[str, Any] = json.loads(p.stdout)
         doc["_dev"] = dev
@@ -254,7 +262,7 @@ def test_forced_bf16_on_an_emulating_cpu_warns_with_the_measured_cost(tmp_path: 
 
 
 def test_params_offload_runs_with_sized_buffers(
-    loop_device: Callable[..., str], tmp_path: Path
+    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
 ) -> None:
     _dev, mnt = _offload_dir(loop_device)
     doc = iotune_json(
@@ -298,13 +306,15 @@ def test_params_offload_runs_with_sized_buffers(
 
 
 def _peak_rss_matches_the_estimate(doc: dict[str, Any]) -> None:
-    """Peak RSS (VmHWM, what an OOM kill sees) within 10% of the host-RAM estimate."""
+    """Peak RSS (VmHWM, what an OOM kill sees) within 10% of the host-RAM estimate, for a
+    plain worker: one forked from a zygote leaves out of its RSS the library pages the
+    zygote's imports touched (fp32 here: 0.88x the estimate from the zygote, 0.94x plain)."""
     ram = doc["host_ram"]
     assert ram["measured_peak"] and ram["estimate_peak"] == doc["estimate"]["host_bytes"]
     assert 0.9 <= ram["measured_peak"] / ram["estimate_peak"] <= 1.1, ram
 
 
-def test_ram_offload_run_touches_no_drive(tmp_path: Path) -> None:
+def test_ram_offload_run_touches_no_drive(tmp_path: Path, plain_workers: None) -> None:
     doc = iotune_json("run", "tiny_opt_ram", "--steps", "2", "--out", str(tmp_path / "r"))
     assert doc["exit_code"] == 0 and doc["steps_done"] == 2
     assert doc["drives"] == [] and doc["nvme_path"] is None and doc["footprint"] is None
