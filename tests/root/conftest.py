@@ -36,11 +36,13 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
     """Every worker of this tier (training, probes, sweep points) forks from one zygote that
     imported torch, DeepSpeed and transformers once (iotune/workers/zygote.py, the path a
     user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
-    instead of in each of the tier's runs. Tests of the plain start (the fresh root, the
-    Ctrl-C of a traced run) drop it with the ``plain_workers`` fixture; multi-rank runs
-    start plainly anyway (DeepSpeed's launcher starts the ranks)."""
+    instead of in each of the tier's runs. Tests that need plain workers drop it with the
+    ``plain_workers`` fixture or ``env=PLAIN``: the fresh root, those that kill a worker and
+    check the worker itself, and the runs whose peak RSS is checked against the estimate;
+    multi-rank runs start plainly anyway (DeepSpeed's launcher starts the ranks)."""
     sock = tmp_path_factory.mktemp("zygote") / "workers.sock"
-    log = sock.with_suffix(".log").open("wb")
+    log_path = sock.with_suffix(".log")
+    log = log_path.open("wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "iotune.workers.zygote", "serve", str(sock)],
         stdin=subprocess.DEVNULL,
@@ -53,7 +55,7 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
         deadline = time.monotonic() + 300
         while not sock.exists():
             if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the zygote did not start: {sock.with_suffix('.log').read_text()}")
+                pytest.fail(f"the zygote did not start: {log_path.read_text()}")
             time.sleep(0.1)
         os.environ[ZYGOTE_ENV] = str(sock)
         yield

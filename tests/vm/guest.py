@@ -315,18 +315,20 @@ class Early(Generic[T]):
             return setup(self.guests, self.cancel, env)
         finally:
             with self._lock:  # the guests keep theirs until taken
-                if self._thread is not None:
-                    with contextlib.suppress(OSError):
-                        os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
-                    self._thread = None
+                self._thread_back()
+
+    def _thread_back(self) -> None:
+        """The set-up thread, if it still runs low, at the tests' priority (under the lock)."""
+        if self._thread is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
+            self._thread = None
 
     def take(self) -> T:
         with self._lock:
             self.taken = True
-            if self._thread is not None:
-                # the thread first: a guest it starts from now on starts at the tests' priority
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
+            # the thread first: a guest it starts from now on starts at the tests' priority
+            self._thread_back()
             for guest in list(self.guests):
                 guest.renice(self._nice)
         return self._future.result()
