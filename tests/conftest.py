@@ -25,10 +25,23 @@ def _tier(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test gets its tier's marker, and the unit tier ``beside_study`` (pure logic).
+    The order: the tests not marked ``beside_study``, then those marked, during which the
+    RAID0 study's runs go on in their guest (tests/vm/conftest.py), then the tests that use
+    that guest; each group in the order collected."""
     for item in items:
         tier = _tier(item)
         if tier:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit":
+            item.add_marker(pytest.mark.beside_study)
+    items.sort(key=_group)
+
+
+def _group(item: pytest.Item) -> int:
+    if "lab" in getattr(item, "fixturenames", ()):
+        return 2
+    return 1 if item.get_closest_marker("beside_study") is not None else 0
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -8,7 +8,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.root.conftest import iotune, iotune_json
+
+pytestmark = pytest.mark.beside_study
 
 
 def by_name(doc: dict, name: str) -> dict:

@@ -10,6 +10,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.beside_study
+
 TOP = Path(__file__).resolve().parents[2]
 
 

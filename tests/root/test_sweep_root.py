@@ -17,6 +17,8 @@ import pytest
 
 from tests.root.conftest import IOTUNE, iotune, sh
 
+pytestmark = pytest.mark.beside_study
+
 K, M = 1024, 1024 * 1024
 SMALL = [
     "--block-size",

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from threading import Event
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.vm.guest import Drive, Early, Guest
-from tests.vm.study_lab import Lab, bring_up
+from tests.vm.study_lab import STUDY_NICE, Lab, LabRuns, bring_up, run_all
 
 KEEP = "these bytes must survive every refusal\n"
 DRIVES = [
@@ -106,13 +107,53 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     }
     for name in sorted(wanted & set(SETUPS)):
         _early[name] = Early(SETUPS[name])
+    if "lab_runs" in wanted:
+        session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
+
+
+class _StudyBeside:
+    """Starts the study's runs when the first test marked ``beside_study`` (or the first of
+    the study's own) begins: they wait on the lab's throttled drives for minutes, with the
+    host's CPU mostly idle, which those tests (no step's trace, no timing checked) take.
+    The lab runs at STUDY_NICE from then on, above them."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        uses = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("beside_study") is not None or "lab_runs" in uses:
+            _start_runs()
+
+
+_runs: list[Future[LabRuns]] = []
+
+
+def _start_runs() -> None:
+    if _runs:
+        return
+    early = _early.get("lab")
+    if early is None or early.stopped:
+        early = _early["lab"] = Early(bring_up)
+
+    def beside() -> LabRuns:
+        lab = early.take(nice=STUDY_NICE)
+
+        def go_on() -> None:
+            if early.cancel.is_set():
+                raise RuntimeError("the study's lab was stopped before its study")
+
+        return run_all(lab, go_on)
+
+    pool = ThreadPoolExecutor(1, "study-runs")
+    _runs.append(pool.submit(beside))
+    pool.shutdown(wait=False)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Set-ups that no test took are stopped, each of them even if one before it fails
-    (a second Ctrl-C, say)."""
-    _stop_all([early for early in _early.values() if not early.taken])
+    """Every set-up is stopped (those the fixtures took are already), each of them even if
+    one before it fails (a second Ctrl-C, say): one that no test took, and the lab the
+    study's runs took if its tests never came."""
+    _stop_all([early for early in _early.values() if not early.stopped])
 
 
 def _stop_all(rest: list[Early[Any]]) -> None:
@@ -129,8 +170,8 @@ def _guests(name: str) -> Iterator[Any]:
     if os.geteuid() != 0:
         pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
     early = _early.get(name)
-    if early is None or early.taken:
-        early = Early(SETUPS[name])
+    if early is None or early.stopped:
+        early = _early[name] = Early(SETUPS[name])
     try:
         yield early.take()
     finally:
@@ -146,3 +187,11 @@ def vm() -> Iterator[Session]:
 def lab() -> Iterator[Lab]:
     """The RAID0 study's guest (tests/vm/study_lab.py), for tests/vm/test_study_vm.py."""
     yield from _guests("lab")
+
+
+@pytest.fixture(scope="module")
+def lab_runs(lab: Lab) -> LabRuns:
+    """The study's sweeps and runs on the lab (study_lab.run_all), started beside the tests
+    marked ``beside_study`` (_StudyBeside) or now."""
+    _start_runs()
+    return _runs[0].result()

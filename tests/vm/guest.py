@@ -199,8 +199,9 @@ class Guest:
         tmp.rename(cmd)
         res = self.share / f"res-{name}"
         deadline = time.monotonic() + timeout + 30
+        proc = self.proc  # kill() forgets it: a guest killed meanwhile ends the wait
         while not res.exists():
-            if self.proc is not None and self.proc.poll() is not None:
+            if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"guest died while running {argv}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"guest did not answer {argv} in {timeout:.0f} s")
@@ -285,7 +286,7 @@ class Early(Generic[T]):
     of emulated CPU that measure nothing) overlap the tests before the ones that use it.
     Until a test takes it, it runs at the lowest CPU priority (IDLE_NICE: its thread, what
     the thread starts, its guests and their autogroups); ``take`` puts all of it back to
-    the tests' priority and waits for its result.
+    the tests' priority (or the one it is given) and waits for its result.
 
     *setup(guests, cancel, environ)* puts each guest it makes into *guests* as soon as it
     exists, ends (raises) at its next stage once *cancel* is set, and starts what it starts
@@ -296,6 +297,7 @@ class Early(Generic[T]):
         self.guests: list[Guest] = []
         self.cancel = Event()
         self.taken = False
+        self.stopped = False
         self._thread: int | None = None
         self._lock = Lock()
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # this (the tests') thread's
@@ -324,18 +326,24 @@ class Early(Generic[T]):
                 os.setpriority(os.PRIO_PROCESS, self._thread, self._nice)
             self._thread = None
 
-    def take(self) -> T:
+    def take(self, nice: int | None = None) -> T:
+        """Waits for the set-up's result; the first take puts it at the tests' priority, or
+        at *nice*."""
         with self._lock:
-            self.taken = True
-            # the thread first: a guest it starts from now on starts at the tests' priority
-            self._thread_back()
-            for guest in list(self.guests):
-                guest.renice(self._nice)
+            if not self.taken:
+                self.taken = True
+                if nice is not None:
+                    self._nice = nice
+                # the thread first: a guest it starts from now on starts at that priority
+                self._thread_back()
+                for guest in list(self.guests):
+                    guest.renice(self._nice)
         return self._future.result()
 
     def stop(self) -> None:
         """Stops its guests; a set-up still under way is cancelled, each guest it has
         started (or starts meanwhile) killed, so that it ends at its next wait."""
+        self.stopped = True
         self.cancel.set()
         while not wait([self._future], timeout=0.5).done:
             for guest in list(self.guests):

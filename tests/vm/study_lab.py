@@ -1,8 +1,10 @@
 """The RAID0 study's lab: a guest of its own (QEMU TCG) with seven NVMe drives throttled
 to the same bandwidth, a single drive, a RAID0 of 2 and a RAID0 of 4 built with `iotune raid
 create`, and a zygote that has imported torch, DeepSpeed and transformers once, for every
-training and AIO worker to fork from. Used by tests/vm/test_study_vm.py through the ``lab``
-fixture (tests/vm/conftest.py), which brings it up early."""
+training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
+Used by tests/vm/test_study_vm.py through the ``lab`` and ``lab_runs`` fixtures
+(tests/vm/conftest.py), which bring the lab up early and run the study beside the tests
+marked ``beside_study``."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Event
 from typing import Any
 
+from iotune.records import read_records
 from tests.vm import guest_ops
 from tests.vm.guest import Drive, Guest, Result
 
@@ -25,6 +29,28 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 DRIVES = [Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members]
 ZYGOTE = "/tmp/iotune-zygote.sock"
 BIN = Path(sys.executable).parent
+#: the CPU priority of the lab once its study runs: above the tests that run beside it, so
+#: that its steps' emulated CPU (a few per cent of a step that waits on the drives) is not
+#: slowed by them and the study measures what it measures on its own
+STUDY_NICE = -10
+
+STRATEGIES = ("opt_nvme", "params_opt_nvme")
+SETS = (
+    "seq_len=2",
+    "model.num_hidden_layers=1",
+    "model.hidden_size=256",
+    "model.intermediate_size=768",
+    "model.vocab_size=4096",
+)
+STEPS = 2
+
+#: runs commands side by side in the guest; their exit codes and output as JSON
+TOGETHER = """
+import json, subprocess, sys
+ps = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      for a in json.loads(sys.argv[1])]
+print(json.dumps([dict(zip(("stdout", "stderr"), p.communicate()), rc=p.returncode) for p in ps]))
+"""
 
 
 @dataclass
@@ -101,3 +127,79 @@ def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab
         assert doc["applied"] is True and doc["array"]["level"] == "raid0", doc
     wait_for(log, "imported in", 1200, cancel)
     return lab
+
+
+@dataclass(frozen=True)
+class LabRuns:
+    #: each volume's ``sweep-aio --json`` document, by volume name
+    sweeps: dict[str, dict[str, Any]]
+    #: the study: its ``--json`` document, its folder and its run records
+    study: dict[str, Any]
+
+
+def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
+    """The study's sweeps, then the study itself (minutes, mostly waiting on the throttled
+    drives); *go_on* raises to stop between the two."""
+    sweeps = _sweeps(lab)
+    go_on()
+    return LabRuns(sweeps, _study(lab))
+
+
+def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
+    """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The
+    three run side by side: each volume has drives of its own, each drive its own throttle,
+    and the guest's CPU is idle while they wait."""
+    sets = [a for x in SETS for a in ("--set", x)]
+    argvs = {
+        name: [
+            str(BIN / "iotune"),
+            "--json",
+            "sweep-aio",
+            "--target",
+            f"/tmp/{name}",
+            *("--block-size", "512K", "--queue-depth", "8", "--threads", "1"),
+            *("--single-submit", "false", "--overlap-events", "true"),
+            *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
+            *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *sets),
+            *("--out", str(lab.share / f"sweep-{name}")),
+        ]
+        for name in VOLUMES
+    }
+    r = lab.guest.run(
+        [sys.executable, "-c", TOGETHER, json.dumps(list(argvs.values()))],
+        timeout=1800,
+        env=lab.env,
+    ).check()
+    out = {}
+    for name, res in zip(argvs, json.loads(r.stdout), strict=True):
+        if res["rc"] != 0:
+            raise RuntimeError(f"sweep-aio on {name} failed: {res['stderr'][-3000:]}")
+        out[name] = json.loads(res["stdout"])
+    return out
+
+
+def _study(lab: Lab) -> dict[str, Any]:
+    d = lab.share / "study"
+    presets = ",".join(["tiny_opt_ram", *(f"tiny_{s}" for s in STRATEGIES)])
+    volumes = [
+        a
+        for name in VOLUMES
+        for a in ("--volume", f"{name}=/tmp/{name},aio={lab.share}/sweep-{name}")
+    ]
+    sets = [a for s in SETS for a in ("--set", s)]
+    r = lab.iotune(
+        "--json",
+        "study",
+        "--presets",
+        presets,
+        "--steps",
+        str(STEPS),
+        *sets,
+        *volumes,
+        "--out",
+        str(d),
+        timeout=3600,
+    ).check()
+    doc = json.loads(r.stdout)
+    runs = list(read_records(d / "runs.jsonl"))
+    return {"doc": doc, "dir": d, "runs": runs}

@@ -8,6 +8,8 @@ import pytest
 
 from tests.vm.conftest import BLANK, DRIVES, Session
 
+pytestmark = pytest.mark.beside_study
+
 
 @pytest.fixture(scope="module")
 def listing(vm: Session) -> dict[str, Any]:

@@ -8,7 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.vm.conftest import KEEP, Session
+
+pytestmark = pytest.mark.beside_study
 
 K = 1024
 

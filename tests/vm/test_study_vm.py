@@ -25,17 +25,8 @@ import pytest
 
 from iotune.records import read_records
 from tests.io_rules import param_reads_shift_ok
-from tests.vm.study_lab import BIN, VOLUMES, Lab
+from tests.vm.study_lab import BIN, SETS, STEPS, STRATEGIES, VOLUMES, Lab, LabRuns
 
-STRATEGIES = ("opt_nvme", "params_opt_nvme")
-SETS = (
-    "seq_len=2",
-    "model.num_hidden_layers=1",
-    "model.hidden_size=256",
-    "model.intermediate_size=768",
-    "model.vocab_size=4096",
-)
-STEPS = 2
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
 FS_WRITES = 1024 * 1024
 
@@ -64,74 +55,15 @@ finally:
     os.kill(pid, signal.SIGCONT)
 """
 
-#: runs commands side by side in the guest; their exit codes and output as JSON
-TOGETHER = """
-import json, subprocess, sys
-ps = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-      for a in json.loads(sys.argv[1])]
-print(json.dumps([dict(zip(("stdout", "stderr"), p.communicate()), rc=p.returncode) for p in ps]))
-"""
+
+@pytest.fixture(scope="module")
+def sweeps(lab_runs: LabRuns) -> dict[str, dict[str, Any]]:
+    return lab_runs.sweeps
 
 
 @pytest.fixture(scope="module")
-def sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
-    """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The
-    three run side by side: each volume has drives of its own, each drive its own throttle,
-    and the guest's CPU is idle while they wait."""
-    sets = [a for x in SETS for a in ("--set", x)]
-    argvs = {
-        name: [
-            str(BIN / "iotune"),
-            "--json",
-            "sweep-aio",
-            "--target",
-            f"/tmp/{name}",
-            *("--block-size", "512K", "--queue-depth", "8", "--threads", "1"),
-            *("--single-submit", "false", "--overlap-events", "true"),
-            *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
-            *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *sets),
-            *("--out", str(lab.share / f"sweep-{name}")),
-        ]
-        for name in VOLUMES
-    }
-    r = lab.guest.run(
-        [sys.executable, "-c", TOGETHER, json.dumps(list(argvs.values()))],
-        timeout=1800,
-        env=lab.env,
-    ).check()
-    out = {}
-    for name, res in zip(argvs, json.loads(r.stdout), strict=True):
-        assert res["rc"] == 0, (name, res["stderr"][-3000:])
-        out[name] = json.loads(res["stdout"])
-    return out
-
-
-@pytest.fixture(scope="module")
-def study(lab: Lab, sweeps: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    d = lab.share / "study"
-    presets = ",".join(["tiny_opt_ram", *(f"tiny_{s}" for s in STRATEGIES)])
-    volumes = [
-        a
-        for name in VOLUMES
-        for a in ("--volume", f"{name}=/tmp/{name},aio={lab.share}/sweep-{name}")
-    ]
-    sets = [a for s in SETS for a in ("--set", s)]
-    r = lab.iotune(
-        "--json",
-        "study",
-        "--presets",
-        presets,
-        "--steps",
-        str(STEPS),
-        *sets,
-        *volumes,
-        "--out",
-        str(d),
-        timeout=3600,
-    ).check()
-    doc = json.loads(r.stdout)
-    runs = list(read_records(d / "runs.jsonl"))
-    return {"doc": doc, "dir": d, "runs": runs}
+def study(lab_runs: LabRuns) -> dict[str, Any]:
+    return lab_runs.study
 
 
 def _runs(study: dict[str, Any], strategy: str) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,8 @@ import pytest
 
 from tests.vm.conftest import Session
 
+pytestmark = pytest.mark.beside_study
+
 K = 1024
 MEMBERS = ("IOT0", "IOT4", "IOT5")
 
