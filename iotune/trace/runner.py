@@ -24,6 +24,7 @@ from iotune import proc
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import model
+from iotune.trace.acks import AckSender
 from iotune.trace.backend import traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
 from iotune.trace.outputs import opjson, other_io, write_outputs
@@ -114,6 +115,7 @@ class Tracer:
         #: events), its own threads only: the workload's are its children's
         self.tracer_cpu_s: float | None = None
         self._events: BinaryIO | None = None  # the workload's events file, read on as it grows
+        self._acks: AckSender | None = None  # a workload's marked events, sampled (acks.py)
         self._events_buf = b""  # a line the workload has not finished writing
 
     # ------------------------------------------------------------------ sampling
@@ -226,9 +228,10 @@ class Tracer:
             self.start = time.monotonic()
             self.sample("start")
             if req.command:
+                self._acks = AckSender()
                 child = proc.spawn(
                     req.command,
-                    env={**req.env, EVENTS_ENV: str(self.events_path)},
+                    env={**req.env, EVENTS_ENV: str(self.events_path), **self._acks.env()},
                     stdout_to_stderr=req.quiet_stdout,
                     new_session=req.own_group,
                 )
@@ -243,6 +246,8 @@ class Tracer:
                     if "step" in ev:
                         label += f":{ev['step']}"
                     self.sample(label)
+                    if ev.get("ack") and self._acks is not None:
+                        self._acks.ack()  # the workload goes on from here
                 if child is not None and child.poll() is not None:
                     self.exit_code = child.returncode
                     break
@@ -275,6 +280,9 @@ class Tracer:
             if self._events is not None:
                 self._events.close()
                 self._events = None
+            if self._acks is not None:
+                self._acks.close()
+                self._acks = None
             if self.bpf is not None:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves

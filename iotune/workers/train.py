@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from iotune.trace.acks import AckWaiter
 from iotune.workers import die_with_parent, stdout_to_stderr
 from iotune.workers.torch_probe import cpu_bf16
 
@@ -164,18 +165,30 @@ class Events:
     write(2) of a short line to a file opened with O_APPEND does not interleave."""
 
     def __init__(self, run_dir: Path, rank: int, node: str) -> None:
-        self.paths = [run_dir / "steps.jsonl"]
-        if os.environ.get("IOTUNE_EVENTS"):
-            self.paths.append(Path(os.environ["IOTUNE_EVENTS"]))
+        self.steps = run_dir / "steps.jsonl"
+        traced = os.environ.get("IOTUNE_EVENTS")
+        self.traced = Path(traced) if traced else None
         self.tag = {"rank": rank, "node": node}
+        # a single process waits after each event until the tracer has sampled it
+        # (iotune/trace/acks.py)
+        self.acks = AckWaiter.from_env() if self.traced else None
 
     def emit(self, rec: dict[str, Any]) -> None:
-        line = json.dumps({**rec, **self.tag}) + "\n"
-        for p in self.paths:
-            with p.open("a") as fh:
-                fh.write(line)
-                fh.flush()  # no fsync: the tracer reads the page cache, and the run
-                # directory may sit on the traced drive
+        rec = {**rec, **self.tag}
+        _append(self.steps, rec)
+        if self.traced is None:
+            return
+        waits = self.acks is not None and self.acks.active
+        _append(self.traced, {**rec, "ack": True} if waits else rec)
+        if waits and self.acks is not None:
+            self.acks.wait()
+
+
+def _append(path: Path, rec: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+        fh.flush()  # no fsync: the tracer reads the page cache, and the run directory may
+        # sit on the traced drive
 
 
 def batches(spec: dict[str, Any], vocab: int) -> Iterator[Any]:

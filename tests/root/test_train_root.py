@@ -5,7 +5,10 @@ kernel's counters and against `iotune estimate`."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -214,6 +217,52 @@ def test_kill_mid_run_keeps_step_records_and_trace(
     assert trace["interrupted"] == "SIGINT" and trace["steps"]
     assert len((out / "samples.jsonl").read_text().splitlines()) >= 4
     assert [x.name for x in mnt.iterdir()] == ["lost+found"]  # swap files removed
+
+
+#: how long the tracer is stopped: several of tiny_opt_nvme's steps (about a second each)
+STOPPED_S = 6.0
+
+
+def test_a_stopped_tracer_holds_the_run_at_its_event(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """The tracer takes a step's counts when it reads the step's event, and the worker
+    waits there until it has (iotune/trace/acks.py). A tracer stopped (SIGSTOP) right after
+    the init event, as a host whose CPU is busy delays it, holds the run: no more than the
+    step in flight ends meanwhile, and every step still moves the I/O model's bytes, none
+    of them counted in the step before."""
+    _, mnt = _offload_dir(loop_device)
+    out = tmp_path / "run"
+    child = subprocess.Popen(
+        [
+            *(IOTUNE, "--json", "trace", "--run", "tiny_opt_nvme"),
+            *("--nvme-path", str(mnt), "--steps", "4", "--out", str(out)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    steps = out / "steps.jsonl"
+    deadline = time.monotonic() + 300
+    while not (steps.exists() and '"event": "init"' in steps.read_text()):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "no init event"
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        time.sleep(STOPPED_S)  # what a worker that did not wait would use to run on
+        held = steps.read_text().count('"event": "step"')
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    stdout, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, stderr[-3000:]
+    assert held <= 1, held
+    doc = json.loads(stdout)
+    est = doc["estimate"]["steady_step"]
+    assert [s["label"] for s in doc["io_steps"]] == ["init:0", *(f"step:{i}" for i in (1, 2, 3, 4))]
+    for s in doc["io_steps"][2:]:
+        assert s["read"]["bytes"] == est["read"], s["label"]
+        assert 0 <= s["write"]["bytes"] - est["write"] <= FS_WRITES, s["label"]
 
 
 def test_the_run_says_which_dtype_ran_and_why(tiny_opt_nvme_run: dict[str, Any]) -> None:

@@ -1,0 +1,102 @@
+"""Step events the tracer acknowledges (iotune/trace/acks.py), with a real FIFO between a
+real worker process and the tracer's side."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iotune.trace.acks import ACK_ENV, AckSender, AckWaiter
+from iotune.workers.train import Events
+
+#: a worker: two events, each written to the events file and waited for
+WORKER = """
+import sys
+from pathlib import Path
+from iotune.workers.train import Events
+ev = Events(Path(sys.argv[1]), 0, "node")
+for step in (1, 2):
+    ev.emit({"event": "step", "step": step})
+    print(f"after {step}", flush=True)
+"""
+
+
+def _line(p: subprocess.Popen[str], seconds: float) -> str | None:
+    """The worker's next line of output, or None if it wrote none in *seconds*."""
+    assert p.stdout is not None
+    ready, _, _ = select.select([p.stdout], [], [], seconds)
+    return p.stdout.readline().strip() if ready else None
+
+
+def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path: Path) -> None:
+    acks = AckSender()
+    events = tmp_path / "events.jsonl"
+    try:
+        p = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
+        )
+        # the first event is written, and the worker waits: nothing follows it
+        assert _line(p, 1.0) is None
+        assert [json.loads(x)["step"] for x in events.read_text().splitlines()] == [1]
+        acks.ack()
+        assert _line(p, 30) == "after 1"
+        assert _line(p, 1.0) is None  # the second event waits for its own
+        acks.ack()
+        assert _line(p, 30) == "after 2"
+        assert p.wait(timeout=30) == 0
+    finally:
+        acks.close()
+    # the tracer's copy asks for the acknowledgement; the run's own record does not
+    traced = [json.loads(x) for x in events.read_text().splitlines()]
+    kept = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [e.get("ack") for e in traced] == [True, True]
+    assert all("ack" not in e for e in kept)
+    assert [{k: v for k, v in e.items() if k != "ack"} for e in traced] == kept
+    assert not acks.path.exists() and not acks.path.parent.exists()
+
+
+def test_a_worker_whose_tracer_is_gone_stops_waiting(tmp_path: Path) -> None:
+    acks = AckSender()
+    p = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "IOTUNE_EVENTS": str(tmp_path / "events.jsonl"), **acks.env()},
+    )
+    assert _line(p, 1.0) is None
+    acks.close()  # the write end closed: the worker reads the end of the file
+    assert _line(p, 30) == "after 1"
+    assert _line(p, 30) == "after 2"
+    assert p.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("world_size", ["2", None])
+def test_who_does_not_wait(
+    world_size: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank of a multi-rank run (ranks would take each other's bytes), and a worker
+    traced without acknowledgements: each event is written and the worker goes on."""
+    acks = AckSender()
+    try:
+        monkeypatch.setenv("IOTUNE_EVENTS", str(tmp_path / "events.jsonl"))
+        if world_size is None:
+            monkeypatch.delenv(ACK_ENV, raising=False)
+            monkeypatch.delenv("WORLD_SIZE", raising=False)
+        else:
+            monkeypatch.setenv(ACK_ENV, str(acks.path))
+            monkeypatch.setenv("WORLD_SIZE", world_size)
+        assert AckWaiter.from_env() is None
+        Events(tmp_path, 0, "node").emit({"event": "step", "step": 1})  # nothing acknowledges it
+        (line,) = (tmp_path / "events.jsonl").read_text().splitlines()
+        assert "ack" not in json.loads(line)
+    finally:
+        acks.close()
