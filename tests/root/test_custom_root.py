@@ -27,6 +27,10 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
 #: what writes move beyond DeepSpeed's files: ext4's journal and metadata
 FS_WRITES = 256 * 1024
 SEQ = "32"
+#: all but the script's test run beside the vm tier's study (tests/conftest.py): the worker
+#: waits at each step's event until the tracer has sampled it, where a script's steps are
+#: found by the swap folder's watch, when it looks
+beside_study = pytest.mark.beside_study
 
 
 def _offload_dir(loop_device: Callable[..., str]) -> Path:
@@ -54,6 +58,7 @@ def _trace(model: str, cfg: str, mnt: Path, out: Path) -> dict[str, Any]:
     return doc
 
 
+@beside_study
 @pytest.mark.parametrize(
     ("model", "cfg"),
     [
@@ -92,6 +97,7 @@ def test_your_model_moves_the_estimated_bytes(
     assert bool(params) == (cfg == "params_opt_nvme.json")
 
 
+@beside_study
 def test_a_tied_model_with_parameters_on_nvme_leaves_the_orphan_file(
     loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -158,6 +164,7 @@ def test_your_own_script_is_traced_step_by_step_beside_the_estimate(
         assert r["measured"]["read"] == r["predicted"]["read"], r
 
 
+@beside_study
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
@@ -192,6 +199,7 @@ def test_bad_configs_get_one_line_and_a_hint(setup: str, message: str, tmp_path:
     assert len(lines) == 2 and message in lines[0] and lines[1].startswith("hint: "), p.stderr
 
 
+@beside_study
 def test_a_model_folder_without_config_json_gets_one_line(tmp_path: Path) -> None:
     p = iotune(
         "estimate",
@@ -203,6 +211,7 @@ def test_a_model_folder_without_config_json_gets_one_line(tmp_path: Path) -> Non
     assert len(lines) == 2 and "no config.json there" in lines[0], p.stderr
 
 
+@beside_study
 @pytest.mark.parametrize("model", ["mixtral", "phi3", "gpt_neox", "qwen2_tied"])
 def test_every_weight_is_initialised_before_zero_init_partitions_it(model: str) -> None:
     """transformers leaves a Mixtral's experts and router as torch.empty until its

@@ -12,7 +12,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.root.conftest import IOTUNE, iotune, iotune_json
+
+#: each step of a traced run waits at its event until the tracer has sampled it
+pytestmark = pytest.mark.beside_study
 
 ARTIFACTS = Path(os.environ.get("IOTUNE_ARTIFACTS", "test-artifacts")).resolve()
 GRID = ["--presets", "tiny_opt_ram,tiny_opt_nvme", "--ga", "1,2", "--steps", "2"]

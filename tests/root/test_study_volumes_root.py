@@ -9,7 +9,12 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.root.conftest import iotune, iotune_json
+
+#: each step of a traced run waits at its event until the tracer has sampled it
+pytestmark = pytest.mark.beside_study
 
 
 def _volumes(loop_device: Callable[..., str], n: int) -> list[tuple[str, Path]]:

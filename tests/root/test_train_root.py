@@ -26,6 +26,9 @@ from tests.root.conftest import (
     iotune_json,
 )
 
+#: each step of a traced run waits at its event until the tracer has sampled it
+pytestmark = pytest.mark.beside_study
+
 MIB = 1 << 20
 
 

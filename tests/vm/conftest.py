@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 
 from tests.vm.guest import Drive, Early, Guest
-from tests.vm.study_lab import STUDY_NICE, Lab, LabRuns, bring_up, run_all
+from tests.vm.study_lab import (
+    STUDY_NICE,
+    Lab,
+    LabRuns,
+    LostMember,
+    bring_up,
+    lose_a_member,
+    run_all,
+)
 
 KEEP = "these bytes must survive every refusal\n"
 DRIVES = [
@@ -107,44 +115,52 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     }
     for name in sorted(wanted & set(SETUPS)):
         _early[name] = Early(SETUPS[name])
-    if "lab_runs" in wanted:
+    if wanted & RUN_FIXTURES:
         session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
 
 
 class _StudyBeside:
     """Starts the study's runs when the first test marked ``beside_study`` (or the first of
     the study's own) begins: they wait on the lab's throttled drives for minutes, with the
-    host's CPU mostly idle, which those tests (no step's trace, no timing checked) take.
-    The lab runs at STUDY_NICE from then on, above them."""
+    host's CPU mostly idle, which those tests (no step's trace of a multi-rank run, no
+    timing checked) take. The lab runs at STUDY_NICE from then on, above them."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        uses = getattr(item, "fixturenames", ())
-        if item.get_closest_marker("beside_study") is not None or "lab_runs" in uses:
+        uses = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("beside_study") is not None or uses & RUN_FIXTURES:
             _start_runs()
 
 
-_runs: list[Future[LabRuns]] = []
+RUN_FIXTURES = {"lab_runs", "lost_member"}
+#: the study's runs on the lab, one after the other on a thread of their own, each a
+#: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
+#: mid-study (study_lab.lose_a_member), which breaks raid0x2
+RUNS: dict[str, Future[Any]] = {}
 
 
 def _start_runs() -> None:
-    if _runs:
+    if RUNS:
         return
     early = _early.get("lab")
     if early is None or early.stopped:
         early = _early["lab"] = Early(bring_up)
 
-    def beside() -> LabRuns:
-        lab = early.take(nice=STUDY_NICE)
+    def go_on() -> None:
+        if early.cancel.is_set():
+            raise RuntimeError("the study's lab was stopped before its runs")
 
-        def go_on() -> None:
-            if early.cancel.is_set():
-                raise RuntimeError("the study's lab was stopped before its study")
+    def study() -> LabRuns:
+        return run_all(early.take(nice=STUDY_NICE), go_on)
 
-        return run_all(lab, go_on)
+    def lose() -> LostMember:
+        RUNS["lab_runs"].result()  # the study first: what fails there fails this too
+        go_on()
+        return lose_a_member(early.take())
 
-    pool = ThreadPoolExecutor(1, "study-runs")
-    _runs.append(pool.submit(beside))
+    pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
+    RUNS["lab_runs"] = pool.submit(study)
+    RUNS["lost_member"] = pool.submit(lose)
     pool.shutdown(wait=False)
 
 
@@ -194,4 +210,13 @@ def lab_runs(lab: Lab) -> LabRuns:
     """The study's sweeps and runs on the lab (study_lab.run_all), started beside the tests
     marked ``beside_study`` (_StudyBeside) or now."""
     _start_runs()
-    return _runs[0].result()
+    result: LabRuns = RUNS["lab_runs"].result()
+    return result
+
+
+@pytest.fixture(scope="module")
+def lost_member(lab: Lab) -> LostMember:
+    """A member of raid0x2 lost mid-study (study_lab.lose_a_member), after the study."""
+    _start_runs()
+    result: LostMember = RUNS["lost_member"].result()
+    return result

@@ -8,6 +8,7 @@ virtualenv, mdadm and fio against a distribution kernel that has the nvme and md
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -91,7 +92,9 @@ class Guest:
         self.share = workdir / "share"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "guest.log"
-        self._n = 0
+        # the commands' numbers: next() of a count is atomic, and the study's runs go on
+        # on a thread of their own while tests use the same guest
+        self._seq = itertools.count(1)
 
     def _prepare_images(self) -> list[Path]:
         images = []
@@ -189,8 +192,7 @@ class Guest:
         input: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Result:
-        self._n += 1
-        name = f"{self._n:06d}.json"
+        name = f"{next(self._seq):06d}.json"
         cmd = self.share / f"cmd-{name}"
         tmp = self.share / f"tmp-{name}"
         tmp.write_text(
@@ -211,8 +213,7 @@ class Guest:
 
     def spawn(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
         """Start *argv* in the guest without waiting (output in *log*, a shared path)."""
-        self._n += 1
-        name = f"{self._n:06d}.json"
+        name = f"{next(self._seq):06d}.json"
         tmp = self.share / f"tmp-{name}"
         tmp.write_text(
             json.dumps({"argv": argv, "background": True, "log": str(log), "env": env or {}})

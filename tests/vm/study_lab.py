@@ -44,6 +44,30 @@ SETS = (
 )
 STEPS = 2
 
+#: in the guest: waits for a run's init record, stops the run (SIGSTOP), unplugs a drive's
+#: NVMe controller, and lets the run go on (SIGCONT); argv: the run's steps.jsonl, the drive
+UNPLUG = """
+import json, os, signal, sys, time
+steps, drive = sys.argv[1], sys.argv[2]
+runs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(steps))), "runs.jsonl")
+deadline = time.monotonic() + 850
+text = ""
+while '"init"' not in text:
+    if time.monotonic() > deadline:
+        sys.exit(f"no init record in {steps}")
+    if os.path.exists(runs) and open(runs).read().strip():
+        sys.exit(f"the run ended before its init record: {open(runs).read()[-2000:]}")
+    time.sleep(0.02)
+    text = open(steps).read() if os.path.exists(steps) else ""
+pid = next(json.loads(line)["pid"] for line in text.splitlines() if '"ready"' in line)
+os.kill(pid, signal.SIGSTOP)
+try:
+    with open(f"/sys/block/{drive}/device/device/remove", "w") as f:
+        f.write("1")
+finally:
+    os.kill(pid, signal.SIGCONT)
+"""
+
 #: runs commands side by side in the guest; their exit codes and output as JSON
 TOGETHER = """
 import json, subprocess, sys
@@ -203,3 +227,42 @@ def _study(lab: Lab) -> dict[str, Any]:
     doc = json.loads(r.stdout)
     runs = list(read_records(d / "runs.jsonl"))
     return {"doc": doc, "dir": d, "runs": runs}
+
+
+@dataclass(frozen=True)
+class LostMember:
+    #: the drive unplugged from raid0x2
+    drive: str
+    #: the faulty study's run records: raid0x2's, then raid0x4's
+    runs: list[dict[str, Any]]
+
+
+def lose_a_member(lab: Lab) -> LostMember:
+    """After the study, as it breaks raid0x2: a study of tiny_opt_nvme on raid0x2 and
+    raid0x4, two steps each, whose run on raid0x2 loses one of the array's drives once it
+    has initialised (UNPLUG, inside the guest); until both runs are recorded."""
+    d = lab.share / "faulty"
+    sets = [a for s in SETS for a in ("--set", s)]
+    log = lab.share / "faulty.log"
+    lab.guest.spawn(
+        [
+            str(BIN / "iotune"),
+            *("study", "--presets", "tiny_opt_nvme", "--steps", "2", *sets),
+            *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "raid0x4=/tmp/raid0x4"),
+            *("--out", str(d)),
+        ],
+        log,
+        lab.env,
+    )
+    lost = lab.names[VOLUMES["raid0x2"][0]]
+    steps = d / "runs" / "tiny_opt_nvme@raid0x2" / "steps.jsonl"
+    unplugged = lab.guest.run([sys.executable, "-c", UNPLUG, str(steps), lost], timeout=900)
+    if unplugged.rc != 0:
+        raise RuntimeError(f"unplug failed: {unplugged.stderr}\n{log.read_text()[-3000:]}")
+    deadline = time.monotonic() + 900
+    runs_file = d / "runs.jsonl"
+    while len(runs := list(read_records(runs_file)) if runs_file.exists() else []) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the faulty study did not end:\n{log.read_text()[-3000:]}")
+        time.sleep(2)
+    return LostMember(lost, runs)

@@ -16,44 +16,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from iotune.records import read_records
 from tests.io_rules import param_reads_shift_ok
-from tests.vm.study_lab import BIN, SETS, STEPS, STRATEGIES, VOLUMES, Lab, LabRuns
+from tests.vm.study_lab import (
+    BIN,
+    SETS,
+    STEPS,
+    STRATEGIES,
+    VOLUMES,
+    Lab,
+    LabRuns,
+    LostMember,
+)
 
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
 FS_WRITES = 1024 * 1024
-
-
-#: in the guest: waits for a run's init record, stops the run (SIGSTOP), unplugs a drive's
-#: NVMe controller, and lets the run go on (SIGCONT); argv: the run's steps.jsonl, the drive
-UNPLUG = """
-import json, os, signal, sys, time
-steps, drive = sys.argv[1], sys.argv[2]
-runs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(steps))), "runs.jsonl")
-deadline = time.monotonic() + 850
-text = ""
-while '"init"' not in text:
-    if time.monotonic() > deadline:
-        sys.exit(f"no init record in {steps}")
-    if os.path.exists(runs) and open(runs).read().strip():
-        sys.exit(f"the run ended before its init record: {open(runs).read()[-2000:]}")
-    time.sleep(0.02)
-    text = open(steps).read() if os.path.exists(steps) else ""
-pid = next(json.loads(line)["pid"] for line in text.splitlines() if '"ready"' in line)
-os.kill(pid, signal.SIGSTOP)
-try:
-    with open(f"/sys/block/{drive}/device/device/remove", "w") as f:
-        f.write("1")
-finally:
-    os.kill(pid, signal.SIGCONT)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -254,36 +235,19 @@ def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: La
     assert doc["sweeps"] == len(VOLUMES)
 
 
-def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(lab: Lab) -> None:
-    """Last, as it breaks raid0x2: a study of two runs of two steps, the first on raid0x2,
-    loses one of that array's drives (its NVMe controller unplugged from the guest's PCI
-    bus) once the run has initialised. That run fails naming the drive and the broken
-    array; the study goes on and the run on raid0x4 succeeds.
+def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(
+    lost_member: LostMember,
+) -> None:
+    """After the study, as it breaks raid0x2 (study_lab.lose_a_member): a study of two runs
+    of two steps, the first on raid0x2, loses one of that array's drives (its NVMe
+    controller unplugged from the guest's PCI bus) once the run has initialised. That run
+    fails naming the drive and the broken array; the study goes on and the run on raid0x4
+    succeeds.
 
     The unplug happens inside the guest while the run is stopped (SIGSTOP as soon as its
     init record is written, SIGCONT once the drive is gone), so the run's first swapping
     meets the broken array however fast its steps are."""
-    d = lab.share / "faulty"
-    sets = [a for s in SETS for a in ("--set", s)]
-    lab.guest.spawn(
-        [
-            str(BIN / "iotune"),
-            *("study", "--presets", "tiny_opt_nvme", "--steps", "2", *sets),
-            *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "raid0x4=/tmp/raid0x4"),
-            *("--out", str(d)),
-        ],
-        lab.share / "faulty.log",
-        lab.env,
-    )
-    lost = lab.names[VOLUMES["raid0x2"][0]]
-    steps = d / "runs" / "tiny_opt_nvme@raid0x2" / "steps.jsonl"
-    unplugged = lab.guest.run([sys.executable, "-c", UNPLUG, str(steps), lost], timeout=900)
-    assert unplugged.rc == 0, (unplugged.stderr, (lab.share / "faulty.log").read_text()[-3000:])
-    deadline = time.monotonic() + 900
-    runs_file = d / "runs.jsonl"
-    while len(runs := list(read_records(runs_file)) if runs_file.exists() else []) < 2:
-        assert time.monotonic() < deadline, (lab.share / "faulty.log").read_text()[-3000:]
-        time.sleep(2)
+    lost, runs = lost_member.drive, lost_member.runs
     by = {r["volume"]["name"]: r for r in runs}
     bad, good = by["raid0x2"], by["raid0x4"]
     assert bad["status"] == "failed", bad
