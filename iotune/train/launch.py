@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotune.errors import UsageError
+from iotune.workers import command
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
 
@@ -191,5 +192,10 @@ def launch_command(
     # DeepSpeed's launcher logs every environment variable it passes on at info level; the
     # command it runs is in the run directory's command.json
     argv += ["--master_port", str(port), "--log_level", "error"]
-    argv += ["--no_local_rank", "--module", "iotune.workers.train"]
+    # each rank forks from a zygote where one serves this node (IOTUNE_ZYGOTE): DeepSpeed's
+    # launcher then starts the zygote's client, not an import of torch and DeepSpeed per
+    # rank; over ssh the other nodes have no such socket
+    over_ssh = bool(launch.hosts) and launch.node_rank is None
+    module = ["iotune.workers.train"] if over_ssh else command("iotune.workers.train")[2:]
+    argv += ["--no_local_rank", "--module", *module]
     return [*argv, str(spec)]

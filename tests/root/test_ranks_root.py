@@ -167,8 +167,10 @@ def test_one_offload_directory_per_rank(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_every_rank_and_keeps_the_records(
-    loop_device: Callable[..., str], tmp_path: Path
+    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
 ) -> None:
+    """Plain workers: a zygote's worker has the server's command line, where the check
+    below looks for the run's spec."""
     _, mnt = _mount(loop_device)
     out = tmp_path / "run"
     child = subprocess.Popen(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.root.conftest import IOTUNE, iotune, iotune_json
+from tests.root.conftest import IOTUNE, PLAIN, iotune, iotune_json
 
 #: each step of a traced run waits at its event until the tracer has sampled it
 pytestmark = pytest.mark.beside_study
@@ -42,10 +42,11 @@ def _pids_with(needle: str) -> list[int]:
 
 
 def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
-    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
+    loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
-    """Plain workers: a zygote's worker has the server's command line, where the check
-    below looks for the run's spec (the zygote's own kill -9 case: tests/unit/test_zygote.py)."""
+    """The killed study's workers start plainly: a zygote's worker has the server's command
+    line, where the check below looks for the run's spec (the zygote's own kill -9 case:
+    tests/unit/test_zygote.py). The resumed study's fork from the tier's zygote."""
     dev = loop_device(size_mib=2048, fs="ext4", mount=True)
     (mnt,) = tmp_path.glob("mnt*")
     # an NVMe drive's request limit: the loop device's 1280 KiB would merge two 512 KiB
@@ -58,6 +59,7 @@ def test_study_killed_mid_grid_resumes_without_redoing_or_losing_a_run(
             [IOTUNE, "study", *GRID, "--nvme-path", str(mnt), "--out", str(study)],
             stdout=fh,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **PLAIN},
         )
     # kill -9 while the third run (tiny_opt_nvme) is in flight: it has started training
     in_flight = study / "runs" / "tiny_opt_nvme" / "steps.jsonl"

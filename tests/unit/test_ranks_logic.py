@@ -18,6 +18,7 @@ from iotune.train.launch import Launch, launch_command, place, plan_launch, read
 from iotune.train.preflight import Resources, preflight, swap_dir_users
 from iotune.train.presets import preset_with
 from iotune.train.results import merge_ranks, per_drive, per_rank
+from iotune.workers import ZYGOTE_ENV
 
 GIB = 2**30
 
@@ -129,7 +130,10 @@ def test_plan_launch_from_the_options(tmp_path: Path) -> None:
         assert words in exc.value.message
 
 
-def test_launch_command_uses_deepspeeds_runner(tmp_path: Path) -> None:
+def test_launch_command_uses_deepspeeds_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ZYGOTE_ENV, raising=False)
     spec = tmp_path / "spec.json"
     cmd = launch_command(Launch(ranks=2), spec, "cpu", env={})
     assert cmd[:3] == [sys.executable, "-m", "iotune.workers.launch"]
@@ -153,6 +157,33 @@ def test_launch_command_uses_deepspeeds_runner(tmp_path: Path) -> None:
     for c in (cmd, cuda, nossh, ssh):
         args = parse_args(c[3:])
         assert args.module and args.no_local_rank and args.user_script == "iotune.workers.train"
+
+
+def test_the_ranks_fork_from_the_zygote_that_serves_this_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With IOTUNE_ZYGOTE naming a live socket, DeepSpeed's launcher starts the zygote's
+    client for each rank of this node, not a worker that imports torch itself; ranks
+    started over ssh on other nodes, which have no such socket, start plainly."""
+    sock = tmp_path / "workers.sock"
+    sock.touch()
+    monkeypatch.setenv(ZYGOTE_ENV, str(sock))
+    spec = tmp_path / "spec.json"
+    forked = ["--module", "iotune.workers.zygote", "client", str(sock), "iotune.workers.train"]
+    local = launch_command(Launch(ranks=2), spec, "cpu", env={})
+    assert local[-6:] == [*forked, str(spec)]
+    hosts = (("a", 1), ("b", 1))
+    nossh = launch_command(
+        Launch(1, hosts, "/h", node_rank=1, master_addr="a"), spec, "cuda", env={}
+    )
+    assert nossh[-6:] == [*forked, str(spec)]
+    ssh = launch_command(Launch(1, hosts, "/h", launcher="slurm"), spec, "cuda", env={})
+    assert ssh[-3:] == ["--module", "iotune.workers.train", str(spec)]
+    from deepspeed.launcher.runner import parse_args
+
+    args = parse_args(local[3:])
+    assert args.module and args.user_script == "iotune.workers.zygote"
+    assert args.user_args == ["client", str(sock), "iotune.workers.train", str(spec)]
 
 
 def _ev(event: str, step: int, rank: int, **kw: Any) -> dict[str, Any]:
