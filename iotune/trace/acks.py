@@ -66,7 +66,7 @@ class AckWaiter:
     @classmethod
     def from_env(cls) -> AckWaiter | None:
         path = os.environ.get(ACK_ENV)
-        if not path or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if not path or os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
             return None
         try:
             # the tracer holds the write end: opened before this worker started
@@ -80,22 +80,26 @@ class AckWaiter:
 
     def wait(self) -> None:
         """Until the tracer has sampled the event just written; no more waiting once the
-        tracer is gone or has not answered in WAIT_S."""
+        tracer is gone (the FIFO's end of file) or has not answered in WAIT_S."""
         deadline = time.monotonic() + WAIT_S
+        poll = select.poll()
         while self._fd is not None:
-            ready, _, _ = select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                sys.stderr.write(
-                    f"iotune: the tracer did not acknowledge a step event in {WAIT_S:.0f} s; "
-                    "going on without waiting for it\n"
-                )
-                self.close()
-                return
             try:
                 got = os.read(self._fd, 1)
-            except BlockingIOError:
+            except BlockingIOError:  # nothing yet, and a writer holds the FIFO: wait
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    sys.stderr.write(
+                        f"iotune: the tracer did not acknowledge a step event in {WAIT_S:.0f} "
+                        "s; going on without waiting for it\n"
+                    )
+                    self.close()
+                    return
+                poll.register(self._fd, select.POLLIN)
+                poll.poll(int(1000 * left) + 1)
+                poll.unregister(self._fd)
                 continue
-            if not got:  # end of file: the tracer's write end is closed
+            if not got:  # end of file: no writer, the tracer is gone
                 self.close()
             return
 

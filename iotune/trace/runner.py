@@ -270,6 +270,9 @@ class Tracer:
                 )
             if child is not None:
                 self.exit_code = child.returncode
+            if self._acks is not None:  # the workload has ended: nobody waits any more
+                self._acks.close()
+                self._acks = None
             if self.start:
                 for ev in self._new_events():
                     self.sample(
@@ -280,9 +283,6 @@ class Tracer:
             if self._events is not None:
                 self._events.close()
                 self._events = None
-            if self._acks is not None:
-                self._acks.close()
-                self._acks = None
             if self.bpf is not None:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves

@@ -17,7 +17,9 @@ its exit code) until the child ends:
   before the child starts, so its I/O is the workload's as a forked child's is;
 - SIGINT and SIGTERM to the client are passed to the child; the client gets SIGTERM when
   the process that started it dies (iotune killed with SIGKILL); the child ends when the
-  client's connection closes (the client was killed);
+  client's connection closes (the client was killed): SIGTERM to the child's process group
+  (the child leads one of its own, with any helper process it starts), SIGKILL to it
+  KILL_AFTER_S later if it is still there, as the tracer does to a workload it started;
 - the server waits for the child and sends its wait status; the client exits with the
   child's exit code (128 + N for a signal N, as a shell reports it).
 
@@ -43,6 +45,8 @@ PRELOAD = ("torch", "deepspeed", "transformers.models.llama.modeling_llama")
 #: in an emulated guest, in every worker)
 OPTIONAL = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 FDS = 3  # stdin, stdout, stderr
+#: how long a child whose client has gone may take to end on SIGTERM before SIGKILL
+KILL_AFTER_S = 10.0
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -112,6 +116,8 @@ def _child(conn: socket.socket) -> None:
             os.close(go_w)
             _worker(req, fds, go_r)  # never returns
         os.close(go_r)
+        with contextlib.suppress(OSError):  # the child does the same: whichever runs first
+            os.setpgid(pid, pid)
         for fd in fds:
             os.close(fd)
         _send_msg(conn, {"pid": pid})
@@ -126,27 +132,39 @@ def _child(conn: socket.socket) -> None:
 
 
 def _wait(conn: socket.socket, pid: int) -> int:
-    """The worker's wait status; SIGTERM to it when the client's connection closes."""
+    """The worker's wait status; SIGTERM to its process group when the client's connection
+    closes, SIGKILL KILL_AFTER_S later."""
     import select
 
     pidfd = os.pidfd_open(pid)
     poll = select.poll()
     poll.register(pidfd, select.POLLIN)
     poll.register(conn.fileno(), select.POLLIN)
-    sent = False
+    kill_at: float | None = None
     while True:
-        for fd, _ev in poll.poll():
+        left = None if kill_at is None else max(0, int(1000 * (kill_at - time.monotonic())))
+        events = poll.poll(left)
+        if not events and kill_at is not None:
+            _signal_group(pid, signal.SIGKILL)  # it did not end on SIGTERM
+            kill_at = None
+        for fd, _ev in events:
             if fd == pidfd:
                 return os.waitpid(pid, 0)[1]
-            if not sent and not conn.recv(1, socket.MSG_PEEK):
-                os.kill(pid, signal.SIGTERM)  # the client is gone
-                sent = True
+            if not conn.recv(1, socket.MSG_PEEK):  # the client is gone
+                _signal_group(pid, signal.SIGTERM)
+                kill_at = time.monotonic() + KILL_AFTER_S
                 poll.unregister(conn.fileno())
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
 
 
 def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
     code = 1
     try:
+        os.setpgid(0, 0)  # a group of its own: the server's signals reach its helpers too
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)

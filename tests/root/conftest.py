@@ -38,7 +38,7 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
     user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
     instead of in each of the tier's runs. Tests that need plain workers drop it with the
     ``plain_workers`` fixture or ``env=PLAIN``: the fresh root, those that kill a worker and
-    check the worker itself (a study's, a sweep's, a run's and two ranks'), and the runs
+    check the worker itself by its command line (a study's, a sweep's, a run's), and the runs
     whose peak RSS is checked against the estimate. The ranks of a multi-rank run on this
     host fork from it too (DeepSpeed's launcher starts the zygote's client for each)."""
     sock = tmp_path_factory.mktemp("zygote") / "workers.sock"

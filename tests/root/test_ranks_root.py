@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from iotune.records import read_records
 from tests.root.conftest import IOTUNE, LoopDevices, interrupt_after_steps, iotune, iotune_json
 
 MIB = 1 << 20
@@ -167,10 +168,10 @@ def test_one_offload_directory_per_rank(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_every_rank_and_keeps_the_records(
-    loop_device: Callable[..., str], tmp_path: Path, plain_workers: None
+    loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
-    """Plain workers: a zygote's worker has the server's command line, where the check
-    below looks for the run's spec."""
+    """The ranks fork from the tier's zygote: each is found by the pid its ready event
+    gives, not by its command line (the zygote server's)."""
     _, mnt = _mount(loop_device)
     out = tmp_path / "run"
     child = subprocess.Popen(
@@ -179,6 +180,9 @@ def test_ctrl_c_stops_every_rank_and_keeps_the_records(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     interrupt_after_steps(child, out / "steps.jsonl", 4)
+    ready = [e for e in read_records(out / "steps.jsonl") if e["event"] == "ready"]
+    assert sorted(e["rank"] for e in ready) == [0, 1]
+    assert not [e["pid"] for e in ready if Path(f"/proc/{e['pid']}").exists()]
     assert _no_rank_left(out / "spec.json")
     doc = json.loads((out / "run.json").read_text())
     assert doc["interrupted"] == "SIGINT" and doc["steps_done"] >= 2

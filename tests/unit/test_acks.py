@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from iotune.workers.train import Events
 #: a worker: two events, each written to the events file and waited for
 WORKER = """
 import sys
+import time
 from pathlib import Path
 from iotune.workers.train import Events
 ev = Events(Path(sys.argv[1]), 0, "node")
@@ -25,6 +27,15 @@ for step in (1, 2):
     ev.emit({"event": "step", "step": step})
     print(f"after {step}", flush=True)
 """
+
+
+def _first_event(events: Path, p: subprocess.Popen[str]) -> None:
+    """Until the worker has written its first event (it starts in a second or so)."""
+    deadline = time.monotonic() + 60
+    while not (events.exists() and events.read_text().endswith("\n")):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the worker wrote no event"
+        time.sleep(0.02)
 
 
 def _line(p: subprocess.Popen[str], seconds: float) -> str | None:
@@ -37,13 +48,14 @@ def _line(p: subprocess.Popen[str], seconds: float) -> str | None:
 def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path: Path) -> None:
     acks = AckSender()
     events = tmp_path / "events.jsonl"
+    p = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
+    )
     try:
-        p = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
-        )
+        _first_event(events, p)
         # the first event is written, and the worker waits: nothing follows it
         assert _line(p, 1.0) is None
         assert [json.loads(x)["step"] for x in events.read_text().splitlines()] == [1]
@@ -54,6 +66,8 @@ def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path
         assert _line(p, 30) == "after 2"
         assert p.wait(timeout=30) == 0
     finally:
+        p.kill()
+        p.wait()
         acks.close()
     # the tracer's copy asks for the acknowledgement; the run's own record does not
     traced = [json.loads(x) for x in events.read_text().splitlines()]
@@ -66,17 +80,41 @@ def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path
 
 def test_a_worker_whose_tracer_is_gone_stops_waiting(tmp_path: Path) -> None:
     acks = AckSender()
+    events = tmp_path / "events.jsonl"
     p = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(tmp_path)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "IOTUNE_EVENTS": str(tmp_path / "events.jsonl"), **acks.env()},
+        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
     )
-    assert _line(p, 1.0) is None
-    acks.close()  # the write end closed: the worker reads the end of the file
-    assert _line(p, 30) == "after 1"
-    assert _line(p, 30) == "after 2"
-    assert p.wait(timeout=30) == 0
+    try:
+        _first_event(events, p)
+        assert _line(p, 1.0) is None  # waiting
+        acks.close()  # the write end closed: the worker reads the end of the file
+        assert _line(p, 30) == "after 1"
+        assert _line(p, 30) == "after 2"
+        assert p.wait(timeout=30) == 0
+    finally:
+        p.kill()
+        p.wait()
+    # the second event asks for nothing: the worker no longer waits
+    assert [json.loads(x).get("ack") for x in events.read_text().splitlines()] == [True, None]
+
+
+def test_a_worker_that_opens_the_fifo_after_its_tracer_has_gone_does_not_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FIFO still there, its writer gone (a tracer killed with SIGKILL leaves it)."""
+    fifo = tmp_path / "ack"
+    os.mkfifo(fifo)
+    os.close(os.open(fifo, os.O_RDWR))  # a writer came and went
+    monkeypatch.setenv(ACK_ENV, str(fifo))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    waiter = AckWaiter.from_env()
+    assert waiter is not None and waiter.active
+    started = time.monotonic()
+    waiter.wait()
+    assert not waiter.active and time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("world_size", ["2", None])

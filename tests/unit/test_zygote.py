@@ -143,6 +143,31 @@ def test_a_killed_client_takes_its_worker_along(zygote: Path) -> None:
     _assert_gone(pid)
 
 
+def test_a_worker_that_ignores_sigterm_is_killed_with_its_helpers(zygote: Path) -> None:
+    """Its client killed: SIGTERM to the worker's process group (its helper ends on it),
+    SIGKILL KILL_AFTER_S later to the worker that ignores SIGTERM, as the tracer does to a
+    workload it started; nothing of it goes on in the zygote's process tree."""
+    from iotune.workers.zygote import KILL_AFTER_S
+
+    p = _client(zygote, "stubborn")
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("\n")
+    p.stdin.flush()
+    pid = int(json.loads(p.stdout.readline())["pid"])
+    helper = int(p.stdout.readline())
+    p.kill()
+    p.wait(timeout=30)
+    killed = time.monotonic()
+    _assert_gone(helper)
+    os.kill(pid, 0)  # it ignored SIGTERM
+    deadline = killed + KILL_AFTER_S + 10
+    with pytest.raises(ProcessLookupError):
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+    assert time.monotonic() - killed >= KILL_AFTER_S - 1
+
+
 def test_a_client_whose_parent_is_killed_takes_its_worker_along(zygote: Path) -> None:
     """iotune killed with SIGKILL: its client gets SIGTERM (PR_SET_PDEATHSIG) and passes it
     on, so the worker does not go on in the zygote's process tree."""

@@ -28,3 +28,10 @@ if __name__ == "__main__":
     if what == "hang":
         signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
         time.sleep(60)
+    if what == "stubborn":  # starts a helper, then ignores SIGTERM (the helper does not)
+        import subprocess
+
+        helper = subprocess.Popen(["sleep", "60"])
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(helper.pid, flush=True)
+        time.sleep(60)

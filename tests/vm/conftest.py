@@ -116,6 +116,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     for name in sorted(wanted & set(SETUPS)):
         _early[name] = Early(SETUPS[name])
     if wanted & RUN_FIXTURES:
+        _lose.append("lost_member" in wanted)
         session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
 
 
@@ -137,10 +138,17 @@ RUN_FIXTURES = {"lab_runs", "lost_member"}
 #: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
 #: mid-study (study_lab.lose_a_member), which breaks raid0x2
 RUNS: dict[str, Future[Any]] = {}
+#: whether a selected test uses the member lost mid-study (else it is not run)
+_lose: list[bool] = []
 
 
-def _start_runs() -> None:
+def _start_runs(lost: bool = False) -> None:
+    """The study's runs, and the member lost after them if a selected test (or *lost*)
+    wants it, on their thread; from the fixture that asks for one first, if the test loop
+    did not start them."""
     if RUNS:
+        if lost and "lost_member" not in RUNS:
+            raise RuntimeError("the study's runs were started without the member lost")
         return
     early = _early.get("lab")
     if early is None or early.stopped:
@@ -156,11 +164,12 @@ def _start_runs() -> None:
     def lose() -> LostMember:
         RUNS["lab_runs"].result()  # the study first: what fails there fails this too
         go_on()
-        return lose_a_member(early.take())
+        return lose_a_member(early.take(), go_on)
 
     pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
     RUNS["lab_runs"] = pool.submit(study)
-    RUNS["lost_member"] = pool.submit(lose)
+    if lost or any(_lose):
+        RUNS["lost_member"] = pool.submit(lose)
     pool.shutdown(wait=False)
 
 
@@ -217,6 +226,6 @@ def lab_runs(lab: Lab) -> LabRuns:
 @pytest.fixture(scope="module")
 def lost_member(lab: Lab) -> LostMember:
     """A member of raid0x2 lost mid-study (study_lab.lose_a_member), after the study."""
-    _start_runs()
+    _start_runs(lost=True)
     result: LostMember = RUNS["lost_member"].result()
     return result

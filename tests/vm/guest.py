@@ -221,8 +221,9 @@ class Guest:
         tmp.rename(self.share / f"cmd-{name}")
         res = self.share / f"res-{name}"
         deadline = time.monotonic() + 60
+        proc = self.proc  # kill() forgets it: a guest killed meanwhile ends the wait
         while not res.exists():
-            if self.proc is not None and self.proc.poll() is not None:
+            if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"guest died while starting {argv}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"guest did not start {argv}")

@@ -159,14 +159,37 @@ class LabRuns:
     sweeps: dict[str, dict[str, Any]]
     #: the study: its ``--json`` document, its folder and its run records
     study: dict[str, Any]
+    #: the planner's answer per strategy for 1, 2 and 4 drives, by drive count
+    plans: dict[str, dict[int, dict[str, Any]]]
 
 
 def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
-    """The study's sweeps, then the study itself (minutes, mostly waiting on the throttled
-    drives); *go_on* raises to stop between the two."""
+    """The study's sweeps, the study itself (minutes, mostly waiting on the throttled
+    drives), then the planner's answers from them; *go_on* raises to stop between them."""
     sweeps = _sweeps(lab)
     go_on()
-    return LabRuns(sweeps, _study(lab))
+    study = _study(lab)
+    go_on()
+    return LabRuns(sweeps, study, _plans(lab, study))
+
+
+def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """``iotune estimate --drives 1,2,4`` per strategy, from the single drive's sweep and the
+    study's RAM run."""
+    (ram,) = [r for r in study["runs"] if r.get("strategy") == "opt_ram"]
+    sets = [a for s in SETS for a in ("--set", s)]
+    out = {}
+    for s in STRATEGIES:
+        doc = lab.iotune_json(
+            "estimate",
+            f"tiny_{s}",
+            *sets,
+            *("--aio-config", str(lab.share / "sweep-single")),
+            *("--baseline", ram["run_dir"]),
+            *("--drives", "1,2,4"),
+        )
+        out[s] = {p["drives"]: p for p in doc["drives"]["plans"]}
+    return out
 
 
 def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
@@ -237,10 +260,12 @@ class LostMember:
     runs: list[dict[str, Any]]
 
 
-def lose_a_member(lab: Lab) -> LostMember:
+def lose_a_member(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LostMember:
     """After the study, as it breaks raid0x2: a study of tiny_opt_nvme on raid0x2 and
     raid0x4, two steps each, whose run on raid0x2 loses one of the array's drives once it
-    has initialised (UNPLUG, inside the guest); until both runs are recorded."""
+    has initialised (UNPLUG, inside the guest); until both runs are recorded, the guest
+    dies or *go_on* raises."""
+    proc = lab.guest.proc
     d = lab.share / "faulty"
     sets = [a for s in SETS for a in ("--set", s)]
     log = lab.share / "faulty.log"
@@ -262,6 +287,9 @@ def lose_a_member(lab: Lab) -> LostMember:
     deadline = time.monotonic() + 900
     runs_file = d / "runs.jsonl"
     while len(runs := list(read_records(runs_file)) if runs_file.exists() else []) < 2:
+        go_on()
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError(f"the guest died during the faulty study:\n{lab.guest.log_tail()}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the faulty study did not end:\n{log.read_text()[-3000:]}")
         time.sleep(2)

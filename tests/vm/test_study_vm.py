@@ -132,23 +132,9 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
 
 
 @pytest.fixture(scope="module")
-def plans(study: dict[str, Any], lab: Lab) -> dict[str, dict[int, dict[str, Any]]]:
-    """The planner's answer per strategy for 1, 2 and 4 drives, from the single drive's
-    sweep and the RAM run (``iotune estimate --drives``)."""
-    ram = _baseline(study)
-    sets = [a for s in SETS for a in ("--set", s)]
-    out = {}
-    for s in STRATEGIES:
-        doc = lab.iotune_json(
-            "estimate",
-            f"tiny_{s}",
-            *sets,
-            *("--aio-config", str(lab.share / "sweep-single")),
-            *("--baseline", ram["run_dir"]),
-            *("--drives", "1,2,4"),
-        )
-        out[s] = {p["drives"]: p for p in doc["drives"]["plans"]}
-    return out
+def plans(lab_runs: LabRuns) -> dict[str, dict[int, dict[str, Any]]]:
+    """The planner's answer per strategy for 1, 2 and 4 drives (study_lab.run_all)."""
+    return lab_runs.plans
 
 
 def test_the_sweeps_rehearse_the_runs_swapping(
