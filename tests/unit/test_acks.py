@@ -38,6 +38,23 @@ def _first_event(events: Path, p: subprocess.Popen[str]) -> None:
         time.sleep(0.02)
 
 
+def _waiting_worker(run_dir: Path, events: Path, acks: AckSender) -> subprocess.Popen[str]:
+    """WORKER traced with *acks*, once it has written its first event."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
+    )
+    try:
+        _first_event(events, p)
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p
+
+
 def _line(p: subprocess.Popen[str], seconds: float) -> str | None:
     """The worker's next line of output, or None if it wrote none in *seconds*."""
     assert p.stdout is not None
@@ -48,14 +65,8 @@ def _line(p: subprocess.Popen[str], seconds: float) -> str | None:
 def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path: Path) -> None:
     acks = AckSender()
     events = tmp_path / "events.jsonl"
-    p = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
-    )
+    p = _waiting_worker(tmp_path, events, acks)
     try:
-        _first_event(events, p)
         # the first event is written, and the worker waits: nothing follows it
         assert _line(p, 1.0) is None
         assert [json.loads(x)["step"] for x in events.read_text().splitlines()] == [1]
@@ -81,14 +92,8 @@ def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path
 def test_a_worker_whose_tracer_is_gone_stops_waiting(tmp_path: Path) -> None:
     acks = AckSender()
     events = tmp_path / "events.jsonl"
-    p = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
-    )
+    p = _waiting_worker(tmp_path, events, acks)
     try:
-        _first_event(events, p)
         assert _line(p, 1.0) is None  # waiting
         acks.close()  # the write end closed: the worker reads the end of the file
         assert _line(p, 30) == "after 1"
