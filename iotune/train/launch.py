@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotune.errors import UsageError
-from iotune.workers import command
+from iotune.workers import module_args
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
 
@@ -196,6 +196,6 @@ def launch_command(
     # launcher then starts the zygote's client, not an import of torch and DeepSpeed per
     # rank; over ssh the other nodes have no such socket
     over_ssh = bool(launch.hosts) and launch.node_rank is None
-    module = ["iotune.workers.train"] if over_ssh else command("iotune.workers.train")[2:]
+    module = ["iotune.workers.train"] if over_ssh else module_args("iotune.workers.train")
     argv += ["--no_local_rank", "--module", *module]
     return [*argv, str(spec)]

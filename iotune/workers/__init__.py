@@ -73,7 +73,13 @@ def command(module: str, *args: str) -> list[str]:
     """How to start worker *module* (``python -m MODULE ARGS``), or, where ``$IOTUNE_ZYGOTE``
     names a live zygote's socket, its client, which forks the worker from a process that has
     imported torch and DeepSpeed already (iotune/workers/zygote.py)."""
+    return [sys.executable, "-m", *module_args(module, *args)]
+
+
+def module_args(module: str, *args: str) -> list[str]:
+    """What follows ``python -m`` in ``command``: for a launcher that starts the Python
+    module itself (DeepSpeed's ``--module``)."""
     sock = os.environ.get(ZYGOTE_ENV)
     if sock and os.path.exists(sock):
-        return [sys.executable, "-m", "iotune.workers.zygote", "client", sock, module, *args]
-    return [sys.executable, "-m", module, *args]
+        return ["iotune.workers.zygote", "client", sock, module, *args]
+    return [module, *args]

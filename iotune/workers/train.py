@@ -178,10 +178,10 @@ class Events:
         _append(self.steps, rec)
         if self.traced is None:
             return
-        waits = self.acks is not None and self.acks.active
-        _append(self.traced, {**rec, "ack": True} if waits else rec)
-        if waits and self.acks is not None:
-            self.acks.wait()
+        acks = self.acks if self.acks is not None and self.acks.active else None
+        _append(self.traced, rec if acks is None else {**rec, "ack": True})
+        if acks is not None:
+            acks.wait()
 
 
 def _append(path: Path, rec: dict[str, Any]) -> None:

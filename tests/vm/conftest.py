@@ -115,8 +115,8 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     }
     for name in sorted(wanted & set(SETUPS)):
         _early[name] = Early(SETUPS[name])
+    _wanted.update(wanted)
     if wanted & RUN_FIXTURES:
-        _lose.append("lost_member" in wanted)
         session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
 
 
@@ -138,8 +138,8 @@ RUN_FIXTURES = {"lab_runs", "lost_member"}
 #: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
 #: mid-study (study_lab.lose_a_member), which breaks raid0x2
 RUNS: dict[str, Future[Any]] = {}
-#: whether a selected test uses the member lost mid-study (else it is not run)
-_lose: list[bool] = []
+#: the fixtures the selected vm tests use (the member lost mid-study runs only if wanted)
+_wanted: set[str] = set()
 
 
 def _start_runs(lost: bool = False) -> None:
@@ -168,7 +168,7 @@ def _start_runs(lost: bool = False) -> None:
 
     pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
     RUNS["lab_runs"] = pool.submit(study)
-    if lost or any(_lose):
+    if lost or "lost_member" in _wanted:
         RUNS["lost_member"] = pool.submit(lose)
     pool.shutdown(wait=False)
 

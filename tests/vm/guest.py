@@ -200,14 +200,7 @@ class Guest:
         )
         tmp.rename(cmd)
         res = self.share / f"res-{name}"
-        deadline = time.monotonic() + timeout + 30
-        proc = self.proc  # kill() forgets it: a guest killed meanwhile ends the wait
-        while not res.exists():
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"guest died while running {argv}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"guest did not answer {argv} in {timeout:.0f} s")
-            time.sleep(0.05)
+        self._await(res, timeout + 30, f"running {argv}", f"answer {argv} in {timeout:.0f} s")
         data = json.loads(res.read_text())
         return Result(argv, data["rc"], data["stdout"], data["stderr"])
 
@@ -220,15 +213,19 @@ class Guest:
         )
         tmp.rename(self.share / f"cmd-{name}")
         res = self.share / f"res-{name}"
-        deadline = time.monotonic() + 60
+        self._await(res, 60, f"starting {argv}", f"start {argv}")
+        return int(json.loads(res.read_text())["stdout"])
+
+    def _await(self, res: Path, seconds: float, doing: str, undone: str) -> None:
+        """Until the agent has written *res*; the guest's death or *seconds* end the wait."""
+        deadline = time.monotonic() + seconds
         proc = self.proc  # kill() forgets it: a guest killed meanwhile ends the wait
         while not res.exists():
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"guest died while starting {argv}:\n{self.log_tail()}")
+                raise RuntimeError(f"guest died while {doing}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"guest did not start {argv}")
+                raise TimeoutError(f"guest did not {undone}")
             time.sleep(0.05)
-        return int(json.loads(res.read_text())["stdout"])
 
     def iotune(self, *args: str, timeout: float = 300.0) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)

@@ -43,6 +43,8 @@ SETS = (
     "model.vocab_size=4096",
 )
 STEPS = 2
+#: SETS as iotune's options
+SET_ARGS = tuple(a for s in SETS for a in ("--set", s))
 
 #: in the guest: waits for a run's init record, stops the run (SIGSTOP), unplugs a drive's
 #: NVMe controller, and lets the run go on (SIGCONT); argv: the run's steps.jsonl, the drive
@@ -177,13 +179,12 @@ def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any
     """``iotune estimate --drives 1,2,4`` per strategy, from the single drive's sweep and the
     study's RAM run."""
     (ram,) = [r for r in study["runs"] if r.get("strategy") == "opt_ram"]
-    sets = [a for s in SETS for a in ("--set", s)]
     out = {}
     for s in STRATEGIES:
         doc = lab.iotune_json(
             "estimate",
             f"tiny_{s}",
-            *sets,
+            *SET_ARGS,
             *("--aio-config", str(lab.share / "sweep-single")),
             *("--baseline", ram["run_dir"]),
             *("--drives", "1,2,4"),
@@ -196,7 +197,6 @@ def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
     """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The
     three run side by side: each volume has drives of its own, each drive its own throttle,
     and the guest's CPU is idle while they wait."""
-    sets = [a for x in SETS for a in ("--set", x)]
     argvs = {
         name: [
             str(BIN / "iotune"),
@@ -207,7 +207,7 @@ def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
             *("--block-size", "512K", "--queue-depth", "8", "--threads", "1"),
             *("--single-submit", "false", "--overlap-events", "true"),
             *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
-            *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *sets),
+            *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *SET_ARGS),
             *("--out", str(lab.share / f"sweep-{name}")),
         ]
         for name in VOLUMES
@@ -233,7 +233,6 @@ def _study(lab: Lab) -> dict[str, Any]:
         for name in VOLUMES
         for a in ("--volume", f"{name}=/tmp/{name},aio={lab.share}/sweep-{name}")
     ]
-    sets = [a for s in SETS for a in ("--set", s)]
     r = lab.iotune(
         "--json",
         "study",
@@ -241,7 +240,7 @@ def _study(lab: Lab) -> dict[str, Any]:
         presets,
         "--steps",
         str(STEPS),
-        *sets,
+        *SET_ARGS,
         *volumes,
         "--out",
         str(d),
@@ -267,12 +266,11 @@ def lose_a_member(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LostMem
     dies or *go_on* raises."""
     proc = lab.guest.proc
     d = lab.share / "faulty"
-    sets = [a for s in SETS for a in ("--set", s)]
     log = lab.share / "faulty.log"
     lab.guest.spawn(
         [
             str(BIN / "iotune"),
-            *("study", "--presets", "tiny_opt_nvme", "--steps", "2", *sets),
+            *("study", "--presets", "tiny_opt_nvme", "--steps", "2", *SET_ARGS),
             *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "raid0x4=/tmp/raid0x4"),
             *("--out", str(d)),
         ],
