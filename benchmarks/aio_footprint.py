@@ -29,20 +29,20 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sweep_aio import directory, ram_volume, round_line
-
+from benchmarks.sweep_aio import directory, ram_volume, round_line
 from iotune.sweep.fio import measure_ceiling
 from iotune.units import parse_size
 
 GIB = 2**30
 
 
-def timed(fn: Any) -> float:
+def timed(fn: Callable[[], None]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -87,7 +87,11 @@ def main() -> None:
         handle.sync_pwrite(whole, path)
         for opname in args.ops.split(","):
             rw = handle.sync_pread if opname == "read" else handle.sync_pwrite
-            cand = {"aio whole": lambda rw=rw: rw(whole, path)}
+
+            def at_once(rw: Any = rw) -> None:
+                rw(whole, path)
+
+            cand: dict[str, Callable[[], None]] = {"aio whole": at_once}
             for s in slices:
 
                 def sliced(s: int = s, rw: Any = rw) -> None:

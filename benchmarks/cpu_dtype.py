@@ -27,9 +27,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loopdev import loop_device
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.loopdev import loop_device
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 EMULATED = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -72,7 +73,8 @@ def plain(env: dict[str, str], reps: int) -> dict[str, dict[str, float]]:
         check=True,
         env={**os.environ, **env},
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    times: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return times
 
 
 def fio_bw(directory: Path) -> dict[str, float]:
@@ -105,7 +107,7 @@ def fio_bw(directory: Path) -> dict[str, float]:
     return out
 
 
-def run(mnt: Path, env: dict[str, str], steps: int, sets: list[str]) -> dict[str, object]:
+def run(mnt: Path, env: dict[str, str], steps: int, sets: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [IOTUNE, "--json", "run", "tiny_opt_nvme", "--nvme-path", str(mnt)]
         argv += ["--steps", str(steps), "--out", f"{tmp}/r", *sets]
@@ -153,7 +155,7 @@ def main() -> None:
                       f"write {bw['write'] / 2**20:.0f} MiB/s")  # fmt: skip
                 for variant, env in (("as is", {}), ("AVX2 (bf16 emulated)", EMULATED)):
                     torch_s = plain(env, args.reps)
-                    variants = [("auto", [])]
+                    variants: list[tuple[str, list[str]]] = [("auto", [])]
                     if args.bf16_too:
                         variants.append(("bf16", ["--set", "dtype=bf16"]))
                     for label, sets in variants:

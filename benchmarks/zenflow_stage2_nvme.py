@@ -30,7 +30,7 @@ def main() -> None:
         "nvme_path": str(swap),
         "pin_memory": True,
     }
-    spec = worker_spec(apply_sets(p, {"steps": steps}), cfg, run_dir, swap)
+    spec = worker_spec(apply_sets(p, {"steps": steps}), cfg, run_dir, [swap])
     (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ from tests.root.conftest import iotune, iotune_json
 pytestmark = pytest.mark.beside_study
 
 
-def by_name(doc: dict, name: str) -> dict:
-    found = [d for d in doc["devices"] if d["name"] == name]
+def by_name(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [d for d in doc["devices"] if d["name"] == name]
     assert found, f"{name} not listed: {[d['name'] for d in doc['devices']]}"
     return found[0]
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ GRID = ["--presets", "tiny_opt_ram,tiny_opt_nvme", "--ga", "1,2", "--steps", "2"
 ORDER = ["tiny_opt_ram", "tiny_opt_ram_ga2", "tiny_opt_nvme", "tiny_opt_nvme_ga2"]
 
 
-def _records(study: Path) -> list[dict[str, object]]:
+def _records(study: Path) -> list[dict[str, Any]]:
     f = study / "runs.jsonl"
     return [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
 

@@ -148,7 +148,8 @@ def test_a_missing_vmlinux_btf_is_named(tmp_path: Path, monkeypatch: pytest.Monk
 def test_doctor_says_when_trace_falls_back_to_classic_programs(tmp_path: Path) -> None:
     """No BTF, BTF without the fields the programs read, data that is not BTF: a warning
     naming the classic programs and why."""
-    from iotune.doctor import Status, check_btf
+    from iotune.checks import Status
+    from iotune.doctor import check_btf
     from iotune.probes.sysfs import SysTree
 
     tree = SysTree(tmp_path)

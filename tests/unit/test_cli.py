@@ -1,6 +1,7 @@
 """The CLI's contract: exit codes, one-line errors with a hint, JSON on stdout."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -8,9 +9,9 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune import doctor
+from iotune.checks import Check, Family, Status
 from iotune.cli import devices as devices_cli
 from iotune.cli.options import interrupted_exit, workload_exit
-from iotune.doctor import Family, Status
 from iotune.probes.host import RecordedHost
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -60,7 +61,7 @@ def test_nonexistent_device_path() -> None:
 
 
 def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     code, out, err = invoke("devices")
     assert code == 1
     assert out == ""
@@ -68,7 +69,7 @@ def test_devices_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices", "--json")
     assert code == 0
@@ -80,7 +81,7 @@ def test_devices_json_from_a_recorded_guest(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("devices")
     assert code == 0
@@ -90,7 +91,7 @@ def test_devices_table_shows_state_and_reasons(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_devices_all_includes_the_md_array(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(devices_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(devices_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     code, out, _ = invoke("--json", "devices", "--all")
     assert code == 0
@@ -98,12 +99,10 @@ def test_devices_all_includes_the_md_array(monkeypatch: pytest.MonkeyPatch) -> N
     assert "md127" in names
 
 
-def _fake_checks(*_: object, **__: object) -> list[doctor.Check]:
+def _fake_checks(*_: object, **__: object) -> list[Check]:
     return [
-        doctor.Check(
-            "md raid0", Status.FAIL, "no raid0", "boot another kernel", frozenset({Family.RAID})
-        ),
-        doctor.Check("fio", Status.PASS, "fio 3.33", needed_by=frozenset({Family.SWEEP})),
+        Check("md raid0", Status.FAIL, "no raid0", "boot another kernel", frozenset({Family.RAID})),
+        Check("fio", Status.PASS, "fio 3.33", needed_by=frozenset({Family.SWEEP})),
     ]
 
 

@@ -1,9 +1,11 @@
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from iotune import doctor
-from iotune.doctor import Family, Status
+from iotune.checks import Check, Family, Status, check_block_tracepoint
 from iotune.errors import NotRootError
 from iotune.probes.sysfs import SysTree
 
@@ -27,7 +29,7 @@ def test_tracefs_missing_fails_trace_with_the_mount_command(tmp_path: Path) -> N
 
 def test_block_tracepoint_fields_from_a_recorded_format_file() -> None:
     # the format file of block:block_rq_issue recorded from the CI host's kernel
-    c = doctor.check_block_tracepoint(SysTree(DATA / "ci-host"))
+    c = check_block_tracepoint(SysTree(DATA / "ci-host"))
     assert c.status is Status.PASS, c.found
 
 
@@ -35,7 +37,7 @@ def test_block_tracepoint_without_bytes_field_fails(tmp_path: Path) -> None:
     fmt = (DATA / "ci-host/sys/kernel/tracing/events/block/block_rq_issue/format").read_text()
     old = "\n".join(line for line in fmt.splitlines() if " bytes;" not in line)
     t = tree_with(tmp_path, {"/sys/kernel/tracing/events/block/block_rq_issue/format": old})
-    c = doctor.check_block_tracepoint(t)
+    c = check_block_tracepoint(t)
     assert c.status is Status.FAIL
     assert "bytes" in c.found
 
@@ -59,7 +61,7 @@ def test_md_raid0_from_mdstat_modules_or_missing(tmp_path: Path) -> None:
 
 
 def test_torch_report_without_gpu_warns_and_aio_states() -> None:
-    info = {
+    info: dict[str, Any] = {
         "torch": "2.13.0+cpu",
         "cuda": None,
         "gpus": [],
@@ -112,9 +114,9 @@ def test_gpu_is_described_with_memory() -> None:
 
 def test_ready_only_counts_failures_the_family_needs() -> None:
     checks = [
-        doctor.Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
-        doctor.Check("GPU", Status.WARN, "none"),
-        doctor.Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
+        Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
+        Check("GPU", Status.WARN, "none"),
+        Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
     ]
     assert [c.name for c in doctor.ready(checks, Family.RAID)] == ["md raid0"]
     assert doctor.ready(checks, Family.TRACE) == []
@@ -132,9 +134,9 @@ def test_memory_thresholds(tmp_path: Path) -> None:
 
 def test_missing_names_the_failed_checks_per_family() -> None:
     checks = [
-        doctor.Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
-        doctor.Check("torch", Status.FAIL, "no", needed_by=frozenset({Family.SWEEP, Family.TRAIN})),
-        doctor.Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
+        Check("md raid0", Status.FAIL, "no", needed_by=frozenset({Family.RAID})),
+        Check("torch", Status.FAIL, "no", needed_by=frozenset({Family.SWEEP, Family.TRAIN})),
+        Check("bcc", Status.PASS, "ok", needed_by=frozenset({Family.TRACE})),
     ]
     assert doctor.missing(checks) == {
         "raid": ["md raid0"],
@@ -150,9 +152,9 @@ def test_fix_mounts_tracefs_only_when_missing_and_only_as_root(
     mounted = tree_with(tmp_path / "a", {"/sys/kernel/tracing/events/README": ""})
     monkeypatch.setattr(doctor, "fix_tracefs", lambda: ["mount", "-t", "tracefs"])
     assert doctor.apply_fixes(mounted) == []
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert doctor.apply_fixes(SysTree(tmp_path / "b")) == ["mount -t tracefs"]
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(NotRootError, match="iotune doctor --fix needs root"):
         doctor.apply_fixes(SysTree(tmp_path / "b"))
 

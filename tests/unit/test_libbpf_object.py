@@ -50,4 +50,4 @@ def test_the_programs_and_the_readers_share_their_constants() -> None:
     fields = re.search(r"struct config \{(.*?)\};", src, re.S)
     assert fields is not None
     members = re.findall(r"u32 (\w+)(?:\[(\w+)\])?;", fields.group(1))
-    assert [m for m, _ in members] == [f for f, _ in libbpf.Config._fields_]
+    assert [m for m, _ in members] == [f[0] for f in libbpf.Config._fields_]

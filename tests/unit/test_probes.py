@@ -32,7 +32,7 @@ def kinds(d: BlockDevice) -> set[Use]:
 def test_qemu_nvme_identity_from_controller_sysfs() -> None:
     devs = devices("qemu-nvme")
     nvme = {d.serial: d for d in devs.values() if d.transport is Transport.NVME}
-    assert sorted(nvme) == ["IOT0", "IOT1", "IOT2", "IOT3", "IOT4", "IOT5"]
+    assert sorted(map(str, nvme)) == ["IOT0", "IOT1", "IOT2", "IOT3", "IOT4", "IOT5"]
     d = nvme["IOT0"]
     assert d.model == "QEMU NVMe Ctrl"
     assert d.firmware == "7.2.22"

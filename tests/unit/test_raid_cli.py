@@ -2,6 +2,7 @@
 confirmation, and exactly one JSON document on stdout."""
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ NAMES = ("nvme0n1", "nvme4n1", "nvme5n1")  # the blank drives of the recorded gu
 
 @pytest.fixture
 def guest(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    monkeypatch.setattr(raid_cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(raid_cli, "LiveHost", lambda: RecordedHost(DATA / "qemu-nvme"))
     monkeypatch.setattr(raid_host, "find_array", lambda host, name: None)
     monkeypatch.setattr(

@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from matplotlib.axes import Axes
+from matplotlib.patches import Rectangle
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
 from iotune.report import document, figures, tables
 from iotune.report.load import load
 from iotune.study import plan
-from iotune.study.record import forward_backward, summarize_run
+from iotune.study.record import summarize_run
 from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import estimate, zenflow_schedule
 from iotune.train.predict import (
@@ -32,7 +34,9 @@ from iotune.train.predict import (
     predict,
 )
 from iotune.train.presets import get_preset
+from iotune.train.results import forward_backward
 from iotune.units import GIB
+from tests.unit.plots import values as _values
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"
 RUN_DOC = Path(__file__).resolve().parents[2] / "benchmarks/results/gpu-study-h100/opt_nvme_1b.json"
@@ -154,6 +158,7 @@ def test_prediction_is_reads_cpu_writes_one_after_the_other() -> None:
     pr = predict(p, e, bw, adam, base)
     # the RAM run's optimizer step stands for everything but the swapping
     assert pr.optimizer_s == pytest.approx(rd / (2 * GIB) + 0.9 + wr / (4 * GIB))
+    assert pr.optimizer_s is not None
     assert pr.step_s == pytest.approx(1.5 + pr.optimizer_s + 4 * sw.n_g / (4 * GIB))
     # the gradients' writing hides behind the last micro-step's backward; what is left of it
     # lengthens the step, and nothing when the backward is the longer
@@ -181,6 +186,7 @@ def test_parameter_offload_adds_its_fetches_and_its_write_back() -> None:
     fetch = eq.steady_step.read - (12 * sw.n_s + 4 * sw.n_g)
     back = eq.steady_step.write - 12 * sw.n_s - 4 * sw.n_g
     assert fetch > 0 and back == 2 * sw.n_p
+    assert pp.optimizer_s is not None and pp.step_s is not None
     assert pq.optimizer_s == pytest.approx(pp.optimizer_s + back / (4 * GIB))
     assert pq.step_s == pytest.approx(pp.step_s + back / (4 * GIB) + fetch / (2 * GIB))
     assert any("parameters in forward + backward" in w for w, _ in pq.terms)
@@ -281,9 +287,15 @@ def test_size_table_rows_are_the_records() -> None:
     assert col["R other"] == f"{rec['measured']['read_other']:,}"
 
 
-def _bars(ax: Any, gid: str) -> list[tuple[float, float]]:
+def _rectangles(ax: Axes) -> list[Rectangle]:
+    return [p for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def _bars(ax: Axes, gid: str) -> list[tuple[float, float]]:
     return [
-        (p.get_x() + p.get_width() / 2, p.get_height()) for p in ax.patches if p.get_gid() == gid
+        (p.get_x() + p.get_width() / 2, p.get_height())
+        for p in _rectangles(ax)
+        if p.get_gid() == gid
     ]
 
 
@@ -305,7 +317,7 @@ def test_step_time_figure_draws_each_runs_step_and_optimizer() -> None:
         for r in records()
         if r["size"] == "1b" and (r.get("prediction") or {}).get("step_s")
     )
-    assert sorted(y for ln in preds for y in ln.get_ydata()) == pytest.approx(want_pred)
+    assert sorted(y for ln in preds for y in _values(ln.get_ydata())) == pytest.approx(want_pred)
 
 
 def test_nvme_bytes_figure_draws_measured_beside_estimated() -> None:
@@ -328,7 +340,7 @@ def test_optimizer_share_figure_is_optimizer_over_step() -> None:
     assert d is not None
     ax = d.fig.axes[0]
     names = [t.get_text() for t in ax.get_yticklabels()]
-    widths = [p.get_width() for p in ax.patches if p.get_gid() == "optimizer"]
+    widths = [p.get_width() for p in _rectangles(ax) if p.get_gid() == "optimizer"]
     recs = by_name()
     assert widths == pytest.approx(
         [100 * recs[n]["measured"]["optimizer_s"] / recs[n]["measured"]["step_s"] for n in names]
@@ -358,6 +370,7 @@ def test_sweep_heatmap_cells_are_the_best_bandwidth_at_each_block_and_depth() ->
     ax = d.fig.axes[0]
     assert ax.get_title().startswith("read, GiB/s")
     grid = ax.images[0].get_array()
+    assert grid is not None
     recs = [r for r in data.sweeps[0].records if r["op"] == "read"]
     bss = sorted({r["block_size"] for r in recs})
     qds = sorted({r["queue_depth"] for r in recs})
@@ -371,12 +384,12 @@ def test_adam_threads_figure_is_ms_per_billion_parameters() -> None:
     d = figures.adam_threads([doc], document.study_threads())
     assert d is not None
     (measured,) = [ln for ln in d.fig.axes[0].lines if ln.get_gid() == "measured"]
-    assert list(measured.get_xdata()) == [4, 8, 16]
-    assert list(measured.get_ydata()) == pytest.approx(
+    assert _values(measured.get_xdata()) == [4, 8, 16]
+    assert _values(measured.get_ydata()) == pytest.approx(
         [r["step_ms_median"] * 1e9 / r["params"] for r in doc["rows"]]
     )
     (study,) = [ln for ln in d.fig.axes[0].lines if ln.get_gid() == "study"]
-    assert list(study.get_xdata()) == [1, 2, 4, 6]
+    assert _values(study.get_xdata()) == [1, 2, 4, 6]
 
 
 def test_report_writes_markdown_pngs_and_a_self_contained_html(tmp_path: Path) -> None:
@@ -511,6 +524,7 @@ def test_study_table_shows_no_estimate_beside_a_run_that_swaps_nothing() -> None
 def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
     tmp_path: Path,
 ) -> None:
+    from iotune.records import SWAP_REHEARSALS
     from iotune.sweep import swap
     from iotune.train.estimate import swapped_counts
     from iotune.train.presets import preset_with
@@ -526,7 +540,7 @@ def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
     assert need_cut == 12 * sw.n_s + 4 * sw.n_g < need_whole
     # find() tells the two rehearsals apart by their sets
     base = {"status": "ok", "preset": "tiny_opt_nvme", **swap.config_of(cut)}
-    (tmp_path / swap.SWAP).write_text(json.dumps({**base, "sets": list(sets)}) + "\n")
+    (tmp_path / SWAP_REHEARSALS).write_text(json.dumps({**base, "sets": list(sets)}) + "\n")
     assert swap.find(tmp_path, "tiny_opt_nvme", swap.config_of(cut), sets) is not None
     assert swap.find(tmp_path, "tiny_opt_nvme", swap.config_of(cut)) is None
 
@@ -549,8 +563,8 @@ def test_prediction_notes_a_rehearsal_of_other_files_than_the_runs(tmp_path: Pat
     assert bw is not None and bw.pattern == "swap" and bw.read == 1.0 * GIB
     assert bw.note is not None and "0.931 GiB read per step" in bw.note
     own = _swap_record("opt_nvme_1b", aio, 1.5 * GIB, 1.25 * GIB)
-    with (sweep / "swap.jsonl").open("a") as f:
-        f.write(json.dumps(own) + "\n")
+    with (sweep / "swap.jsonl").open("a") as out:
+        out.write(json.dumps(own) + "\n")
     bw, _, _ = measured_inputs(p, cfg, str(sweep), None, None)
     assert bw is not None and bw.read == 1.5 * GIB and bw.note is None
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.text import Annotation
 
 from iotune.errors import UsageError
 from iotune.probes.sysfs import SysTree
@@ -16,6 +17,7 @@ from iotune.study.plan import Item
 from iotune.study.runner import StudySpec
 from iotune.study.volumes import Volume, check_distinct, member_faults, parse_volume
 from iotune.train.presets import get_preset
+from tests.unit.plots import values
 
 SINGLE = Volume("single", "/mnt/a", None, ("nvme0n1",))
 RAID2 = Volume("raid0x2", "/mnt/b", "/s", ("nvme1n1", "nvme2n1"), "raid0", 524288, "md0")
@@ -98,11 +100,12 @@ def test_report_rows_per_volume_and_the_step_against_drives() -> None:
     assert d is not None
     ax = d.fig.axes[0]
     lines = {ln.get_gid(): ln for ln in ax.get_lines()}
-    assert list(lines["measured-opt_nvme"].get_xdata()) == [1, 2, 4]
-    assert list(lines["measured-opt_nvme"].get_ydata()) == [8.0, 5.0, 3.0]
-    assert list(lines["predicted-opt_nvme"].get_ydata()) == [8.0, 5.0, 3.0]
+    assert values(lines["measured-opt_nvme"].get_xdata()) == [1, 2, 4]
+    assert values(lines["measured-opt_nvme"].get_ydata()) == [8.0, 5.0, 3.0]
+    assert values(lines["predicted-opt_nvme"].get_ydata()) == [8.0, 5.0, 3.0]
     # drive-bound on 1 and 2 drives (6 s, 3 s of swaps against 2 s), not on 4 (1 s)
     (mark,) = [t for t in ax.texts if t.get_text() == "no longer drive-bound"]
+    assert isinstance(mark, Annotation)
     assert mark.xy == (4, 3.0)
     assert "stops being drive-bound at 4 drives" in d.caption
     # one volume size only: nothing to draw

@@ -271,8 +271,8 @@ def test_a_named_backend_is_taken_or_refused(tmp_path: Path) -> None:
 
 
 def test_other_io_names_each_submitter_that_is_not_the_workload() -> None:
+    from iotune.trace.outputs import other_io
     from iotune.trace.render import other_io_line
-    from iotune.trace.runner import other_io
 
     vda, vdb = kernel_dev(254, 0), kernel_dev(254, 16)
     owners = {
