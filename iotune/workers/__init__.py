@@ -71,8 +71,9 @@ ZYGOTE_ENV = "IOTUNE_ZYGOTE"
 
 def command(module: str, *args: str) -> list[str]:
     """How to start worker *module* (``python -m MODULE ARGS``), or, where ``$IOTUNE_ZYGOTE``
-    names a live zygote's socket, its client, which forks the worker from a process that has
-    imported torch and DeepSpeed already (iotune/workers/zygote.py)."""
+    names a zygote's socket, its client, which forks the worker from a process that has
+    imported torch and DeepSpeed already (iotune/workers/zygote.py); a client that finds no
+    server there starts the worker itself."""
     return [sys.executable, "-m", *module_args(module, *args)]
 
 

@@ -6,7 +6,7 @@ transformers once forks each worker from itself.
 
 On most hosts a worker's imports take seconds, but where Python itself is slow (an emulated
 guest, a virtualenv on a network filesystem) they take minutes, and a study starts two
-workers per run. With ``IOTUNE_ZYGOTE`` naming a live server's socket, iotune starts
+workers per run. With ``IOTUNE_ZYGOTE`` naming a server's socket, iotune starts
 ``python -m iotune.workers.zygote client SOCKET MODULE ARGS...`` where it would have started
 ``python -m MODULE ARGS...``: the client hands its stdin, stdout, stderr, environment and
 working directory over the socket, the server forks a child that takes them and runs MODULE
@@ -21,7 +21,9 @@ its exit code) until the child ends:
   (the child leads one of its own, with any helper process it starts), SIGKILL to it
   KILL_AFTER_S later if it is still there, as the tracer does to a workload it started;
 - the server waits for the child and sends its wait status; the client exits with the
-  child's exit code (128 + N for a signal N, as a shell reports it).
+  child's exit code (128 + N for a signal N, as a shell reports it);
+- a client that finds no server at SOCKET (its zygote was killed and left the socket file)
+  says so in one line on stderr and runs MODULE in its own process, as ``python -m`` would.
 
 The server forks from a process that has imported but never computed: no thread, no
 OpenMP pool, no accelerator state is inherited.
@@ -213,7 +215,15 @@ def client(path: str, module: str, args: list[str]) -> int:
     # would otherwise go on training in the zygote's process tree
     die_with_parent()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(path)
+    try:
+        conn.connect(path)
+    except OSError as e:  # a socket left by a zygote that has gone, or not a socket at all
+        sys.stderr.write(
+            f"iotune zygote: no server at {path} ({e.strerror or e}); "
+            f"{module} runs in this process\n"
+        )
+        sys.stderr.flush()
+        return _run_module(module, args)
     req = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
     socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
     hello = _recv_msg(conn)

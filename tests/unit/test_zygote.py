@@ -83,6 +83,30 @@ def test_without_a_zygote_a_worker_is_a_fresh_interpreter(tmp_path: Path) -> Non
         os.environ.pop(ZYGOTE_ENV)
 
 
+def test_a_client_without_a_server_starts_the_worker_itself(tmp_path: Path) -> None:
+    """A socket file whose zygote has gone (or a path that is no socket): one line on stderr,
+    then the worker runs in the client's process, with its argv, streams and exit code."""
+    import socket
+
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(stale))  # bound, never listening: what a killed server leaves behind
+    plain = tmp_path / "plain-file"
+    plain.write_text("")
+    for path in (stale, plain):
+        p = _client(path, "exit", "5", cwd=tmp_path)
+        out, err = p.communicate("hi\n", timeout=60)
+        assert p.returncode == 5, err
+        said = json.loads(out)
+        assert said["pid"] == p.pid and said["argv"] == ["exit", "5"] and said["stdin"] == "hi"
+        first, *rest = err.splitlines()
+        assert first == (
+            f"iotune zygote: no server at {path} (Connection refused); "
+            f"{TARGET} runs in this process"
+        )
+        assert rest == ["to stderr"]
+
+
 def test_the_forked_worker_gets_the_clients_streams_env_and_exit_code(
     zygote: Path, tmp_path: Path
 ) -> None:
