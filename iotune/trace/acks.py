@@ -7,7 +7,9 @@ to the drive): a tracer that reads the event later than that, on a host whose CP
 would count that I/O in the step before. So a worker that finds ``$IOTUNE_EVENTS_ACK``
 marks each of its events ``"ack": true`` and waits after it until the tracer has taken its
 sample: one byte through a FIFO. The tracer holds the FIFO's write end for as long as it
-traces, so a worker whose tracer has gone reads the end of the file and stops waiting.
+traces, so a worker whose tracer has gone reads the end of the file and stops waiting. The
+FIFO's folder is named for the tracer's pid: a tracer killed with SIGKILL leaves it behind,
+and the next tracer on the host removes it.
 
 A single process only: the ranks of a multi-rank run would take each other's bytes. They
 report their steps as before (a tracer starved of CPU can then merge two steps' counts).
@@ -30,11 +32,17 @@ ACK_ENV = "IOTUNE_EVENTS_ACK"
 WAIT_S = 300.0
 
 
+#: the FIFO's folder in the temporary directory: iotune-ack-<the tracer's pid>-<random>
+PREFIX = "iotune-ack-"
+
+
 class AckSender:
     """The tracer's side: a FIFO in a private folder, its write end held open."""
 
     def __init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="iotune-ack-"))
+        tmp = Path(tempfile.gettempdir())
+        sweep_orphans(tmp)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=tmp))
         self.path = self._dir / "ack"
         os.mkfifo(self.path, 0o600)
         # read and write: the open never blocks, and the FIFO has a writer from now on
@@ -55,6 +63,28 @@ class AckSender:
             os.close(self._fd)
             self._fd = None
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def sweep_orphans(tmp: Path) -> list[Path]:
+    """Remove the FIFO folders of tracers that are gone without closing (killed with
+    SIGKILL); the folders it removed."""
+    gone = []
+    for d in tmp.glob(f"{PREFIX}*"):
+        pid = d.name.removeprefix(PREFIX).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class AckWaiter:

@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,6 +121,38 @@ def test_a_worker_that_opens_the_fifo_after_its_tracer_has_gone_does_not_wait(
     started = time.monotonic()
     waiter.wait()
     assert not waiter.active and time.monotonic() - started < 5
+
+
+def test_a_killed_tracers_fifo_folder_is_removed_by_the_next_tracer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL leaves the tracer no chance to remove its FIFO's folder: the next tracer on
+    the host removes it, and keeps the folder of a tracer that is still running."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    code = "from iotune.trace.acks import AckSender; print(AckSender().path, flush=True); input()"
+    killed, running = (
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    )
+    try:
+        paths = [Path(_line(p, 60) or "") for p in (killed, running)]
+        assert all(p.exists() for p in paths), paths
+        killed.kill()
+        killed.wait()
+        acks = AckSender()
+        try:
+            assert not paths[0].parent.exists()  # the killed tracer's
+            assert paths[1].exists()  # the running tracer's
+            assert acks.path.parent.name.startswith(f"iotune-ack-{os.getpid()}-")
+        finally:
+            acks.close()
+    finally:
+        for p in (killed, running):
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("world_size", ["2", None])
