@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +30,7 @@ from tests.vm.study_lab import (
     bring_up,
     lose_a_member,
     run_all,
+    summary,
 )
 
 KEEP = "these bytes must survive every refusal\n"
@@ -114,7 +116,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         for name in getattr(item, "fixturenames", ())
     }
     for name in sorted(wanted & set(SETUPS)):
-        _early[name] = Early(SETUPS[name])
+        _early[name] = _made(SETUPS[name])
     _wanted.update(wanted)
     if wanted & RUN_FIXTURES:
         session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
@@ -152,7 +154,7 @@ def _start_runs(lost: bool = False) -> None:
         return
     early = _early.get("lab")
     if early is None or early.stopped:
-        early = _early["lab"] = Early(bring_up)
+        early = _early["lab"] = _made(bring_up)
 
     def go_on() -> None:
         if early.cancel.is_set():
@@ -173,12 +175,43 @@ def _start_runs(lost: bool = False) -> None:
     pool.shutdown(wait=False)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The RAID0 study's steps, measured and predicted, where its runs ended well."""
+    done = RUNS.get("lab_runs")
+    if done is None or not done.done() or done.exception() is not None:
+        return
+    terminalreporter.write_sep("=", "RAID0 study in the vm tier")
+    for line in summary(done.result()):
+        terminalreporter.write_line(line)
+
+
+#: every set-up this session made, for the removal of its guests' folders
+_all_early: list[Early[Any]] = []
+
+
+def _made(setup: Callable[[list[Guest], Event, dict[str, str]], Any]) -> Early[Any]:
+    early = Early(setup)
+    _all_early.append(early)
+    return early
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every set-up is stopped (those the fixtures took are already), each of them even if
     one before it fails (a second Ctrl-C, say): one that no test took, and the lab the
-    study's runs took if its tests never came."""
-    _stop_all([early for early in _early.values() if not early.stopped])
+    study's runs took if its tests never came. The guests' folders (drive images, logs,
+    the study's records) are removed when every test passed, kept to read otherwise."""
+    try:
+        _stop_all([early for early in _early.values() if not early.stopped])
+    finally:
+        folders = [guest.workdir for early in _all_early for guest in early.guests]
+        if exitstatus == pytest.ExitCode.OK:
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+        elif folders:
+            session.config.get_terminal_writer().line(
+                "vm tier: the guests' folders are kept: " + " ".join(map(str, folders))
+            )
 
 
 def _stop_all(rest: list[Early[Any]]) -> None:
@@ -196,7 +229,7 @@ def _guests(name: str) -> Iterator[Any]:
         pytest.fail("the vm tier needs root (QEMU, loop images): run 'sudo scripts/setup.sh test'")
     early = _early.get(name)
     if early is None or early.stopped:
-        early = _early[name] = Early(SETUPS[name])
+        early = _early[name] = _made(SETUPS[name])
     try:
         yield early.take()
     finally:

@@ -165,6 +165,34 @@ class LabRuns:
     plans: dict[str, dict[int, dict[str, Any]]]
 
 
+def runs_by_volume(study: dict[str, Any], strategy: str) -> dict[str, dict[str, Any]]:
+    """The study's runs of *strategy* by volume name."""
+    return {
+        r["volume"]["name"]: r
+        for r in study["runs"]
+        if r.get("strategy") == strategy and r.get("volume")
+    }
+
+
+def summary(runs: LabRuns) -> list[str]:
+    """The study's steps, measured and predicted (the study's and the planner's), a line per
+    strategy and volume: for the test session's summary, whose guest folders go when every
+    test passed."""
+    lines = []
+    for s in STRATEGIES:
+        for name, r in runs_by_volume(runs.study, s).items():
+            m = r["measured"]["step_s"]
+            pred = (r.get("prediction") or {}).get("step_s")
+            plan = runs.plans.get(s, {}).get(len(VOLUMES[name]), {}).get("step_s")
+            said = [
+                f"{who} {p:.2f} s ({100 * (p - m) / m:+.1f}%)"
+                for who, p in (("study", pred), ("planner", plan))
+                if p is not None
+            ]
+            lines.append(f"{s} on {name}: step {m:.2f} s measured; " + ", ".join(said))
+    return lines
+
+
 def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
     """The study's sweeps, the study itself (minutes, mostly waiting on the throttled
     drives), then the planner's answers from them; *go_on* raises to stop between them."""

@@ -31,6 +31,7 @@ from tests.vm.study_lab import (
     Lab,
     LabRuns,
     LostMember,
+    runs_by_volume,
 )
 
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
@@ -45,15 +46,6 @@ def sweeps(lab_runs: LabRuns) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def study(lab_runs: LabRuns) -> dict[str, Any]:
     return lab_runs.study
-
-
-def _runs(study: dict[str, Any], strategy: str) -> dict[str, dict[str, Any]]:
-    """The strategy's runs by volume name."""
-    return {
-        r["volume"]["name"]: r
-        for r in study["runs"]
-        if r.get("strategy") == strategy and r.get("volume")
-    }
 
 
 def _baseline(study: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +70,7 @@ def _swept(sweep: dict[str, Any]) -> float:
 def test_every_run_finished_on_its_volume(study: dict[str, Any], lab: Lab) -> None:
     _baseline(study)
     for s in STRATEGIES:
-        runs = _runs(study, s)
+        runs = runs_by_volume(study, s)
         assert sorted(runs) == sorted(VOLUMES), (s, sorted(runs))
         for name, r in runs.items():
             assert r["status"] == "ok", (s, name, r.get("error"))
@@ -98,7 +90,7 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
     to the filesystem's own), each member within 5% of its share of the model's bytes (and
     of the parameter files a step shifted)."""
     for s in STRATEGIES:
-        for name, r in _runs(study, s).items():
+        for name, r in runs_by_volume(study, s).items():
             doc = _run_json(r)
             est = doc["estimate"]["steady_step"]
             members = doc["drives"]
@@ -145,7 +137,7 @@ def test_the_sweeps_rehearse_the_runs_swapping(
     for name in VOLUMES:
         r = sweeps[name]["swap"]
         assert r["status"] == "ok" and r["sets"] == list(SETS), r
-        run = _runs(study, "opt_nvme")[name]
+        run = runs_by_volume(study, "opt_nvme")[name]
         want = _run_json(run)["estimate"]["steady_step"]["read"]
         assert abs(r["read_bytes"] - want) <= 0.01 * want, (name, r["read_bytes"], want)
 
@@ -161,7 +153,7 @@ def test_the_step_shrinks_with_the_drives(
     bw = {name: _swept(sweeps[name]) for name in VOLUMES}
     assert bw["raid0x2"] / bw["single"] > 1.6 and bw["raid0x4"] / bw["single"] > 3.2, bw
     for s in STRATEGIES:
-        runs = _runs(study, s)
+        runs = runs_by_volume(study, s)
         step = {name: runs[name]["measured"]["step_s"] for name in VOLUMES}
         assert step["single"] > step["raid0x2"] > step["raid0x4"], (s, step)
         assert plans[s][1]["drive_bound"] and plans[s][2]["drive_bound"], (s, plans[s])
@@ -175,7 +167,7 @@ def test_the_step_shrinks_with_the_drives(
 
 def test_the_study_predicts_each_volume_within_15_percent(study: dict[str, Any]) -> None:
     for s in STRATEGIES:
-        for name, r in _runs(study, s).items():
+        for name, r in runs_by_volume(study, s).items():
             pred = (r.get("prediction") or {}).get("step_s")
             m = r["measured"]["step_s"]
             assert pred is not None, (s, name, r.get("prediction"))
@@ -188,7 +180,7 @@ def test_the_planner_answers_from_one_drive_within_15_percent(
     """`estimate --drives 1,2,4` from the single drive's sweep and the RAM run, against the
     steps measured on the single drive and the two arrays."""
     for s in STRATEGIES:
-        runs = _runs(study, s)
+        runs = runs_by_volume(study, s)
         for k, name in ((1, "single"), (2, "raid0x2"), (4, "raid0x4")):
             m = runs[name]["measured"]["step_s"]
             pred = plans[s][k]["step_s"]
