@@ -245,6 +245,12 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
                 if ram.get("measured_process")
                 else ""
             )
+            + (
+                "; the worker was forked from a zygote: its RSS leaves out the imported pages it "
+                "has not touched"
+                if ram.get("forked")
+                else ""
+            )
         )
     for c in result.get("diskstats_check", []):
         con.print(f"{c['device']}: traced vs /sys/block/{c['device']}/stat: {c['summary']}")

@@ -96,6 +96,8 @@ def _host_ram(est: Estimate, events: list[dict[str, Any]]) -> dict[str, Any]:
         "measured_process": int(ready["host_rss_bytes"])
         if ready and ready.get("host_rss_bytes")
         else None,
+        # a worker forked from a zygote: its RSS leaves out the imports' untouched pages
+        "forked": any(e.get("forked") for e in events if e.get("event") == "ready"),
         "ratio": round(max(peaks) / est.host_bytes, 3) if peaks and est.host_bytes else None,
     }
 

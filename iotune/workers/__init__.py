@@ -69,6 +69,21 @@ def compiler_cache() -> dict[str, str]:
 ZYGOTE_ENV = "IOTUNE_ZYGOTE"
 
 
+#: this process's origin: set in a worker the zygote has just forked
+_origin = {"forked": False}
+
+
+def mark_forked() -> None:
+    """Called in a worker the zygote has just forked (iotune/workers/zygote.py)."""
+    _origin["forked"] = True
+
+
+def forked() -> bool:
+    """Whether this process is a worker the zygote forked: its RSS then leaves out the pages
+    of the zygote's imports that it has not touched itself."""
+    return _origin["forked"]
+
+
 def command(module: str, *args: str) -> list[str]:
     """How to start worker *module* (``python -m MODULE ARGS``), or, where ``$IOTUNE_ZYGOTE``
     names a zygote's socket, its client, which forks the worker from a process that has

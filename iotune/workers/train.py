@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.trace.acks import AckWaiter
-from iotune.workers import die_with_parent, stdout_to_stderr
+from iotune.workers import die_with_parent, forked, stdout_to_stderr
 from iotune.workers.torch_probe import cpu_bf16
 
 
@@ -291,6 +291,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "host_rss_bytes": rss,
             "host_rss_peak_bytes": rss_peak,
+            "forked": forked(),
             "proc_io": _proc_io(),
         }
     )

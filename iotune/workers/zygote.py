@@ -164,6 +164,9 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
+    from iotune.workers import mark_forked
+
+    mark_forked()
     code = 1
     try:
         os.setpgid(0, 0)  # a group of its own: the server's signals reach its helpers too

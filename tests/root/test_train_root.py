@@ -311,6 +311,13 @@ def test_forced_bf16_on_an_emulating_cpu_warns_with_the_measured_cost(tmp_path: 
     doc = json.loads((out / "run.json").read_text())
     assert doc["dtype"]["name"] == "bf16" and doc["dtype"]["native_bf16"] is False
     assert any("float32's time" in n for n in doc["notes"])
+    # its worker came from the tier's zygote, and the host-RAM line says what that leaves out
+    assert doc["host_ram"]["forked"] is True
+    (ram,) = [x for x in p.stdout.splitlines() if x.startswith("host RAM: ")]
+    assert ram.endswith(
+        "; the worker was forked from a zygote: its RSS leaves out the imported pages it "
+        "has not touched"
+    )
 
 
 def test_params_offload_runs_with_sized_buffers(
@@ -362,6 +369,7 @@ def _peak_rss_matches_the_estimate(doc: dict[str, Any]) -> None:
     plain worker: one forked from a zygote leaves out of its RSS the library pages the
     zygote's imports touched (fp32 here: 0.88x the estimate from the zygote, 0.94x plain)."""
     ram = doc["host_ram"]
+    assert ram["forked"] is False
     assert ram["measured_peak"] and ram["estimate_peak"] == doc["estimate"]["host_bytes"]
     assert 0.9 <= ram["measured_peak"] / ram["estimate_peak"] <= 1.1, ram
 

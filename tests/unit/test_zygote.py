@@ -99,6 +99,7 @@ def test_a_client_without_a_server_starts_the_worker_itself(tmp_path: Path) -> N
         assert p.returncode == 5, err
         said = json.loads(out)
         assert said["pid"] == p.pid and said["argv"] == ["exit", "5"] and said["stdin"] == "hi"
+        assert said["forked"] is False
         first, *rest = err.splitlines()
         assert first == (
             f"iotune zygote: no server at {path} (Connection refused); "
@@ -121,6 +122,7 @@ def test_the_forked_worker_gets_the_clients_streams_env_and_exit_code(
         "pid": said["pid"],
         "cwd": str(tmp_path),
         "stdin": "hello",
+        "forked": True,
     }
     assert said["pid"] != p.pid  # forked by the zygote, not the client itself
     assert "to stderr" in err

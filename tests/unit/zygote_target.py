@@ -6,6 +6,8 @@ import signal
 import sys
 import time
 
+from iotune.workers import forked
+
 if __name__ == "__main__":
     print(
         json.dumps(
@@ -15,6 +17,7 @@ if __name__ == "__main__":
                 "pid": os.getpid(),
                 "cwd": os.getcwd(),
                 "stdin": sys.stdin.readline().strip(),
+                "forked": forked(),
             }
         ),
         flush=True,
