@@ -72,6 +72,18 @@ def which(tool: str) -> str | None:
     return shutil.which(tool, path=extra)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process *pid* exists (another user's included): for what a killed process
+    left behind, named by its pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _resolve(argv: Sequence[str | Path]) -> list[str]:
     """argv as strings with the program looked up, or ToolMissing naming its package."""
     args = [str(a) for a in argv]

@@ -5,7 +5,6 @@ keeps every finished run and redoes only the one in flight."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.proc import pid_alive
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, eta, plan_row, weight, with_ga
@@ -131,16 +131,6 @@ def _est(p: Preset, aio: dict[str, Any] | None) -> Estimate:
     return estimate(p, ds_config(p, aio=aio))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clear_in_flight(out: Path, p: Preset, nvme: Path | None, run: str | None = None) -> list[str]:
     """What a run killed in flight left: its directory (kept aside under runs/.partial/) and
     its swap directory on the offload path (removed unless its process still lives)."""
@@ -158,7 +148,7 @@ def clear_in_flight(out: Path, p: Preset, nvme: Path | None, run: str | None = N
     if root and root.is_dir():
         for swap in root.glob(f"{SWAP_PREFIX}{run}-*"):
             pid = swap.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(swap, ignore_errors=True)
                 said.append(f"removed {swap}, left by a run that was killed")
     return said

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from iotune.proc import pid_alive
+
 ACK_ENV = "IOTUNE_EVENTS_ACK"
 #: how long a worker waits for an acknowledgement before it goes on without them: a guard
 #: against a tracer that hangs, far beyond any sample's time
@@ -65,26 +67,13 @@ class AckSender:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def sweep_orphans(tmp: Path) -> list[Path]:
+def sweep_orphans(tmp: Path) -> None:
     """Remove the FIFO folders of tracers that are gone without closing (killed with
-    SIGKILL); the folders it removed."""
-    gone = []
+    SIGKILL)."""
     for d in tmp.glob(f"{PREFIX}*"):
         pid = d.name.removeprefix(PREFIX).partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-            gone.append(d)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class AckWaiter:
