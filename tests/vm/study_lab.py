@@ -174,6 +174,12 @@ def runs_by_volume(study: dict[str, Any], strategy: str) -> dict[str, dict[str, 
     }
 
 
+def ram_run(study: dict[str, Any]) -> dict[str, Any]:
+    """The study's one RAM-offload run: the baseline of the predictions."""
+    (ram,) = [r for r in study["runs"] if r.get("strategy") == "opt_ram"]
+    return dict(ram)
+
+
 def summary(runs: LabRuns) -> list[str]:
     """The study's steps, measured and predicted (the study's and the planner's), a line per
     strategy and volume: for the test session's summary, whose guest folders go when every
@@ -206,7 +212,7 @@ def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
 def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
     """``iotune estimate --drives 1,2,4`` per strategy, from the single drive's sweep and the
     study's RAM run."""
-    (ram,) = [r for r in study["runs"] if r.get("strategy") == "opt_ram"]
+    ram = ram_run(study)
     out = {}
     for s in STRATEGIES:
         doc = lab.iotune_json(

@@ -31,6 +31,7 @@ from tests.vm.study_lab import (
     Lab,
     LabRuns,
     LostMember,
+    ram_run,
     runs_by_volume,
 )
 
@@ -49,9 +50,9 @@ def study(lab_runs: LabRuns) -> dict[str, Any]:
 
 
 def _baseline(study: dict[str, Any]) -> dict[str, Any]:
-    (ram,) = [r for r in study["runs"] if r.get("strategy") == "opt_ram"]
+    ram = ram_run(study)
     assert ram["status"] == "ok", ram
-    return dict(ram)
+    return ram
 
 
 def _run_json(r: dict[str, Any]) -> dict[str, Any]:
