@@ -20,7 +20,6 @@ from iotune.workers.train import Events
 #: a worker: two events, each written to the events file and waited for
 WORKER = """
 import sys
-import time
 from pathlib import Path
 from iotune.workers.train import Events
 ev = Events(Path(sys.argv[1]), 0, "node")
