@@ -36,9 +36,15 @@ class ScriptPlan:
         from iotune.train.swapwatch import StepWatch
 
         tracer = Tracer(req)
-        with StepWatch(self.nvme_path, tracer.events_path) as watch:
+        optimizer = self.est.swapped.n_s > 0
+        with StepWatch(
+            self.nvme_path, tracer.events_path, optimizer=optimizer, ranks=self.preset.ranks
+        ) as watch:
             result = tracer.run()
-        result["script"] = compare(self, result.get("steps") or [], watch.inited)
+        doc = compare(self, result.get("steps") or [], watch.inited)
+        doc["late_cuts"] = watch.late_cuts
+        doc["events_lost"] = watch.overflowed
+        result["script"] = doc
         return result
 
 
@@ -128,7 +134,7 @@ def compare(plan: ScriptPlan, steps: list[dict[str, Any]], inited: bool) -> dict
         "model": plan.preset.geometry.family,
         "params": e.params,
         "nvme_path": str(plan.nvme_path),
-        "boundaries": "DeepSpeed's swap folder (optimizer or parameter files rewritten)",
+        "boundaries": "DeepSpeed's swap folder (every optimizer or parameter file rewritten)",
         "initialised": inited,
         "steps_found": n_steps,
         "rows": rows,
@@ -182,6 +188,18 @@ def print_script(con: Console, doc: dict[str, Any]) -> None:
         con.print(
             f"total over initialisation and {doc['steps_found']} step(s): read "
             f"{m['read'] / div:.3f} {unit} (predicted {p['read'] / div:.3f}), written "
-            f"{m['write'] / div:.3f} {unit} (predicted {p['write'] / div:.3f}); a cut falls "
-            "on the poll after a step's last write, so I/O can shift between neighbours"
+            f"{m['write'] / div:.3f} {unit} (predicted {p['write'] / div:.3f}); each cut falls "
+            "where the round's last state file has been written and closed"
+        )
+    if doc.get("late_cuts") or doc.get("events_lost"):
+        con.print(
+            "[yellow]some cuts are late[/]: "
+            + (
+                f"{doc['late_cuts']} round(s) ended when a file was written again (their "
+                "files were not the model's), "
+                if doc.get("late_cuts")
+                else ""
+            )
+            + ("the kernel dropped inotify events, " if doc.get("events_lost") else "")
+            + "so I/O can shift between neighbouring steps"
         )

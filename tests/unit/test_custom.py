@@ -148,31 +148,88 @@ def test_advice_on_a_sub_group_that_pins_the_whole_model() -> None:
     assert advise(p, ds_config(p), estimate(p, ds_config(p))) == []
 
 
-def test_the_step_watch_cuts_where_every_state_file_is_rewritten(tmp_path: Path) -> None:
-    """Initialisation writes the fp32 file, each step rewrites it and the moments; gradient
-    files (written in backward) do not count."""
-    rank = tmp_path / "zero_stage_3" / "optimizer" / "rank0"
-    rank.mkdir(parents=True)
+def _events(path: Path) -> list[tuple[str, int]]:
+    return [(e["event"], e["step"]) for e in map(json.loads, path.read_text().splitlines())]
+
+
+def test_the_step_watch_counts_rounds_of_writes_not_pauses(tmp_path: Path) -> None:
+    """Initialisation writes each sub-group's fp32 file twice (with a pause between the two
+    rounds longer than any quiet moment); the first step rewrites it and creates the two
+    moments' files in a second batch; later steps rewrite all three. Gradient files do not
+    count, and no cut depends on how long anything took."""
+    nvme = tmp_path / "swap"
     events = tmp_path / "events.jsonl"
+    rank = nvme / "zero_stage_3" / "optimizer" / "rank0"
 
     def write(*names: str) -> None:
         for n in names:
             (rank / n).write_bytes(b"x")
-        time.sleep(0.6)  # a quiet moment after the last write
 
-    with StepWatch(tmp_path, events):
-        time.sleep(0.2)
-        write("1.tensor.swp")
+    with StepWatch(nvme, events) as watch:
+        assert rank.is_dir()  # made and watched before DeepSpeed's first write
+        write("1.tensor.swp", "2.tensor.swp")  # zero.Init's fp32 masters
+        time.sleep(0.5)  # a long pause inside initialisation
+        write("1.tensor.swp", "2.tensor.swp")  # initialize_optimizer_states
+        write("9_gradient_0_10.tensor.swp")  # backward
+        write("1.tensor.swp", "3.tensor.swp", "4.tensor.swp")  # step 1, sub-group 1
+        write("2.tensor.swp")  # sub-group 2's master: its moments not there yet
+        watch.flush()
+        assert _events(events) == [("init", 0)]
+        write("5.tensor.swp", "6.tensor.swp")  # ... and now they are: step 1 ends
         write("9_gradient_0_10.tensor.swp")
-        write("1.tensor.swp", "2.tensor.swp", "3.tensor.swp")
-        write("9_gradient_0_10.tensor.swp")
-        write("1.tensor.swp", "2.tensor.swp")  # a step half done: no cut
-        write("3.tensor.swp")
-    got = [json.loads(x) for x in events.read_text().splitlines()]
-    assert [(e["event"], e["step"]) for e in got] == [("init", 0), ("step", 1), ("step", 2)]
-    assert set(state_files(tmp_path)) == {str(rank / f"{i}.tensor.swp") for i in (1, 2, 3)}
+        write("1.tensor.swp", "3.tensor.swp", "4.tensor.swp")  # step 2 half done: no cut
+        watch.flush()
+        got = _events(events)
+        write("2.tensor.swp", "5.tensor.swp", "6.tensor.swp")
+    assert got == [("init", 0), ("step", 1)]
+    assert _events(events) == [("init", 0), ("step", 1), ("step", 2)]
+    assert watch.late_cuts == 0 and not watch.overflowed
+    assert set(state_files(nvme)) == {str(rank / f"{i}.tensor.swp") for i in range(1, 7)}
     os.remove(rank / "1.tensor.swp")
-    assert len(state_files(tmp_path)) == 2
+    assert len(state_files(nvme)) == 5
+
+
+def test_the_step_watch_ignores_an_earlier_runs_files_and_waits_for_every_rank(
+    tmp_path: Path,
+) -> None:
+    """A swap folder an earlier run left (its files rewritten in place, one it never
+    touches again) and two ranks: a round ends when both ranks have written every file."""
+    nvme = tmp_path
+    r0 = nvme / "zero_stage_3" / "optimizer" / "rank0"
+    r1 = nvme / "zero_stage_3" / "optimizer" / "rank1"
+    r0.mkdir(parents=True)
+    for n in ("1.tensor.swp", "7.tensor.swp", "8.tensor.swp", "99.tensor.swp"):
+        (r0 / n).write_bytes(b"old")
+    events = tmp_path / "events.jsonl"
+
+    def write(d: Path, *names: str) -> None:
+        for n in names:
+            (d / n).write_bytes(b"x")
+
+    with StepWatch(nvme, events, ranks=2) as watch:
+        for _ in range(2):  # initialisation's two rounds
+            write(r0, "1.tensor.swp")
+            write(r1, "2.tensor.swp")
+        write(r0, "1.tensor.swp", "7.tensor.swp", "8.tensor.swp")  # rank 0's first step
+        watch.flush()
+        assert _events(events) == [("init", 0)]  # rank 1 is still in its step
+        write(r1, "2.tensor.swp", "3.tensor.swp", "4.tensor.swp")
+    assert _events(events) == [("init", 0), ("step", 1)]
+
+
+def test_the_step_watch_on_parameter_files_alone(tmp_path: Path) -> None:
+    """Parameters on NVMe without the optimizer state: the parameter files' rounds, one a
+    step; reading them (forward, backward) does not count."""
+    d = tmp_path / "zero_stage_3" / "bfloat16params" / "rank0"
+    events = tmp_path / "events.jsonl"
+    d.mkdir(parents=True)
+    with StepWatch(tmp_path, events, optimizer=False) as watch:
+        for _ in range(4):
+            for n in ("1_param.tensor.swp", "2_param.tensor.swp"):
+                (d / n).write_bytes(b"x")
+            (d / "1_param.tensor.swp").read_bytes()
+    assert _events(events) == [("init", 0), ("step", 1), ("step", 2)]
+    assert watch.late_cuts == 0
 
 
 def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> None:

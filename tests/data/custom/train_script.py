@@ -3,7 +3,10 @@ config.json inside zero.Init, the DeepSpeed config given, random tokens, N optim
 iotune knows nothing of it beyond its command line (the root tier traces it with
 `iotune trace --model ... --ds-config ... -- python train_script.py ...`).
 
-usage: python train_script.py MODEL_DIR DS_CONFIG STEPS SEQ_LEN
+usage: python train_script.py MODEL_DIR DS_CONFIG STEPS SEQ_LEN [INIT_PAUSE]
+
+INIT_PAUSE (seconds, for the tests) slows DeepSpeed's initialisation where a GPU host's is
+slow: between the fp32 masters' first write and initialize_optimizer_states' rewrite.
 """
 
 import json
@@ -21,6 +24,20 @@ from transformers import AutoConfig  # noqa: E402
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING  # noqa: E402
 
 
+def slow_initialisation(pause: float) -> None:
+    import time
+
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3 as Stage3
+
+    init = Stage3.initialize_optimizer_states
+
+    def slowed(self: Stage3) -> None:
+        time.sleep(pause)
+        init(self)
+
+    Stage3.initialize_optimizer_states = slowed
+
+
 def main() -> None:
     model_dir, ds_path, steps, seq_len = (
         sys.argv[1],
@@ -28,6 +45,8 @@ def main() -> None:
         int(sys.argv[3]),
         int(sys.argv[4]),
     )
+    if len(sys.argv) > 5:
+        slow_initialisation(float(sys.argv[5]))
     with open(ds_path) as fh:
         ds_config = json.load(fh)
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
