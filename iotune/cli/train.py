@@ -20,15 +20,10 @@ from iotune.cli.options import (
     run_options,
     workload_exit,
 )
-from iotune.errors import IotuneError, UsageError
+from iotune.errors import UsageError
 from iotune.render import console, emit_json, err_console, warn
-from iotune.units import GIB
 
 if TYPE_CHECKING:
-    from iotune.train.drives import Limit
-    from iotune.train.estimate import Estimate
-    from iotune.train.predict import AdamRate, Bandwidth, Baseline
-    from iotune.train.presets import Preset
     from iotune.train.runner import Prepared
 
 
@@ -65,7 +60,7 @@ def run_preset(
     from iotune.train.custom import pick_preset
     from iotune.train.data import check_inputs
     from iotune.train.launch import plan_launch
-    from iotune.train.predict import measured_inputs
+    from iotune.train.measured import measured_inputs
     from iotune.train.render import print_run
 
     launch = plan_launch(ranks, hostfile, node_rank, master_addr, launcher)
@@ -250,30 +245,47 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
 )
 @click.option(
     "--baseline",
-    type=click.Path(),
-    help="A run of the same size and accumulation (e.g. opt_ram) for forward + backward.",
+    metavar="RUN|study",
+    help="Forward + backward from a run of the same model and batch: an NVMe run (which also "
+    "times CPU Adam and its drives), a RAM run, a GPU-only run; 'study' takes the seed study's "
+    "figures for its 16B model.",
 )
 @click.option(
     "--drives",
     metavar="K,K,...",
-    help="Plan drives: the step on a RAID0 of each K drives like the one --aio-config swept.",
+    help="Plan drives: the step on a RAID0 of each K drives like the one swept, run on or "
+    "described by --drive (default 1,2,4,8 with --drive or --target-step).",
+)
+@click.option(
+    "--drive",
+    "drive",
+    metavar="SPEC",
+    help="A drive by its datasheet: a profile of configs/drives.toml (samsung-980-pro-2tb, "
+    "wd-black-sn770-2tb, ...) or keys: 'read=7.0GB/s,write=5.1GB/s,link=16GT/s x4,"
+    "capacity=2TB,tbw=1200TB' (also dwpd=, warranty_years=, cache=, after_cache=).",
 )
 @click.option(
     "--target-step",
-    type=float,
-    metavar="SECONDS",
-    help="With --drives: the fewest drives whose predicted step is at most SECONDS.",
+    metavar="SECONDS|Nx",
+    help="With --drives: the fewest drives whose predicted step is at most SECONDS, or N "
+    "times the step without drive waits (1.5x); and what stops more drives from helping.",
 )
 @click.option(
     "--link",
     metavar="'16.0 GT/s x4'",
-    help="Each drive's PCIe link for --drives (default: read from the swept drive).",
+    help="Each drive's PCIe link for --drives (default: the datasheet's, or the swept drive's).",
 )
 @click.option(
     "--memory-bw",
     type=float,
     metavar="GIB_S",
     help="The host's memory bandwidth in GiB/s, a ceiling for --drives (default: none).",
+)
+@click.option(
+    "--chunk",
+    metavar="SIZE",
+    help="The RAID0 chunk for --drives (default 512K, mdadm's): with DeepSpeed's requests in "
+    "flight it bounds how many members work at once.",
 )
 @json_option
 def estimate_cmd(
@@ -289,9 +301,11 @@ def estimate_cmd(
     threads_config: str | None,
     baseline: str | None,
     drives: str | None,
-    target_step: float | None,
+    drive: str | None,
+    target_step: str | None,
     link: str | None,
     memory_bw: float | None,
+    chunk: str | None,
 ) -> None:
     """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
 
@@ -324,7 +338,8 @@ def estimate_cmd(
     from iotune.train.advice import advise
     from iotune.train.custom import pick_preset
     from iotune.train.estimate import estimate
-    from iotune.train.predict import measured_inputs, predict
+    from iotune.train.measured import measured_inputs
+    from iotune.train.predict import predict
     from iotune.train.render import print_prediction
     from iotune.train.render_plan import print_estimate
 
@@ -345,8 +360,25 @@ def estimate_cmd(
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
     advice = advise(p, cfg, e, aio_config=aio_config)
     plan = None
-    if drives or target_step is not None:
-        plan = _plan_drives(p, e, bw, adam, base, aio_config, drives, target_step, link, memory_bw)
+    if drives or drive or target_step is not None:
+        from iotune.train.planner import plan_storage
+
+        plan = plan_storage(
+            p,
+            e,
+            cfg,
+            bw=bw,
+            adam=adam,
+            base=base,
+            aio_config=aio_config,
+            baseline=baseline,
+            drive=drive,
+            drives=drives,
+            target=target_step,
+            link=link,
+            memory_bw=memory_bw,
+            chunk=chunk,
+        )
     if STATE.json:
         emit_json(
             {
@@ -363,122 +395,12 @@ def estimate_cmd(
         print_estimate(console(), p, e, cfg)
         for a in advice:
             console().print(f"  [yellow]advice[/]    {a.setting}: {a.text}", soft_wrap=True)
-        if pred:
+        if pred and (plan is None or pred.optimizer_s is not None):
             print_prediction(console(), pred.to_json())
         if plan:
             from iotune.train.render_plan import print_drive_plan
 
             print_drive_plan(console(), plan)
-
-
-def _plan_drives(
-    p: Preset,
-    e: Estimate,
-    bw: Bandwidth | None,
-    adam: AdamRate | None,
-    base: Baseline | None,
-    aio_config: str | None,
-    drives: str | None,
-    target: float | None,
-    link: str | None,
-    memory_bw: float | None,
-) -> dict[str, Any]:
-    """--drives / --target-step: the plan as JSON (and what it was made from)."""
-    from iotune.train.drives import Limit, link_bandwidth, plan_drives, smallest_for
-
-    if bw is None:
-        raise UsageError(
-            "--drives plans from one drive's measured bandwidth: --aio-config must name a "
-            "sweep-aio run of an offload strategy's preset",
-            hint="iotune sweep-aio --target /mnt/nvme0 --out SWEEP; then --aio-config SWEEP",
-        )
-    ks = _drive_counts(drives or "1,2,4,8")
-    if target is not None and target <= 0:
-        raise UsageError(f"--target-step must be positive, got {target}", hint="--target-step 30")
-    lim = None
-    if link:
-        v = link_bandwidth(link)
-        if v is None:
-            raise UsageError(f"--link {link!r} is not a PCIe link", hint="--link '16.0 GT/s x4'")
-        lim = Limit(f"PCIe link {link} per drive", v, "B/s", "--link")
-    else:
-        lim = _swept_link(aio_config)
-    mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
-    plans = plan_drives(p, e, bw, adam, base, ks, lim, mem)
-    limits = [
-        Limit("one drive, read", bw.read, "B/s", bw.source),
-        Limit("one drive, write", bw.write, "B/s", bw.source),
-    ]
-    limits += [x for x in (lim, mem) if x is not None]
-    fixed = next((pl for pl in plans if pl.compute_s is not None), None)
-    if fixed is not None:
-        for what, sec in fixed.prediction.terms:
-            if not what.startswith(("read ", "write ", "gradients ")):
-                limits.append(Limit(what.split(" (")[0], sec, "s", _source(what)))
-    out: dict[str, Any] = {
-        "plans": [pl.to_json() for pl in plans],
-        "limits": [{**asdict(x), "text": x.describe()} for x in limits],
-        "missing": [] if lim else ["PCIe link: not reported for the swept drive (--link sets it)"],
-    }
-    if mem is None:
-        out["missing"].append("host memory bandwidth: not known (--memory-bw sets it)")
-    if target is not None:
-        k, why = smallest_for(p, e, bw, adam, base, target, lim, mem)
-        out["target"] = {"step_s": target, "drives": k, "answer": why}
-    from iotune.train.study import study_row
-
-    study = study_row(p)
-    if study is not None:
-        out["study"] = {"case": study.case, "step_s": study.step_s}
-    return out
-
-
-def _source(what: str) -> str:
-    return what.split(" (", 1)[1].rstrip(")") if " (" in what else "measured"
-
-
-def _drive_counts(text: str) -> list[int]:
-    try:
-        ks = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        ks = []
-    if not ks or any(k < 1 for k in ks):
-        raise UsageError(
-            f"--drives {text!r} is not a list of drive counts", hint="--drives 1,2,4,8"
-        )
-    return sorted(set(ks))
-
-
-def _swept_link(aio_config: str | None) -> Limit | None:
-    """The PCIe link of the drive the sweep measured, when its target is on this host."""
-    from iotune.probes.blockdev import read_disk
-    from iotune.probes.host import LiveHost
-    from iotune.probes.sysfs import SysTree
-    from iotune.trace.targets import resolve_path
-    from iotune.train.drives import Limit, link_bandwidth
-
-    if not aio_config:
-        return None
-    d = Path(aio_config)
-    spec = (d if d.is_dir() else d.parent) / "sweep.json"
-    try:
-        target = json.loads(spec.read_text())["spec"]["target"]
-        host = LiveHost()
-        disks = resolve_path(SysTree("/"), target).disks
-        links = [read_disk(host, n).pcie for n in disks]
-    except (OSError, ValueError, KeyError, IotuneError):
-        return None
-    speeds = [(link_bandwidth(f"{x.current_speed} x{x.current_width}"), x) for x in links if x]
-    known = [(v, x) for v, x in speeds if v]
-    if not known or len(known) != len(disks):
-        return None
-    v, x = min(known, key=lambda t: t[0])
-    return Limit(
-        f"PCIe link {x.current_speed} x{x.current_width} per drive",
-        v,
-        "B/s",
-        f"sysfs of {', '.join(disks)}",
-    )
 
 
 @click.command("run")

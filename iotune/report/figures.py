@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
+from iotune.records import DRIVE_KINDS
 from iotune.report import tables as tb
 from iotune.report.load import AioSweep, ReportData
 from iotune.units import binary_size, scale_for
@@ -466,16 +467,20 @@ def step_vs_drives(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     )
 
 
+def _waits_on_drives(term: dict[str, Any]) -> bool:
+    """A term of the drives: by its kind, or, in records made before terms had kinds, by
+    its label."""
+    if "kind" in term:
+        return term["kind"] in DRIVE_KINDS
+    return str(term["what"]).startswith(("read ", "write ", "gradients "))
+
+
 def _drive_bound(r: dict[str, Any]) -> bool | None:
     """From the prediction's terms: do the swaps take at least as long as the rest?"""
     terms = (r.get("prediction") or {}).get("terms") or []
     if not terms:
         return None
-    io = sum(
-        float(t["seconds"])
-        for t in terms
-        if t["what"].startswith(("read ", "write ", "gradients "))
-    )
+    io = sum(float(t["seconds"]) for t in terms if _waits_on_drives(t))
     rest = sum(float(t["seconds"]) for t in terms) - io
     return io >= rest
 

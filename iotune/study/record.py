@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iotune.train.results import backward_median, forward_backward, optimizer_median
+from iotune.train.rundoc import backward_median, forward_backward, optimizer_median
 from iotune.units import GIB
 
 #: the per-step row a run is represented by: ZenFlow's mean over one update interval when

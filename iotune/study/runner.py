@@ -21,7 +21,7 @@ from iotune.study.volumes import Volume, member_faults
 from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
-from iotune.train.predict import Baseline
+from iotune.train.measured import Baseline
 from iotune.train.presets import Preset, apply_sets, base_name, get_preset, parse_sets
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def run_study(
     """Run every item without a record; returns every record, in the grid's order."""
     from iotune.records import load_aio
     from iotune.train import runner as tr
-    from iotune.train.predict import measured_inputs
+    from iotune.train.measured import measured_inputs
     from iotune.train.preflight import Refused
 
     items = spec.presets()

@@ -1,29 +1,42 @@
-"""How many drives a run needs: the step of a preset on a RAID0 of K drives like the one a
-sweep measured. Pure.
+"""How many drives a run needs: the step of a preset on a RAID0 of K drives like one drive
+that a sweep measured, that a run swapped to, or that a datasheet describes. Pure.
 
 A RAID0 of K drives stripes every request over its members, so DeepSpeed's large sequential
 swaps see K times one drive's bandwidth, as long as nothing in front of the drives is
-narrower: each drive's own PCIe link (its ceiling, whatever the sweep found) and, where it
-is known, the host's memory bandwidth (every swapped byte crosses RAM once). The step is
-then :func:`iotune.train.predict.predict`'s at that bandwidth: the swaps shrink as 1/K, CPU
-Adam and forward + backward do not, so the speed-up flattens where the drives stop being
-what the step waits for.
+narrower:
+
+- each drive's own PCIe link (its ceiling, whatever the sweep found);
+- the array's chunk against DeepSpeed's requests: ``queue_depth`` requests of the aio block
+  in flight on each of ``intra_op_parallelism`` threads, each request split at the chunk,
+  keep at most that many members busy (md RAID0 sends each chunk to one member);
+- a DRAM-less or consumer drive's SLC cache: once a step's writes to each drive exceed it,
+  the rest goes at the sustained rate its datasheet gives;
+- the host's memory bandwidth, where it is known (every swapped byte crosses RAM once).
+
+The step is then :func:`iotune.train.predict.predict`'s at that bandwidth: the swaps shrink
+as 1/K, CPU Adam and forward + backward do not, so the speed-up flattens where the drives
+stop being what the step waits for. Each plan says what bounds its step, and what each drive
+writes a day against its rated endurance.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
+from iotune.train.datasheet import Derate, DriveSpec
 from iotune.train.estimate import Estimate
-from iotune.train.predict import AdamRate, Bandwidth, Baseline, Prediction, predict
+from iotune.train.measured import AdamRate, Bandwidth, Baseline
+from iotune.train.predict import Prediction, predict
 from iotune.train.presets import Preset
-from iotune.units import amount
+from iotune.units import amount, binary_size
 
-#: usable bytes/s per lane after line coding, by link speed in GT/s (PCIe 1.0 to 6.0)
-_PER_LANE = {2.5: 0.25e9, 5.0: 0.5e9, 8.0: 0.985e9, 16.0: 1.969e9, 32.0: 3.938e9, 64.0: 7.877e9}
 #: the most drives --target-step searches
 MAX_DRIVES = 64
+DAY_S = 86400.0
+#: what a drive's rated writes are counted in (TBW: terabytes written, 10^12 bytes)
+TB = 1e12
 
 
 @dataclass(frozen=True)
@@ -41,14 +54,58 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Raid:
+    """The array's chunk against DeepSpeed's requests: how many members one swap keeps busy."""
+
+    chunk: int
+    block: int
+    queue_depth: int
+    threads: int
+    source: str
+
+    @property
+    def busy(self) -> int:
+        """Members DeepSpeed's requests in flight can keep busy: each of its queue_depth x
+        threads requests of one aio block covers ceil(block / chunk) chunks, one member each."""
+        return self.queue_depth * self.threads * max(1, math.ceil(self.block / self.chunk))
+
+    def describe(self) -> str:
+        return (
+            f"RAID0 chunk {binary_size(self.chunk)} against {self.queue_depth} x "
+            f"{self.threads} request(s) of {binary_size(self.block)} in flight: at most "
+            f"{self.busy} members busy ({self.source})"
+        )
+
+
+@dataclass(frozen=True)
+class Endurance:
+    """What each drive of a RAID0 of K writes, against what it is rated to write."""
+
+    per_drive_step: float  # bytes per drive per step (RAID0 spreads them evenly)
+    per_day: float | None  # bytes per drive per day at the predicted step
+    dwpd: float | None  # drive writes per day, of the drive's capacity
+    days: float | None  # until the rated writes (TBW) are used up
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "write_bytes_per_drive_step": round(self.per_drive_step),
+            "write_bytes_per_drive_day": None if self.per_day is None else round(self.per_day),
+            "dwpd": None if self.dwpd is None else round(self.dwpd, 3),
+            "days_to_rated_writes": None if self.days is None else round(self.days, 1),
+        }
+
+
+@dataclass(frozen=True)
 class DrivePlan:
     drives: int
     read_bw: float
     write_bw: float
-    bound_by: str  # what sets the bandwidth: "drives", "PCIe link", "memory"
+    bound_by: str  # what sets the bandwidth: drives, PCIe link, RAID0 chunk, SLC cache, memory
     prediction: Prediction
     io_s: float | None  # the step's waiting on the drives
     compute_s: float | None  # the rest: forward + backward, CPU Adam
+    endurance: Endurance | None = None
+    study_step_s: float | None = None  # the study's measured step on that many drives
 
     @property
     def drive_bound(self) -> bool | None:
@@ -57,102 +114,209 @@ class DrivePlan:
             return None
         return self.io_s >= self.compute_s
 
+    @property
+    def step_bound(self) -> str:
+        """The largest part of the step: the drives (named by what bounds their bandwidth),
+        CPU Adam or forward + backward."""
+        p = self.prediction
+        if self.io_s is None:
+            return self.bound_by
+        adam, fb = p.seconds("adam"), p.seconds("compute")
+        if self.io_s >= max(adam, fb):
+            return self.bound_by
+        return "CPU Adam" if adam >= fb else "forward + backward"
+
     def to_json(self) -> dict[str, object]:
         return {
             "drives": self.drives,
             "read_bw_bytes_s": round(self.read_bw),
             "write_bw_bytes_s": round(self.write_bw),
             "bound_by": self.bound_by,
+            "step_bound": self.step_bound,
             "io_s": None if self.io_s is None else round(self.io_s, 3),
             "compute_s": None if self.compute_s is None else round(self.compute_s, 3),
             "drive_bound": self.drive_bound,
+            "endurance": self.endurance.to_json() if self.endurance else None,
+            "study_step_s": self.study_step_s,
             **self.prediction.to_json(),
         }
 
 
-def link_bandwidth(link: str | None) -> float | None:
-    """Bytes/s of a PCIe link as sysfs and ``iotune devices`` write it ("16.0 GT/s x4"),
-    None where it is not reported (emulated controllers)."""
-    if not link:
-        return None
-    m = re.search(r"([\d.]+)\s*GT/s.*?x(\d+)", link)
-    if not m:
-        return None
-    per_lane = _PER_LANE.get(float(m.group(1)))
-    return per_lane * int(m.group(2)) if per_lane else None
+@dataclass(frozen=True)
+class DriveInputs:
+    """One drive as the planner sees it, and what stands in front of K of them."""
+
+    one: Bandwidth
+    spec: DriveSpec | None = None
+    link: Limit | None = None
+    memory: Limit | None = None
+    raid: Raid | None = None
+    #: the study's measured step by drive count (its single NVMe and its RAID0 of 3)
+    study_steps: tuple[tuple[int, float], ...] = ()
+
+
+def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tuple[float, str]:
+    """K drives' bandwidth for *op* and what bounds it, the tightest of the candidates."""
+    per = getattr(inputs.one, op)
+    found = [(k * per, "drives")]
+    if inputs.link is not None and inputs.link.value < per:
+        per = inputs.link.value
+        found.append((k * per, "PCIe link"))
+    spec = inputs.spec
+    if op == "write" and spec is not None and spec.cache is not None and step_writes:
+        w = step_writes / k
+        eff = w / spec.write_seconds(w, per)
+        if eff < per:
+            per = eff
+            found.append((k * per, "SLC cache"))
+    if inputs.raid is not None and inputs.raid.busy < k:
+        found.append((inputs.raid.busy * per, "RAID0 chunk"))
+    if inputs.memory is not None:
+        found.append((inputs.memory.value, "memory"))
+    # the tightest; on a tie the first named (the drives before what stands in front)
+    return min(found, key=lambda t: t[0])
 
 
 def plan_drives(
     preset: Preset,
     est: Estimate,
-    one: Bandwidth,
+    inputs: DriveInputs,
     adam: AdamRate | None,
     base: Baseline | None,
     drives: list[int],
-    link: Limit | None = None,
-    memory: Limit | None = None,
 ) -> list[DrivePlan]:
-    """The step on a RAID0 of each K in *drives*, from one drive's sweep *one*."""
+    """The step on a RAID0 of each K in *drives*."""
     out = []
+    study = dict(inputs.study_steps)
+    writes = float(est.steady_step.write)
     for k in drives:
-        bws = {}
-        bound = "drives"
-        for op in ("read", "write"):
-            per = getattr(one, op)
-            if link is not None and link.value < per:
-                per, bound = link.value, "PCIe link"
-            bw = k * per
-            if memory is not None and memory.value < bw:
-                bw, bound = memory.value, "memory"
-            bws[op] = bw
-        scaled = replace(
-            one,
-            read=bws["read"],
-            write=bws["write"],
-            source=f"{k} x {one.source}",
-            note=None,
-        )
+        (rbw, rb), (wbw, wb) = (_bandwidth(k, op, inputs, writes) for op in ("read", "write"))
+        bound = rb if rb == wb else f"read: {rb}, write: {wb}"
+        scaled = replace(inputs.one, read=rbw, write=wbw, note=None)
         pred = predict(preset, est, scaled, adam, base)
         io = compute = None
         if pred.optimizer_s is not None:
-            waits = [s for w, s in pred.terms if w.startswith(("read ", "write ", "gradients "))]
-            io = sum(waits)
-            rest = [s for w, s in pred.terms if not w.startswith(("read ", "write ", "gradients "))]
-            compute = sum(rest)
-        out.append(DrivePlan(k, bws["read"], bws["write"], bound, pred, io, compute))
+            io, compute = pred.drive_s, pred.other_s
+        out.append(
+            DrivePlan(
+                k,
+                rbw,
+                wbw,
+                bound,
+                pred,
+                io,
+                compute,
+                _endurance(inputs.spec, writes / k, pred.step_s),
+                study.get(k),
+            )
+        )
     return out
+
+
+def _endurance(spec: DriveSpec | None, per_step: float, step_s: float | None) -> Endurance:
+    per_day = per_step * DAY_S / step_s if step_s else None
+    dwpd = days = None
+    if spec is not None and per_day:
+        if spec.capacity:
+            dwpd = per_day / spec.capacity
+        rated = spec.rated_writes
+        if rated:
+            days = rated / per_day
+    return Endurance(per_step, per_day, dwpd, days)
+
+
+def floor_s(plan: DrivePlan) -> float | None:
+    """The step without any wait on the drives: forward + backward and CPU Adam, as with
+    the optimizer state in RAM."""
+    return plan.compute_s if plan.prediction.step_s is not None else None
+
+
+def _beyond(plans: list[DrivePlan]) -> str:
+    """What stops more drives from helping: a bandwidth that stops growing (memory, the
+    array's chunk), else the step's floor without drive waits."""
+    grows = [p for p in plans if p.bound_by in ("drives", "PCIe link", "SLC cache")]
+    if len(grows) < len(plans):
+        stop = next(p for p in plans if p not in grows)
+        return (
+            f"from {stop.drives} drives on, {stop.bound_by} caps the swaps at "
+            f"{amount(stop.read_bw, '/s')} read, {amount(stop.write_bw, '/s')} write: more "
+            "drives do not help"
+        )
+    last = plans[-1]
+    p = last.prediction
+    return (
+        f"more drives approach the step without drive waits, "
+        f"{(last.compute_s or 0.0):.2f} s: forward + backward {p.seconds('compute'):.2f} s and "
+        f"CPU Adam {p.seconds('adam'):.2f} s"
+    )
+
+
+def parse_target(text: str) -> tuple[float, bool]:
+    """``--target-step``: seconds, or a multiple of the step without drive waits (``1.5x``)."""
+    from iotune.errors import UsageError
+
+    t = text.strip().lower()
+    relative = t.endswith("x")
+    try:
+        v = float(t[:-1] if relative else t)
+    except ValueError:
+        raise UsageError(
+            f"--target-step {text!r} is neither seconds nor a multiple",
+            hint="--target-step 60 (seconds) or --target-step 1.5x (of the step without "
+            "waiting on drives)",
+        ) from None
+    if not math.isfinite(v) or v <= 0 or (relative and v < 1):
+        raise UsageError(
+            f"--target-step must be positive{' and at least 1x' if relative else ''}, got {text}",
+            hint="--target-step 30, or 1.5x",
+        )
+    return v, relative
 
 
 def smallest_for(
     preset: Preset,
     est: Estimate,
-    one: Bandwidth,
+    inputs: DriveInputs,
     adam: AdamRate | None,
     base: Baseline | None,
-    target_s: float,
-    link: Limit | None = None,
-    memory: Limit | None = None,
-) -> tuple[int | None, str]:
-    """The fewest drives whose predicted step is at most *target_s*, or why none is."""
-    plans = plan_drives(preset, est, one, adam, base, list(range(1, MAX_DRIVES + 1)), link, memory)
+    target: float,
+    relative: bool = False,
+) -> tuple[int | None, str, float | None]:
+    """The fewest drives whose predicted step is at most the target (seconds, or *target*
+    times the step without drive waits), why, and the target in seconds."""
+    plans = plan_drives(preset, est, inputs, adam, base, list(range(1, MAX_DRIVES + 1)))
     if plans[0].prediction.step_s is None:
         notes = plans[0].prediction.notes
         why = next((n for n in notes if "step time" in n), "; ".join(notes))
-        return None, f"no answer: {why or 'the step cannot be predicted'}"
+        return None, f"no answer: {why or 'the step cannot be predicted'}", None
+    floor = plans[-1].compute_s or 0.0
+    target_s = target * floor if relative else target
+    what = f"{target_s:.2f} s" + (
+        f" ({target:g} x the {floor:.2f} s step without drive waits)" if relative else ""
+    )
+    beyond = _beyond(plans)
     for p in plans:
         step = p.prediction.step_s
         if step is not None and step <= target_s:
-            return p.drives, (
-                f"{p.drives} drive(s): {step:.2f} s predicted, within {target_s:.2f} s"
+            return (
+                p.drives,
+                f"{p.drives} drive(s): {step:.2f} s predicted, within {what}; {beyond}",
+                target_s,
             )
-    floor = plans[-1].compute_s or 0.0
     last = plans[-1].prediction.step_s or 0.0
     if floor >= target_s:
-        return None, (
+        return (
+            None,
             f"none: without any wait on the drives the step is still {floor:.2f} s "
-            f"(forward + backward and CPU Adam), above {target_s:.2f} s"
+            f"(forward + backward and CPU Adam), above {what}",
+            target_s,
         )
-    return None, (
-        f"none up to {MAX_DRIVES} drives ({last:.2f} s with {MAX_DRIVES}; "
-        f"bandwidth bound by {plans[-1].bound_by})"
+    return (
+        None,
+        f"none up to {MAX_DRIVES} drives ({last:.2f} s with {MAX_DRIVES}, above {what}); {beyond}",
+        target_s,
     )
+
+
+def derate_text(derate: Derate) -> str:
+    return f"x {derate.read:.2f} read, x {derate.write:.2f} write ({derate.source})"

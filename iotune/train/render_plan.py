@@ -191,47 +191,56 @@ def study_lines(p: Preset, e: Estimate) -> list[str]:
 
 
 def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
-    """--drives: the step on K drives, what bounds it, and the answer to --target-step."""
-    top = max((max(p["read_bw_bytes_s"], p["write_bw_bytes_s"]) for p in plan["plans"]), default=0)
+    """--drives: the step on K drives, what bounds it, what each drive writes, the answer to
+    --target-step."""
+    rows = plan["plans"]
+    top = max((max(p["read_bw_bytes_s"], p["write_bw_bytes_s"]) for p in rows), default=0)
     unit, scale = scale_for(top)
+    drive = plan.get("drive")
+    like = (
+        f"described by {drive['label']}'s datasheet"
+        if drive and (plan.get("derate") or {}).get("measured") is False
+        else "like the one measured"
+    )
+    study = any(p.get("study_step_s") for p in rows)
     t = Table(
         box=None,
         pad_edge=False,
         header_style="bold",
-        title=f"RAID0 of K drives like the swept one ({unit} = 2^{int(scale).bit_length() - 1} bytes)",
+        title=f"RAID0 of K drives {like} ({unit} = 2^{int(scale).bit_length() - 1} bytes)",
     )
-    for col in (
-        "DRIVES",
-        f"READ {unit}/s",
-        f"WRITE {unit}/s",
-        "BOUND BY",
-        "OPTIMIZER s",
-        "STEP s",
-        "WAIT ON DRIVES",
-    ):
-        t.add_column(col, justify="right" if col != "BOUND BY" else "left")
-    for p in plan["plans"]:
+    cols = ["DRIVES", f"READ {unit}/s", f"WRITE {unit}/s", "BOUND BY", "OPTIMIZER s", "STEP s"]
+    cols += ["WAIT ON DRIVES"] + (["STUDY s"] if study else [])
+    for col in cols:
+        t.add_column(col, justify="left" if col == "BOUND BY" else "right")
+    for p in rows:
         io, rest = p["io_s"], p["compute_s"]
         wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
-        t.add_row(
+        cells = [
             str(p["drives"]),
             f"{p['read_bw_bytes_s'] / scale:.2f}",
             f"{p['write_bw_bytes_s'] / scale:.2f}",
-            p["bound_by"],
+            p.get("step_bound") or p["bound_by"],
             "-" if p["optimizer_s"] is None else f"{p['optimizer_s']:.2f}",
             "-" if p["step_s"] is None else f"{p['step_s']:.2f}",
             wait + (" (drive-bound)" if p["drive_bound"] else ""),
-        )
+        ]
+        if study:
+            cells.append("-" if p.get("study_step_s") is None else f"{p['study_step_s']:.2f}")
+        t.add_row(*cells)
     con.print(t)
+    _print_endurance(con, plan)
     con.print("  limits:", soft_wrap=True)
     for lim in plan["limits"]:
         con.print(f"    {lim['text']}", soft_wrap=True)
     for m in plan["missing"]:
         con.print(f"    {m}", soft_wrap=True)
-    first = plan["plans"][0]
+    for n in plan.get("notes") or []:
+        con.print(f"  {n}", soft_wrap=True)
+    first = rows[0]
     for n in first.get("notes") or []:
         con.print(f"  note: {n}", soft_wrap=True)
-    free = next((p for p in plan["plans"] if p["drive_bound"] is False), None)
+    free = next((p for p in rows if p["drive_bound"] is False), None)
     if free is not None and first["drive_bound"]:
         con.print(
             f"  the step stops being drive-bound at {free['drives']} drives: from there it waits "
@@ -239,10 +248,44 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
             soft_wrap=True,
         )
     if plan.get("target"):
-        con.print(
-            f"target step {plan['target']['step_s']:.2f} s: {plan['target']['answer']}",
-            soft_wrap=True,
-        )
+        tg = plan["target"]
+        asked = tg.get("asked")
+        con.print(f"target step {asked}: {tg['answer']}", soft_wrap=True)
     if plan.get("study"):
         s = plan["study"]
         con.print(f"  study: {s['case']}, {s['step_s']} s measured", soft_wrap=True)
+
+
+def _print_endurance(con: Console, plan: dict[str, Any]) -> None:
+    """Each drive's writes against its rated endurance (TB = 10^12 bytes, as TBW counts)."""
+    rows = [p for p in plan["plans"] if p.get("endurance")]
+    if not rows:
+        return
+    drive = plan.get("drive") or {}
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title="each drive's writes (TB = 10^12 bytes)",
+    )
+    for col in ("DRIVES", "GiB/STEP", "TB/DAY", "DWPD", "DAYS TO TBW"):
+        t.add_column(col, justify="right")
+    for p in rows:
+        en = p["endurance"]
+        day = en["write_bytes_per_drive_day"]
+        t.add_row(
+            str(p["drives"]),
+            f"{en['write_bytes_per_drive_step'] / GIB:.2f}",
+            "-" if day is None else f"{day / 1e12:.2f}",
+            "-" if en["dwpd"] is None else f"{en['dwpd']:.2f}",
+            "-" if en["days_to_rated_writes"] is None else f"{en['days_to_rated_writes']:,.0f}",
+        )
+    con.print(t)
+    rated = drive.get("rated_writes_bytes")
+    if rated:
+        rating = f"rated {rated / 1e12:,.0f} TBW"
+        if drive.get("dwpd"):
+            rating += f", {drive['dwpd']:g} DWPD"
+        con.print(
+            f"  {drive['label']}: {rating} (datasheet), writing around the clock", soft_wrap=True
+        )

@@ -450,36 +450,3 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
         "GiB = 2^30 bytes (the study's tables say GB and mean GiB); request counts are block "
         "requests issued to the drives.\n\n" + "\n".join(lines) + "\n"
     )
-
-
-# ------------------------------------------------- a run's steps, read back from its run.json
-
-
-def _later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The step events after the first (the first carries the first update's extra I/O),
-    or the only one."""
-    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
-    return steps[1:] or steps
-
-
-def forward_backward(run: dict[str, Any]) -> float | None:
-    """Median forward + backward (all micro-steps) of the steps after the first."""
-    vals = [
-        float(e.get("forward_s") or 0)
-        + float(e.get("backward_s") or 0)
-        + float(e.get("accumulate_s") or 0)
-        for e in _later_steps(run)
-    ]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def backward_median(run: dict[str, Any]) -> float | None:
-    """Median backward (all micro-steps) of the steps after the first."""
-    vals = [float(e["backward_s"]) for e in _later_steps(run) if e.get("backward_s") is not None]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def optimizer_median(run: dict[str, Any]) -> float | None:
-    """Median optimizer step of the steps after the first."""
-    vals = [float(e["optimizer_s"]) for e in _later_steps(run) if e.get("optimizer_s") is not None]
-    return round(statistics.median(vals), 4) if vals else None

@@ -30,7 +30,7 @@ from iotune.records import to_jsonable
 from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch, place
-from iotune.train.predict import AdamRate, Bandwidth, Baseline
+from iotune.train.measured import AdamRate, Bandwidth, Baseline
 from iotune.train.preflight import (
     SWAP_PREFIX,
     Gpus,

@@ -37,6 +37,49 @@ from iotune.workers import die_with_parent, forked, stdout_to_stderr
 from iotune.workers.torch_probe import cpu_bf16
 
 
+class SwapClock:
+    """Seconds DeepSpeed's optimizer swapper spends in its swaps, per step: writing the fp32
+    gradients at the accumulation boundary (``swap_out_gradients``, which waits when its
+    buffers are full), reading a sub-group's state in (``swap_in_optimizer_state``, which
+    first waits for the gradients still being written: ``_flush_gradient_swapper``, timed
+    apart as well) and writing it out (``swap_out_optimizer_state``). What is left of the
+    optimizer step is CPU Adam and the copies around it: a run with its state on NVMe times
+    both, as a RAM run times the one."""
+
+    def __init__(self, engine: Any) -> None:
+        self.spent = {"grad_out_s": 0.0, "swap_in_s": 0.0, "swap_out_s": 0.0, "grad_flush_s": 0.0}
+        self.on = False
+        swapper = getattr(getattr(engine, "optimizer", None), "optimizer_swapper", None)
+        if swapper is None:
+            return
+        for attr, key in (
+            ("swap_out_gradients", "grad_out_s"),
+            ("swap_in_optimizer_state", "swap_in_s"),
+            ("swap_out_optimizer_state", "swap_out_s"),
+            ("_flush_gradient_swapper", "grad_flush_s"),
+        ):
+            if hasattr(swapper, attr):
+                setattr(swapper, attr, self._timed(getattr(swapper, attr), key))
+                self.on = True
+
+    def _timed(self, fn: Any, key: str) -> Any:
+        def timed(*args: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.spent[key] += time.perf_counter() - t
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """The seconds since the last take (nothing where DeepSpeed swaps no optimizer
+        state); swap_in_s includes grad_flush_s."""
+        out = {k: round(v, 4) for k, v in self.spent.items()} if self.on else {}
+        self.spent = dict.fromkeys(self.spent, 0.0)
+        return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -324,6 +367,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     )
     acc.synchronize()
     now = time.perf_counter()
+    swaps = SwapClock(engine)
     base = {"params": n_params, "swap": swap_bytes(swap_dir, rank), "swap_dir": swap_dir}
     rss, rss_peak = _rss()
     events.emit(
@@ -377,6 +421,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                 "backward_s": round(bwd, 4),
                 "accumulate_s": round(acc_step, 4),
                 "optimizer_s": round(s1 - s0, 4),
+                **swaps.take(),
                 "step_s": round(s1 - t0, 4),
                 "tokens_per_s": round(tokens_per_step / (s1 - t0), 2),
                 "loss": round(sum(losses) / len(losses), 5),

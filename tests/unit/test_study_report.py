@@ -25,16 +25,10 @@ from iotune.study import plan
 from iotune.study.record import summarize_run
 from iotune.train.dsconfig import ds_config
 from iotune.train.estimate import estimate, zenflow_schedule
-from iotune.train.predict import (
-    AdamRate,
-    Bandwidth,
-    Baseline,
-    adam_rate,
-    aio_bandwidth,
-    predict,
-)
+from iotune.train.measured import AdamRate, Bandwidth, Baseline, adam_rate, aio_bandwidth
+from iotune.train.predict import predict
 from iotune.train.presets import get_preset
-from iotune.train.results import forward_backward
+from iotune.train.rundoc import forward_backward
 from iotune.units import GIB
 from tests.unit.plots import values as _values
 
@@ -189,7 +183,7 @@ def test_parameter_offload_adds_its_fetches_and_its_write_back() -> None:
     assert pp.optimizer_s is not None and pp.step_s is not None
     assert pq.optimizer_s == pytest.approx(pp.optimizer_s + back / (4 * GIB))
     assert pq.step_s == pytest.approx(pp.step_s + back / (4 * GIB) + fetch / (2 * GIB))
-    assert any("parameters in forward + backward" in w for w, _ in pq.terms)
+    assert any("parameters in forward + backward" in w for w, *_ in pq.terms)
 
 
 @pytest.mark.parametrize(
@@ -469,7 +463,7 @@ def _swap_record(preset: str, aio: dict[str, Any], read: float, write: float) ->
 
 
 def test_prediction_takes_the_swap_rehearsal_before_the_file_bandwidth(tmp_path: Path) -> None:
-    from iotune.train.predict import measured_inputs
+    from iotune.train.measured import measured_inputs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -486,7 +480,7 @@ def test_prediction_takes_the_swap_rehearsal_before_the_file_bandwidth(tmp_path:
     pred = predict(p, estimate(p, cfg), bw, AdamRate(1e-9, 16, 10**9, "t"))
     sw = estimate(p, cfg).swapped
     reads = 12 * sw.n_s + 4 * sw.n_g
-    assert pred.terms[0] == (
+    assert pred.terms[0][:2] == (
         f"read {reads / GIB:.2f} GiB at 1.50 GiB/s (swap rehearsal)",
         reads / (1.5 * GIB),
     )
@@ -548,7 +542,7 @@ def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
 def test_prediction_notes_a_rehearsal_of_other_files_than_the_runs(tmp_path: Path) -> None:
     """The same preset's rehearsal with other --set values (another size) is taken with a
     note; the rehearsal of the run's own bytes is taken before it, without one."""
-    from iotune.train.predict import measured_inputs
+    from iotune.train.measured import measured_inputs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()

@@ -1,0 +1,256 @@
+"""`iotune estimate --drives`: the storage a run needs, planned before it is bought. Gathers
+what the plan is made from (a sweep, a run's swaps or a datasheet for one drive; the swept
+drive's PCIe link from sysfs; the study's own steps for its presets) and returns the plan as
+one document; :mod:`iotune.train.drives` does the arithmetic.
+
+One drive's bandwidth comes from the first of:
+
+1. ``--aio-config SWEEP``: measured by ``sweep-aio`` (wins when a datasheet is given too,
+   which then shows the derating the sweep measured);
+2. ``--baseline RUN`` of a run whose optimizer state was on NVMe: the bandwidth its swaps
+   had, over the drives of its volume;
+3. ``--drive SPEC``: the datasheet's sequential figures, derated to what DeepSpeed's async
+   I/O reaches (by the measurement above where there is one, else DeepSpeed's published
+   ratio in configs/drives.toml).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import IotuneError, UsageError
+from iotune.train.datasheet import Derate, DriveSpec, link_bandwidth, load_profiles, parse_drive
+from iotune.train.drives import (
+    DriveInputs,
+    Limit,
+    Raid,
+    derate_text,
+    parse_target,
+    plan_drives,
+    smallest_for,
+)
+from iotune.train.estimate import Estimate
+from iotune.train.measured import (
+    STUDY,
+    AdamRate,
+    Bandwidth,
+    Baseline,
+    RunDrives,
+    datasheet_bandwidth,
+    run_drives,
+)
+from iotune.train.presets import Preset
+from iotune.units import GIB, parse_size
+
+#: mdadm's default RAID0 chunk (mdadm(8) --chunk), and `iotune raid create`'s
+DEFAULT_CHUNK = 512 * 1024
+DEFAULT_COUNTS = "1,2,4,8"
+
+
+def drive_counts(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if not ks or any(k < 1 for k in ks):
+        raise UsageError(
+            f"--drives {text!r} is not a list of drive counts", hint="--drives 1,2,4,8"
+        )
+    return sorted(set(ks))
+
+
+def swept_link(aio_config: str | None) -> Limit | None:
+    """The PCIe link of the drive the sweep measured, when its target is on this host."""
+    from iotune.probes.blockdev import read_disk
+    from iotune.probes.host import LiveHost
+    from iotune.probes.sysfs import SysTree
+    from iotune.trace.targets import resolve_path
+
+    if not aio_config:
+        return None
+    d = Path(aio_config)
+    spec = (d if d.is_dir() else d.parent) / "sweep.json"
+    try:
+        target = json.loads(spec.read_text())["spec"]["target"]
+        host = LiveHost()
+        disks = resolve_path(SysTree("/"), target).disks
+        links = [read_disk(host, n).pcie for n in disks]
+    except (OSError, ValueError, KeyError, IotuneError):
+        return None
+    speeds = [(link_bandwidth(f"{x.current_speed} x{x.current_width}"), x) for x in links if x]
+    known = [(v, x) for v, x in speeds if v]
+    if not known or len(known) != len(disks):
+        return None
+    v, x = min(known, key=lambda t: t[0])
+    return Limit(
+        f"PCIe link {x.current_speed} x{x.current_width} per drive",
+        v,
+        "B/s",
+        f"sysfs of {', '.join(disks)}",
+    )
+
+
+def _one_drive(
+    bw: Bandwidth | None, ran: RunDrives | None, spec: DriveSpec | None, default: Derate
+) -> tuple[Bandwidth, Derate | None]:
+    """One drive's bandwidth, and the derating of its datasheet where there is one."""
+    measured = bw if bw is not None else ran.per_drive() if ran is not None else None
+    if measured is None:
+        if spec is None:
+            raise UsageError(
+                "--drives plans from one drive's bandwidth: name a sweep (--aio-config), a "
+                "run of the optimizer state on NVMe (--baseline) or a datasheet (--drive)",
+                hint="iotune sweep-aio --target /mnt/nvme0 --out SWEEP; then --aio-config "
+                "SWEEP, or --drive samsung-980-pro-2tb",
+            )
+        return datasheet_bandwidth(spec, default), default
+    if spec is None:
+        return measured, None
+    factor = Derate(
+        measured.read / spec.read,
+        measured.write / spec.write,
+        f"measured / datasheet: {measured.source}",
+        measured=True,
+    )
+    if bw is not None:  # a sweep stays the measured way in; the factor is shown beside it
+        return measured, factor
+    return replace(datasheet_bandwidth(spec, factor), source=f"{spec.label} datasheet"), factor
+
+
+def _study_steps(p: Preset) -> tuple[tuple[int, float], ...]:
+    """The study's measured steps of this preset's model by drive count: its single NVMe
+    and its RAID0 of 3."""
+    from iotune.train.presets import preset_with
+    from iotune.train.study import study_row
+
+    if p.ga != 1 or not p.size:
+        return ()
+    out = []
+    for k, strategy in ((1, p.strategy.name), (3, p.strategy.name.replace("_nvme", "_raid0"))):
+        try:
+            row = study_row(preset_with(f"{strategy}_{p.size}", ()))
+        except IotuneError:
+            continue
+        if row is not None and row.step_s is not None:
+            out.append((k, row.step_s))
+    return tuple(out)
+
+
+def plan_storage(
+    p: Preset,
+    e: Estimate,
+    cfg: dict[str, Any],
+    *,
+    bw: Bandwidth | None,
+    adam: AdamRate | None,
+    base: Baseline | None,
+    aio_config: str | None,
+    baseline: str | None,
+    drive: str | None,
+    drives: str | None,
+    target: str | None,
+    link: str | None,
+    memory_bw: float | None,
+    chunk: str | None,
+) -> dict[str, Any]:
+    """--drives / --target-step: the plan as one document, with what it was made from."""
+    spec = parse_drive(drive) if drive else None
+    _, default = load_profiles()
+    ks = drive_counts(drives or DEFAULT_COUNTS)
+    goal = parse_target(target) if target is not None else None
+    ran = None
+    if baseline and baseline != STUDY and bw is None:
+        from iotune.train.rundoc import load_run
+
+        ran = run_drives(load_run(Path(baseline)), baseline)
+    one, derate = _one_drive(bw, ran, spec, default)
+    lim = None
+    if link:
+        v = link_bandwidth(link)
+        if v is None:
+            raise UsageError(f"--link {link!r} is not a PCIe link", hint="--link '16.0 GT/s x4'")
+        lim = Limit(f"PCIe link {link} per drive", v, "B/s", "--link")
+    elif spec is not None and spec.link:
+        lim = Limit(
+            f"PCIe link {spec.link} per drive",
+            link_bandwidth(spec.link) or 0.0,
+            "B/s",
+            f"{spec.label} datasheet",
+        )
+    else:
+        lim = swept_link(aio_config)
+    if memory_bw is not None and not 0 < memory_bw <= 100_000:
+        raise UsageError(
+            f"--memory-bw must be the host's memory bandwidth in GiB/s, got {memory_bw:g}",
+            hint="--memory-bw 95 (dual-channel DDR5-6400: 102.4 GB/s)",
+        )
+    mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
+    aio = cfg.get("aio") or p.aio or {}
+    raid = Raid(
+        parse_size(chunk, what="--chunk") if chunk else DEFAULT_CHUNK,
+        int(aio.get("block_size", 1 << 20)),
+        int(aio.get("queue_depth", 8)),
+        int(aio.get("intra_op_parallelism", 1)),
+        "--chunk" if chunk else "mdadm's default chunk",
+    )
+    inputs = DriveInputs(one, spec, lim, mem, raid, _study_steps(p))
+    plans = plan_drives(p, e, inputs, adam, base, ks)
+    label = "datasheet" if one.pattern == "datasheet" else "measured"
+    limits = [
+        Limit(f"one drive, read ({label})", one.read, "B/s", one.source),
+        Limit(f"one drive, write ({label})", one.write, "B/s", one.source),
+    ]
+    limits += [x for x in (lim, mem) if x is not None]
+    fixed = next((pl for pl in plans if pl.compute_s is not None), None)
+    if fixed is not None:
+        for t in fixed.prediction.terms:
+            if t.kind in ("adam", "compute"):
+                what, _, src = t.what.partition(" (")
+                limits.append(Limit(what, t.seconds, "s", src.rstrip(")") or "measured"))
+    notes = [raid.describe()]
+    if derate is not None:
+        notes.insert(0, f"derating of the datasheet: {derate_text(derate)}")
+    if spec is not None:
+        notes.append(f"datasheet: {spec.name}: {spec.source}")
+        if spec.cache is not None and spec.after_cache is not None:
+            notes.append(
+                f"SLC cache {spec.cache / 1e9:.0f} GB a drive, then {spec.after_cache / 1e6:.0f} "
+                f"MB/s ({spec.cache_source or spec.source}); the cache counted empty at each step"
+            )
+        elif spec.cache_source:
+            notes.append(f"SLC cache: {spec.cache_source}")
+    missing = []
+    if lim is None:
+        missing.append("PCIe link: not reported for the swept drive (--link sets it)")
+    if mem is None:
+        missing.append("host memory bandwidth: not known (--memory-bw sets it)")
+    if spec is None or spec.rated_writes is None:
+        missing.append(
+            "rated endurance: not known (--drive with tbw=, or dwpd= and warranty_years=)"
+        )
+    out: dict[str, Any] = {
+        "plans": [pl.to_json() for pl in plans],
+        "limits": [{**asdict(x), "text": x.describe()} for x in limits],
+        "notes": notes,
+        "missing": missing,
+        "drive": spec.to_json() if spec else None,
+        "derate": asdict(derate) if derate else None,
+        "baseline": None if base is None else {"kind": base.kind, "source": base.source},
+    }
+    if goal is not None:
+        k, why, target_s = smallest_for(p, e, inputs, adam, base, goal[0], goal[1])
+        out["target"] = {
+            "asked": target,
+            "step_s": None if target_s is None else round(target_s, 3),
+            "drives": k,
+            "answer": why,
+        }
+    from iotune.train.study import study_row
+
+    study = study_row(p)
+    if study is not None:
+        out["study"] = {"case": study.case, "step_s": study.step_s}
+    return out

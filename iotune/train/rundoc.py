@@ -1,0 +1,94 @@
+"""A run's document (``run.json``, written by :mod:`iotune.train.results`) read back: its
+steps after the first, their medians, and the seconds DeepSpeed's optimizer swapper spent in
+its swaps. The one reader of a run's steps: the study's records, the baselines of the
+predictions and the drive planner all take their figures from here."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import UsageError
+
+#: the swap timings a step event carries (iotune.workers.train.SwapClock)
+SWAP_KEYS = ("grad_out_s", "swap_in_s", "grad_flush_s", "swap_out_s")
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    f = path / "run.json" if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(
+            f"{path}: not an iotune run ({reason})",
+            hint="name a run directory written by 'iotune run' or 'iotune trace --run'",
+        ) from exc
+    if not isinstance(doc, dict) or "preset" not in doc:
+        raise UsageError(f"{f}: not an iotune run document", hint="name a run directory")
+    return doc
+
+
+def later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step events after the first (the first carries the first update's extra I/O),
+    or the only one."""
+    steps = [e for e in run.get("events", []) if e.get("event") == "step"]
+    return steps[1:] or steps
+
+
+def _median(vals: list[float]) -> float | None:
+    return round(statistics.median(vals), 4) if vals else None
+
+
+def forward_backward(run: dict[str, Any]) -> float | None:
+    """Median forward + backward (all micro-steps) of the steps after the first."""
+    return _median(
+        [
+            float(e.get("forward_s") or 0)
+            + float(e.get("backward_s") or 0)
+            + float(e.get("accumulate_s") or 0)
+            for e in later_steps(run)
+        ]
+    )
+
+
+def backward_median(run: dict[str, Any]) -> float | None:
+    """Median backward (all micro-steps) of the steps after the first."""
+    return _median(
+        [float(e["backward_s"]) for e in later_steps(run) if e.get("backward_s") is not None]
+    )
+
+
+def optimizer_median(run: dict[str, Any]) -> float | None:
+    """Median optimizer step of the steps after the first."""
+    return _median(
+        [float(e["optimizer_s"]) for e in later_steps(run) if e.get("optimizer_s") is not None]
+    )
+
+
+def swap_medians(run: dict[str, Any]) -> dict[str, float] | None:
+    """Median seconds of each swap the optimizer step waited for (:data:`SWAP_KEYS`), and of
+    the optimizer step without them (``rest_s``: CPU Adam and the copies around it), over the
+    steps after the first; None for a run whose steps do not carry them (no optimizer state
+    on NVMe, or a run recorded before they were timed)."""
+    steps = [e for e in later_steps(run) if all(e.get(k) is not None for k in SWAP_KEYS)]
+    if not steps or not all(e.get("optimizer_s") is not None for e in steps):
+        return None
+    out = {k: float(statistics.median(float(e[k]) for e in steps)) for k in SWAP_KEYS}
+    out["rest_s"] = float(
+        statistics.median(
+            float(e["optimizer_s"])
+            - float(e["grad_out_s"])
+            - float(e["swap_in_s"])
+            - float(e["swap_out_s"])
+            for e in steps
+        )
+    )
+    return out
+
+
+def volume_drives(run: dict[str, Any]) -> int:
+    """The drives the run swapped to (an array's members; one where it names none)."""
+    return max(1, len(run.get("drives") or []))
