@@ -12,6 +12,8 @@ from iotune.cli.options import STATE, json_option
 from iotune.errors import NotRootError
 from iotune.probes.blockdev import BlockDevice, Transport, find_block_devices
 from iotune.probes.host import LiveHost
+from iotune.probes.nvme_health import Health, controller_of, read_health
+from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json, human_bytes, warn
 
 
@@ -60,6 +62,44 @@ def devices_table(devs: list[BlockDevice]) -> Table:
     return table
 
 
+def drive_health(devs: list[BlockDevice]) -> dict[str, Health]:
+    """The NVMe drives' health logs, by drive (those whose controller answers)."""
+    tree = SysTree("/")
+    out = {}
+    for d in devs:
+        ctrl = controller_of(tree, d.name) if d.transport is Transport.NVME else None
+        h = read_health(ctrl) if ctrl else None
+        if h is not None:
+            out[d.name] = h
+    return out
+
+
+def health_table(health: dict[str, Health]) -> Table:
+    """What each drive has written and how much of its rated life it says that used
+    (TB = 10^12 bytes: the drive counts units of 512,000 bytes)."""
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title="health (NVMe SMART log; TB = 10^12 bytes)",
+        title_justify="left",
+    )
+    for col in ("DEVICE", "WRITTEN TB", "READ TB", "LIFE USED", "SPARE", "POWER-ON h", "MEDIA ERR"):
+        t.add_column(col, justify="left" if col == "DEVICE" else "right")
+    for name, h in health.items():
+        warn_style = "bold red" if h.critical_warning or h.media_errors else ""
+        t.add_row(
+            name,
+            f"{h.written_bytes / 1e12:.3f}",
+            f"{h.read_bytes / 1e12:.3f}",
+            f"{h.percentage_used}%",
+            Text(f"{h.available_spare}%", style=warn_style),
+            f"{h.power_on_hours:,}",
+            Text(str(h.media_errors), style=warn_style),
+        )
+    return t
+
+
 @click.command("devices")
 @click.argument("device", nargs=-1)
 @click.option(
@@ -73,6 +113,8 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
     signature (read-only wipefs probe), has holders (md, dm), is swap, backs / or /boot,
     or cannot be opened with O_EXCL. Sizes are binary (GiB); MAX KB is the queue's
     max_sectors_kb (largest request the kernel will issue) with the hardware limit.
+    NVMe drives add their health log: data written and read, the share of their rated
+    life used, spare capacity, power-on hours, media errors.
     """
     host = LiveHost()
     names = [host.disk_name(w) for w in device]
@@ -87,12 +129,15 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
         if not devs and not STATE.json:
             listed = ", ".join(others) if others else "none"
             warn(f"no NVMe drives found (other disks: {listed}); use --all to list every disk")
+    health = drive_health(devs)
     if STATE.json:
-        emit_json({"devices": devs})
+        emit_json({"devices": devs, "health": {n: h.to_json() for n, h in health.items()}})
         return
     if devs:
         con = console()
         con.print(devices_table(devs))
+        if health:
+            con.print(health_table(health))
         busy = [d for d in devs if d.in_use]
         if busy:
             con.print()

@@ -153,6 +153,10 @@ class DriveInputs:
     raid: Raid | None = None
     #: the study's measured step by drive count (its single NVMe and its RAID0 of 3)
     study_steps: tuple[tuple[int, float], ...] = ()
+    #: without a datasheet: each drive's capacity and the writes its health log says are
+    #: left, bytes (a datasheet gives its capacity and its rated writes for a new drive)
+    capacity: float | None = None
+    writes_left: float | None = None
 
 
 def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tuple[float, str]:
@@ -206,22 +210,24 @@ def plan_drives(
                 pred,
                 io,
                 compute,
-                _endurance(inputs.spec, writes / k, pred.step_s),
+                _endurance(inputs, writes / k, pred.step_s),
                 study.get(k),
             )
         )
     return out
 
 
-def _endurance(spec: DriveSpec | None, per_step: float, step_s: float | None) -> Endurance:
+def _endurance(inputs: DriveInputs, per_step: float, step_s: float | None) -> Endurance:
     per_day = per_step * DAY_S / step_s if step_s else None
+    spec = inputs.spec
+    capacity = inputs.capacity if spec is None else spec.capacity
+    left = inputs.writes_left if spec is None else spec.rated_writes
     dwpd = days = None
-    if spec is not None and per_day:
-        if spec.capacity:
-            dwpd = per_day / spec.capacity
-        rated = spec.rated_writes
-        if rated:
-            days = rated / per_day
+    if per_day:
+        if capacity:
+            dwpd = per_day / capacity
+        if left:
+            days = left / per_day
     return Endurance(per_step, per_day, dwpd, days)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.probes.nvme_health import Health
 from iotune.train.datasheet import Derate, DriveSpec, link_bandwidth, load_profiles, parse_drive
 from iotune.train.drives import (
     DriveInputs,
@@ -66,19 +67,14 @@ def swept_link(aio_config: str | None) -> Limit | None:
     """The PCIe link of the drive the sweep measured, when its target is on this host."""
     from iotune.probes.blockdev import read_disk
     from iotune.probes.host import LiveHost
-    from iotune.probes.sysfs import SysTree
-    from iotune.trace.targets import resolve_path
 
-    if not aio_config:
+    disks = _swept_disks(aio_config)
+    if not disks:
         return None
-    d = Path(aio_config)
-    spec = (d if d.is_dir() else d.parent) / "sweep.json"
     try:
-        target = json.loads(spec.read_text())["spec"]["target"]
         host = LiveHost()
-        disks = resolve_path(SysTree("/"), target).disks
         links = [read_disk(host, n).pcie for n in disks]
-    except (OSError, ValueError, KeyError, IotuneError):
+    except (OSError, ValueError, IotuneError):
         return None
     speeds = [(link_bandwidth(f"{x.current_speed} x{x.current_width}"), x) for x in links if x]
     known = [(v, x) for v, x in speeds if v]
@@ -91,6 +87,36 @@ def swept_link(aio_config: str | None) -> Limit | None:
         "B/s",
         f"sysfs of {', '.join(disks)}",
     )
+
+
+def _health(disks: list[str]) -> tuple[str, Health, float] | None:
+    """The first of *disks* whose NVMe health log can be read: its name, the log and the
+    drive's capacity (bytes)."""
+    from iotune.probes.nvme_health import controller_of, read_health
+    from iotune.probes.sysfs import SysTree
+
+    tree = SysTree("/")
+    for disk in disks:
+        ctrl = controller_of(tree, disk)
+        health = read_health(ctrl) if ctrl else None
+        sectors = tree.read_int(f"sys/block/{disk}/size")
+        if health is not None and sectors:
+            return disk, health, sectors * 512.0
+    return None
+
+
+def _swept_disks(aio_config: str | None) -> list[str]:
+    from iotune.probes.sysfs import SysTree
+    from iotune.trace.targets import resolve_path
+
+    if not aio_config:
+        return []
+    d = Path(aio_config)
+    try:
+        target = json.loads(((d if d.is_dir() else d.parent) / "sweep.json").read_text())
+        return list(resolve_path(SysTree("/"), target["spec"]["target"]).disks)
+    except (OSError, ValueError, KeyError, IotuneError):
+        return []
 
 
 def _one_drive(
@@ -162,10 +188,14 @@ def plan_storage(
     ks = drive_counts(drives or DEFAULT_COUNTS)
     goal = parse_target(target) if target is not None else None
     ran = None
-    if baseline and baseline != STUDY and bw is None:
+    run_disks: list[str] = []
+    if baseline and baseline != STUDY:
         from iotune.train.rundoc import load_run
 
-        ran = run_drives(load_run(Path(baseline)), baseline)
+        doc = load_run(Path(baseline))
+        run_disks = list(doc.get("drives") or [])
+        if bw is None:
+            ran = run_drives(doc, baseline)
     one, derate = _one_drive(bw, ran, spec, default)
     lim = None
     if link:
@@ -196,7 +226,26 @@ def plan_storage(
         int(aio.get("intra_op_parallelism", 1)),
         "--chunk" if chunk else "mdadm's default chunk",
     )
-    inputs = DriveInputs(one, spec, lim, mem, raid, _study_steps(p))
+    notes = [raid.describe()]
+    capacity = writes_left = None
+    if spec is None:
+        found = _health(_swept_disks(aio_config) or run_disks)
+        if found is not None:
+            disk, health, capacity = found
+            life = health.life_writes
+            writes_left = None if life is None else max(0.0, life - health.written_bytes)
+            notes.append(
+                f"endurance from {disk}'s health log: {health.written_bytes / 1e12:.2f} TB "
+                f"written, {health.percentage_used}% of its life used"
+                + (
+                    f": about {life / 1e12:,.0f} TB in all, {writes_left / 1e12:,.0f} TB left"
+                    if life is not None and writes_left is not None
+                    else " (too little wear to extrapolate its rated writes; --drive tbw= sets them)"
+                )
+            )
+    inputs = DriveInputs(
+        one, spec, lim, mem, raid, _study_steps(p), capacity=capacity, writes_left=writes_left
+    )
     plans = plan_drives(p, e, inputs, adam, base, ks)
     label = "datasheet" if one.pattern == "datasheet" else "measured"
     limits = [
@@ -210,7 +259,6 @@ def plan_storage(
             if t.kind in ("adam", "compute"):
                 what, _, src = t.what.partition(" (")
                 limits.append(Limit(what, t.seconds, "s", src.rstrip(")") or "measured"))
-    notes = [raid.describe()]
     if derate is not None:
         notes.insert(0, f"derating of the datasheet: {derate_text(derate)}")
     if spec is not None:
@@ -227,7 +275,8 @@ def plan_storage(
         missing.append("PCIe link: not reported for the swept drive (--link sets it)")
     if mem is None:
         missing.append("host memory bandwidth: not known (--memory-bw sets it)")
-    if spec is None or spec.rated_writes is None:
+    rated = spec.rated_writes if spec is not None else writes_left
+    if rated is None and not any("health log" in n for n in notes):
         missing.append(
             "rated endurance: not known (--drive with tbw=, or dwpd= and warranty_years=)"
         )

@@ -163,6 +163,11 @@ class LabRuns:
     study: dict[str, Any]
     #: the planner's answer per strategy for 1, 2 and 4 drives, by drive count
     plans: dict[str, dict[int, dict[str, Any]]]
+    #: the same from the drives' datasheet (QEMU's throttle) and the single drive's NVMe run
+    #: alone, no sweep and no RAM run: the whole ``--drives`` document per strategy
+    datasheet: dict[str, dict[str, Any]]
+    #: the same from that run alone (no datasheet): endurance from the drive's health log
+    run_only: dict[str, dict[str, Any]]
 
 
 def runs_by_volume(study: dict[str, Any], strategy: str) -> dict[str, dict[str, Any]]:
@@ -189,10 +194,19 @@ def summary(runs: LabRuns) -> list[str]:
         for name, r in runs_by_volume(runs.study, s).items():
             m = r["measured"]["step_s"]
             pred = (r.get("prediction") or {}).get("step_s")
-            plan = runs.plans.get(s, {}).get(len(VOLUMES[name]), {}).get("step_s")
+            k = len(VOLUMES[name])
+            plan = runs.plans.get(s, {}).get(k, {}).get("step_s")
+            sheet = next(
+                (
+                    p["step_s"]
+                    for p in runs.datasheet.get(s, {}).get("plans", [])
+                    if p["drives"] == k
+                ),
+                None,
+            )
             said = [
                 f"{who} {p:.2f} s ({100 * (p - m) / m:+.1f}%)"
-                for who, p in (("study", pred), ("planner", plan))
+                for who, p in (("study", pred), ("planner", plan), ("datasheet", sheet))
                 if p is not None
             ]
             lines.append(f"{s} on {name}: step {m:.2f} s measured; " + ", ".join(said))
@@ -206,7 +220,7 @@ def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
     go_on()
     study = _study(lab)
     go_on()
-    return LabRuns(sweeps, study, _plans(lab, study))
+    return LabRuns(sweeps, study, _plans(lab, study), *_plans_before_purchase(lab, study))
 
 
 def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -225,6 +239,23 @@ def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any
         )
         out[s] = {p["drives"]: p for p in doc["drives"]["plans"]}
     return out
+
+
+def _plans_before_purchase(
+    lab: Lab, study: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``iotune estimate --drives 1,2,4`` per strategy from what a buyer has: the drives'
+    datasheet (QEMU's throttle, as the key list) and one run on the single drive of the
+    optimizer state on NVMe (no sweep, no RAM run); and from that run alone."""
+    sheet, alone = {}, {}
+    mib_s = BPS // MIB
+    for s in STRATEGIES:
+        run = runs_by_volume(study, s)["single"]["run_dir"]
+        args = ("estimate", f"tiny_{s}", *SET_ARGS, "--baseline", run, "--drives", "1,2,4")
+        drive = f"read={mib_s}MiB/s,write={mib_s}MiB/s"
+        sheet[s] = lab.iotune_json(*args, "--drive", drive)["drives"]
+        alone[s] = lab.iotune_json(*args)["drives"]
+    return sheet, alone
 
 
 def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:

@@ -188,6 +188,43 @@ def test_the_planner_answers_from_one_drive_within_15_percent(
             assert abs(pred - m) <= 0.15 * m, (s, k, pred, m)
 
 
+def test_the_planner_answers_before_purchase_from_a_datasheet_within_15_percent(
+    study: dict[str, Any], lab_runs: LabRuns
+) -> None:
+    """`estimate --drives 1,2,4 --drive read=2MiB/s,write=2MiB/s --baseline RUN`: the
+    throttle's figure as the drives' datasheet and the single drive's NVMe run for forward +
+    backward, CPU Adam and the derating (no sweep, no RAM run), against the steps measured
+    on the single drive and the two arrays; every line that uses the datasheet says so."""
+    for s in STRATEGIES:
+        doc = lab_runs.datasheet[s]
+        plans = {p["drives"]: p for p in doc["plans"]}
+        assert doc["derate"]["measured"] and doc["baseline"]["kind"] == "nvme", doc
+        assert 0.5 < doc["derate"]["read"] <= 1.05 and 0.5 < doc["derate"]["write"] <= 1.05, doc
+        texts = [lim["text"] for lim in doc["limits"]]
+        assert any(t.startswith("one drive, read (datasheet): 2.0") for t in texts), texts
+        assert any(t.startswith("optimizer step without swapping") for t in texts), texts
+        runs = runs_by_volume(study, s)
+        for k, name in ((1, "single"), (2, "raid0x2"), (4, "raid0x4")):
+            m = runs[name]["measured"]["step_s"]
+            pred = plans[k]["step_s"]
+            assert abs(pred - m) <= 0.15 * m, (s, k, pred, m)
+            assert "datasheet" in plans[k]["terms"][0]["what"], plans[k]["terms"][0]
+
+
+def test_the_run_alone_plans_with_the_drives_health_log(lab_runs: LabRuns) -> None:
+    """The NVMe run without a datasheet: its drives' measured bandwidth, and the endurance
+    of the drive it ran on from that drive's health log (QEMU's controller: nothing used
+    yet, so no rated writes to extrapolate); the same steps as from the datasheet it was
+    derated against."""
+    for s in STRATEGIES:
+        doc = lab_runs.run_only[s]
+        assert any("health log" in n and "too little wear" in n for n in doc["notes"]), doc
+        sheet = {p["drives"]: p["step_s"] for p in lab_runs.datasheet[s]["plans"]}
+        for p in doc["plans"]:
+            assert p["step_s"] == pytest.approx(sheet[p["drives"]], rel=0.001)
+            assert p["endurance"]["dwpd"] is not None and p["endurance"]["dwpd"] > 0
+
+
 def test_the_report_sets_the_volumes_side_by_side(study: dict[str, Any], lab: Lab) -> None:
     """The report reads only records, which the share holds under the same paths on the
     host: it is made there (in the guest, matplotlib on the emulated CPU took two minutes)."""
