@@ -388,6 +388,9 @@ def estimate_cmd(
                 "init_first": asdict(e.init_first),
                 "prediction": pred.to_json() if pred else None,
                 "advice": [a.to_json() for a in advice],
+                "auto_filled": [
+                    {"key": k, "value": json.loads(v), "from": src} for k, v, src in p.ds_filled
+                ],
                 **({"drives": plan} if plan else {}),
             }
         )

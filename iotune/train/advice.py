@@ -39,7 +39,7 @@ def advise(
     tree: SysTree | None = None,
     aio_config: str | None = None,
 ) -> list[Advice]:
-    out: list[Advice] = []
+    out: list[Advice] = [Advice(k, text) for k, text in p.ds_notes]
     out += _subgroup(p, cfg, est)
     out += _param_buffers(p, cfg)
     out += _block_vs_queue(cfg, p.nvme_path, tree or SysTree("/"))

@@ -184,6 +184,10 @@ class Preset:
     nodes: int = 1  # nodes (a DeepSpeed hostfile's hosts)
     dtype: str = "auto"  # auto | bf16 | fp32: the model's (forward/backward) dtype
     ds_user: bool = False  # deepspeed is a user's config (--ds-config), not a preset's base
+    #: what reading a user's config said of it: (setting, text) of the keys DeepSpeed
+    #: ignores, shown as advice; and the "auto" values filled: (key, value, from what)
+    ds_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    ds_filled: tuple[tuple[str, str, str], ...] = field(default=(), compare=False)
 
     @property
     def world(self) -> int:

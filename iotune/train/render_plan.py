@@ -89,6 +89,14 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
     )
     if p.accelerator == "cpu":
         say(f"  dtype     {dt}: {resolve_dtype(p).why}")
+    if p.ds_filled:
+        say(
+            f'  auto      {len(p.ds_filled)} "auto" values filled as the Hugging Face Trainer '
+            "fills them (transformers.integrations.deepspeed):"
+        )
+        width = max(len(f"{key} = {value}") for key, value, _ in p.ds_filled)
+        for key, value, src in p.ds_filled:
+            say(f"              {f'{key} = {value}':<{width}}  from {src}")
     for c in e.caveats:
         say(f"  [yellow]caveat[/]    {c}")
     zo = cfg["zero_optimization"]

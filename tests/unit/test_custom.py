@@ -8,6 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,3 +296,86 @@ def test_advice_on_too_few_parameter_swap_buffers(
         (a,) = advice
         assert f"buffer_count {count} may be too few" in a.text
         assert f"up to {need} parameters" in a.text
+
+
+# ------------------------------------------------------------- configs users bring
+
+
+def _estimate(cfg: dict, tmp_path: Path, *args: str) -> Any:  # type: ignore[type-arg]
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    ds = str(tmp_path / "ds.json")
+    model = ("--model", str(DATA / "gpt_neox"), "--ds-config", ds, "--seq-len", "256")
+    return CliRunner().invoke(cli_mod.cli, ["estimate", *model, *args], prog_name="iotune")
+
+
+def test_a_hugging_face_trainer_config_is_filled_as_the_trainer_fills_it(
+    tmp_path: Path,
+) -> None:
+    """transformers' ZeRO-3 NVMe example with the Trainer's "auto" values (and aio's old
+    thread_count): filled by transformers' own integration from --micro-batch, --ga, --set
+    dtype, the model's hidden size and TrainingArguments' defaults; each value said with
+    where it came from; thread_count advice, not an error."""
+    cfg = _cfg("hf_zero3_nvme.json")
+    r = _estimate(cfg, tmp_path, "--micro-batch", "2", "--ga", "4", "--set", "dtype=bf16")
+    assert r.exit_code == 0, r.output
+    r = _estimate(cfg, tmp_path, "--json", "--micro-batch", "2", "--ga", "4", "--set", "dtype=bf16")
+    doc = json.loads(r.stdout)
+    filled = {f["key"]: f for f in doc["auto_filled"]}
+    hidden = 256
+    assert filled["zero_optimization.reduce_bucket_size"]["value"] == hidden * hidden
+    assert filled["zero_optimization.stage3_prefetch_bucket_size"]["value"] == int(
+        0.9 * hidden * hidden
+    )
+    assert filled["zero_optimization.stage3_param_persistence_threshold"]["value"] == 10 * hidden
+    assert filled["train_micro_batch_size_per_gpu"]["value"] == 2
+    assert filled["gradient_accumulation_steps"]["value"] == 4
+    assert filled["train_batch_size"]["value"] == 8
+    assert filled["bf16.enabled"]["value"] is True and filled["fp16.enabled"]["value"] is False
+    assert filled["optimizer.params.lr"]["from"] == "TrainingArguments' default"
+    assert "--micro-batch" in filled["train_micro_batch_size_per_gpu"]["from"]
+    advice = {a["setting"]: a["text"] for a in doc["advice"]}
+    assert "intra_op_parallelism" in advice["aio.thread_count"]
+    assert "DeepSpeed ignores it" in advice["aio.thread_count"]
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "option"),
+    [
+        (("--set", "dtype=bf16"), "train_micro_batch_size_per_gpu", "--micro-batch"),
+        (("--micro-batch", "2"), "bf16.enabled", "--set dtype="),
+    ],
+)
+def test_an_auto_value_iotune_cannot_fill_names_the_key_and_its_option(
+    args: tuple[str, ...], key: str, option: str, tmp_path: Path
+) -> None:
+    r = _estimate(_cfg("hf_zero3_nvme.json"), tmp_path, *args)
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 2, r.stderr
+    assert f'{key} is "auto"' in lines[0] and option in lines[1], r.stderr
+
+
+def test_aio_inside_zero_optimization_is_one_line_naming_where_it_belongs(
+    tmp_path: Path,
+) -> None:
+    """transformers' docs nest aio in zero_optimization; DeepSpeed 0.19.8's zero config
+    permits no extra keys and rejects it."""
+    cfg = _cfg("hf_zero3_nvme.json")
+    cfg["zero_optimization"]["aio"] = cfg.pop("aio")
+    r = _estimate(cfg, tmp_path, "--micro-batch", "2", "--set", "dtype=bf16")
+    assert r.exit_code == 2 and "aio is inside zero_optimization" in r.stderr, r.stderr
+    assert 'move "aio" to the top level' in r.stderr
+
+
+def test_an_ignored_aio_key_in_a_plain_config_is_advice(tmp_path: Path) -> None:
+    cfg = _cfg("opt_nvme.json")
+    cfg["aio"]["thread_count"] = 4
+    cfg["aio"]["prefetch"] = True
+    r = _estimate(cfg, tmp_path, "--json")
+    assert r.exit_code == 0, r.output
+    advice = {a["setting"]: a["text"] for a in json.loads(r.stdout)["advice"]}
+    assert "set aio.intra_op_parallelism instead" in advice["aio.thread_count"]
+    assert advice["aio.prefetch"].endswith("; remove it")

@@ -77,7 +77,7 @@ def test_each_drive_shows_its_health_log_and_it_counts_what_was_written(vm: Sess
     before = vm.iotune_json("devices")["health"]
     assert sorted(before) == sorted(vm.dev(d.serial).removeprefix("/dev/") for d in DRIVES)
     h0 = before[name]
-    assert h0["percentage_used"] == 0 and h0["available_spare_pct"] > 0
+    assert h0["percentage_used"] == 0  # QEMU reports no wear (and 0% spare)
     assert h0["media_errors"] == 0 and h0["life_writes_bytes"] is None
     dd = ["dd", "if=/dev/zero", f"of={vm.dev('IOT0')}", "bs=1M", "count=16", "seek=64"]
     vm.guest.run([*dd, "oflag=direct", "status=none"]).check()
