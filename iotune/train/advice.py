@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.probes.sysfs import SysTree
-from iotune.train.dsconfig import model_element_size
+from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, model_element_size
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.presets import Preset
 from iotune.units import amount, format_size
@@ -48,9 +48,10 @@ def advise(
     return out
 
 
-def _point_key(aio: dict[str, Any]) -> tuple[Any, ...]:
+def _point_key(aio: dict[str, Any]) -> tuple[int, int, int, bool, bool]:
+    """A DeepSpeed aio block as a sweep's configuration (iotune.sweep.space.config_of)."""
     return (
-        int(aio.get("block_size", 1 << 20)),
+        int(aio.get("block_size", DEFAULT_AIO_BLOCK)),
         int(aio.get("queue_depth", 8)),
         int(aio.get("intra_op_parallelism", aio.get("threads", 1))),
         bool(aio.get("single_submit", False)),
@@ -60,44 +61,41 @@ def _point_key(aio: dict[str, Any]) -> tuple[Any, ...]:
 
 def _swept_block(mine: dict[str, Any], sweep: Path) -> list[Advice]:
     """Your config's aio block against the sweep of the drive (--aio-config SWEEP_RUN): its
-    measured bandwidth beside the sweep's best, where the sweep measured it."""
-    import json
+    measured bandwidth beside the sweep's best, where the sweep measured it. Both by the
+    sweep's own rule (iotune.sweep.space: the points that succeeded, a configuration's
+    median over every measurement of it); a point marked failed never counts."""
+    from iotune.records import read_records
+    from iotune.sweep import space as sp
 
     points = sweep / "points.jsonl" if sweep.is_dir() else sweep.parent / "points.jsonl"
     if not points.is_file():
         return []
-    best: dict[str, float] = {}
-    at: dict[str, tuple[Any, ...]] = {}
-    yours: dict[str, float] = {}
-    for line in points.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        op, bw = r.get("op"), r.get("bw_bytes_s")
-        if op not in ("read", "write") or not isinstance(bw, int | float):
-            continue
-        key = _point_key({**r, "intra_op_parallelism": r.get("threads", 1)})
-        if bw > best.get(op, 0):
-            best[op], at[op] = bw, key
-        if key == _point_key(mine):
-            yours[op] = max(yours.get(op, 0.0), bw)
-    if set(yours) != {"read", "write"} or not best:
+    cfgs = sp.by_config(list(read_records(points)))
+    best = sp.best_per_op([r for recs in cfgs.values() for rs in recs.values() for r in rs])
+    key = _point_key(mine)
+    yours = {
+        op: sp.pooled(rs)
+        for op, by in cfgs.items()
+        for c, rs in by.items()
+        if op in ("read", "write") and c == key
+    }
+    if set(yours) != {"read", "write"} or not {"read", "write"} <= set(best):
         return []
-    slower = {op: 1 - yours[op] / best[op] for op in ("read", "write") if best.get(op)}
+    top = {op: float(best[op]["bw_bytes_s"]) for op in ("read", "write")}
+    slower = {op: 1 - yours[op] / top[op] for op in ("read", "write")}
     if max(slower.values()) < 0.05:
         return []
-    bs, qd, th, ss, oe = at["read"]
+    bs, qd, th, ss, oe = sp.config_of(best["read"])
     return [
         Advice(
             "aio",
-            f"your aio block (block {format_size(int(mine.get('block_size', 1 << 20)))}, "
+            f"your aio block (block {format_size(int(mine.get('block_size', DEFAULT_AIO_BLOCK)))}, "
             f"queue depth {mine.get('queue_depth', 8)}) read {amount(yours['read'], '/s')} "
             f"and wrote {amount(yours['write'], '/s')} in {sweep}, "
             f"{slower['read']:.0%} and {slower['write']:.0%} below its best: read "
-            f"{amount(best['read'], '/s')} (block {format_size(bs)}, queue depth {qd}, "
+            f"{amount(top['read'], '/s')} (block {format_size(bs)}, queue depth {qd}, "
             f"{th} thread(s), single_submit {str(ss).lower()}, overlap_events "
-            f"{str(oe).lower()}), write {amount(best['write'], '/s')}; the estimate's times "
+            f"{str(oe).lower()}), write {amount(top['write'], '/s')}; the estimate's times "
             "use the sweep's block",
         )
     ]
@@ -188,7 +186,7 @@ def _param_buffers(p: Preset, cfg: dict[str, Any]) -> list[Advice]:
 
 def _block_vs_queue(cfg: dict[str, Any], nvme_path: str | None, tree: SysTree) -> list[Advice]:
     """An aio block above a drive's max_sectors_kb: the kernel splits every request."""
-    block = int(cfg.get("aio", {}).get("block_size", 1 << 20))
+    block = int(cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK))
     if not nvme_path or not Path(nvme_path).exists():
         return []
     from iotune.errors import IotuneError

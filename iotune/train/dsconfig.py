@@ -9,6 +9,10 @@ from typing import Any
 
 from iotune.train.presets import Preset, PresetError, resolve_dtype
 
+#: DeepSpeed's aio block where a config gives none (runtime/swap_tensor/constants.py
+#: AIO_BLOCK_SIZE_DEFAULT): the focus size of a run or a trace of such a config
+DEFAULT_AIO_BLOCK = 1 << 20
+
 
 def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
     parts = dotted.split(".")
@@ -242,4 +246,4 @@ def model_element_size(cfg: dict[str, Any]) -> int:
 def min_aio_bytes(cfg: dict[str, Any]) -> int:
     """DeepSpeed swaps only tensors of at least max(1 MiB, aio.block_size) bytes
     (swap_tensor/utils.py MIN_AIO_BYTES, optimizer_utils.py min_aio_bytes)."""
-    return max(1 << 20, int(cfg.get("aio", {}).get("block_size", 1 << 20)))
+    return max(1 << 20, int(cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)))

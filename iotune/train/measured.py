@@ -296,8 +296,9 @@ def run_baseline(doc: dict[str, Any], path: str) -> Baseline:
     fb = forward_backward(doc)
     if fb is None:
         raise UsageError(
-            f"--baseline {path}: the run has no finished step",
-            hint="name a run that finished at least one step",
+            f"--baseline {path}: the run has no steady step (none after its first, which "
+            "carries the first update's extra work)",
+            hint="name a run of 2 steps or more (iotune run ... --steps 3)",
         )
     strategy = str(doc.get("strategy") or "")
     source = f"{doc['preset']}, measured"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.records import read_records, to_jsonable
+from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
 from iotune.train.estimate import Estimate, IoVolume
 from iotune.train.predict import predict
 from iotune.train.presets import Preset
@@ -381,7 +382,8 @@ def build_result(
         "aio": prep.cfg.get("aio"),
         "aio_source": req.aio_source,
         "backend": req.backend if prep.targets.disks else None,
-        "focus_size": req.focus or int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        "focus_size": req.focus
+        or int(prep.cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)),
         "init_s": init.get("init_s") if init else None,
         "footprint": {"allocated": footprint, "estimate": est.nvme_bytes}
         if prep.swap_dir

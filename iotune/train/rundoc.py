@@ -32,10 +32,10 @@ def load_run(path: Path) -> dict[str, Any]:
 
 
 def later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The step events after the first (the first carries the first update's extra I/O),
-    or the only one."""
+    """The step events after the first: the steady steps, as the run's table has them (the
+    first carries the first update's extra work; a run of one step has none)."""
     steps = [e for e in run.get("events", []) if e.get("event") == "step"]
-    return steps[1:] or steps
+    return steps[1:]
 
 
 def _median(vals: list[float]) -> float | None:

@@ -27,7 +27,7 @@ from iotune.errors import CommandFailed, UsageError
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.records import to_jsonable
-from iotune.train.dsconfig import ds_config
+from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
 from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch, place
 from iotune.train.measured import AdamRate, Bandwidth, Baseline
@@ -310,7 +310,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     treq = TraceRequest(
         targets=prep.targets,
         backend=req.backend,
-        focus=req.focus or int(prep.cfg.get("aio", {}).get("block_size", 524288)),
+        focus=req.focus or int(prep.cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)),
         interval=req.interval,
         out=out,
         command=command,

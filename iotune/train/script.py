@@ -69,6 +69,7 @@ def plan_script(
     target: str | None,
 ) -> ScriptPlan:
     from iotune.train.custom import pick_preset
+    from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
     from iotune.train.dsconfig import ds_config as build_config
     from iotune.train.estimate import estimate
 
@@ -96,7 +97,7 @@ def plan_script(
         nvme_path=nvme,
         devices=devices,
         target=target if (devices or target) else str(_existing(nvme)),
-        focus=int(cfg.get("aio", {}).get("block_size", 1048576)),
+        focus=int(cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)),
     )
 
 

@@ -237,10 +237,11 @@ def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> Non
     """--aio-config SWEEP_RUN: your config's block beside the sweep's best, from its points."""
     from iotune.train.advice import _swept_block
 
-    def point(op: str, bs: int, qd: int, gib_s: float) -> str:
+    def point(op: str, bs: int, qd: int, gib_s: float, status: str = "ok") -> str:
         return json.dumps(
             {
                 "op": op,
+                "status": status,
                 "block_size": bs,
                 "queue_depth": qd,
                 "threads": 1,
@@ -257,6 +258,9 @@ def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> Non
                 point("write", MIB // 2, 8, 2.8),
                 point("read", MIB, 32, 2.0),
                 point("write", MIB, 32, 3.2),
+                # a point marked failed (its file still in the page cache): never the best
+                point("read", MIB, 64, 40.0, "failed"),
+                point("write", MIB, 64, 40.0, "failed"),
             ]
         )
         + "\n"

@@ -391,3 +391,12 @@ def test_a_baseline_that_is_no_run_is_one_line(tmp_path: Path) -> None:
 def test_replace_keeps_a_profiles_source() -> None:
     s = parse_drive("samsung-980-pro-2tb")
     assert replace(s, capacity=1e12).source == s.source
+
+
+def test_a_run_of_one_step_is_no_baseline_as_it_has_no_steady_row() -> None:
+    """The run's table has no steady-step row for a run of one step; its baseline reader
+    (iotune.train.rundoc.later_steps) says the same instead of timing the first step."""
+    doc = _nvme_run()
+    doc["events"] = doc["events"][:2]
+    with pytest.raises(UsageError, match="no steady step"):
+        run_baseline(doc, "ONE")
