@@ -64,11 +64,22 @@ class ToolMissing(IotuneError):
     """An external program is not installed."""
 
     def __init__(self, tool: str, package: str | None = None) -> None:
-        pkg = package or tool
-        super().__init__(
-            f"{tool} is not installed",
-            hint=f"install it with 'apt-get install {pkg}' (or run scripts/setup.sh)",
-        )
+        if "/" in tool:  # a path the user gave: nothing to install
+            super().__init__(
+                f"no such program: {tool}",
+                hint="check the path; a script that is not executable runs as "
+                f"'python3 {tool}' (or its own interpreter)",
+            )
+        elif package:
+            super().__init__(
+                f"{tool} is not installed",
+                hint=f"install it with 'apt-get install {package}' (or run scripts/setup.sh)",
+            )
+        else:
+            super().__init__(
+                f"{tool} is not installed (not found on PATH)",
+                hint="install it, or give its full path",
+            )
         self.tool = tool
 
 

@@ -100,7 +100,17 @@ def load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
         doc = json.loads(f.read_text())
     except FileNotFoundError as exc:
         raise UsageError(
-            f"--aio-config {path}: no such file",
+            f"--aio-config {path}: "
+            + (
+                f"a folder, but no sweep-aio run (it has no {SWEEP_RESULT})"
+                if p.is_dir()
+                else "no such file"
+            ),
+            hint="name a sweep-aio run directory or a DeepSpeed JSON config",
+        ) from exc
+    except IsADirectoryError as exc:
+        raise UsageError(
+            f"--aio-config {f} is a folder, not a config",
             hint="name a sweep-aio run directory or a DeepSpeed JSON config",
         ) from exc
     except json.JSONDecodeError as exc:

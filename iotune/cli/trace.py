@@ -8,6 +8,7 @@ runs the tracer and renders.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -283,4 +284,13 @@ def trace_cmd(
         )
         sys.exit(interrupted_exit(result["interrupted"]))
     if result["exit_code"]:
-        sys.exit(workload_exit(result["exit_code"]))
+        code = result["exit_code"]
+        found = (result.get("script") or {}).get("steps_found")
+        before = " before its first step" if script is not None and not found else ""
+        click.echo(
+            f"iotune: {Path(command[0]).name} exited {code}{before}; the trace above is what "
+            "ran until then",
+            err=True,
+        )
+        click.echo(f"hint: its own output is above ({shlex.join(command)})", err=True)
+        sys.exit(workload_exit(code))

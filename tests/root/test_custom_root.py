@@ -243,3 +243,43 @@ def test_every_weight_is_initialised_before_zero_init_partitions_it(model: str) 
             assert 0.015 < r["std"] < 0.025, r
         else:
             assert r["max"] <= 1.0, r
+
+
+@beside_study
+@pytest.mark.parametrize(
+    ("command", "first", "second"),
+    [
+        (
+            ["/nonexistent/train.py"],
+            "iotune: error: no such program: /nonexistent/train.py",
+            "hint: check the path",
+        ),
+        (
+            ["iotune-no-such-launcher", "train.py"],
+            "iotune: error: iotune-no-such-launcher is not installed (not found on PATH)",
+            "hint: install it, or give its full path",
+        ),
+        (
+            [sys.executable, "-c", "import sys; sys.exit(3)"],
+            f"iotune: {Path(sys.executable).name} exited 3 before its first step",
+            "hint: its own output is above",
+        ),
+    ],
+)
+def test_a_script_or_launcher_that_fails_is_named_with_its_exit_code(
+    command: list[str], first: str, second: str, tmp_path: Path
+) -> None:
+    """A program that is not there, a launcher not installed, a launcher that fails before
+    its first step: a line naming it (and its exit code), a hint, no traceback."""
+    p = iotune(
+        "trace",
+        *("--model", str(DATA / "gpt_neox"), "--ds-config", str(DATA / "opt_nvme.json")),
+        *("--set", "accelerator=cpu", "--target", str(tmp_path), "--out", str(tmp_path / "t")),
+        "--",
+        *command,
+        check=False,
+    )
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert any(x.startswith(first) for x in lines), p.stderr
+    assert lines[-1].startswith(second), p.stderr

@@ -43,11 +43,20 @@ def test_check_false_returns_failure_as_data() -> None:
     assert done.returncode == 1
 
 
-def test_missing_tool_names_the_package() -> None:
+def test_missing_tool_says_so_without_inventing_a_package() -> None:
     with pytest.raises(ToolMissing) as info:
         proc.run(["iotune-no-such-tool-xyz"])
-    assert "iotune-no-such-tool-xyz is not installed" in info.value.message
-    assert info.value.hint and "apt-get install" in info.value.hint
+    assert "iotune-no-such-tool-xyz is not installed (not found on PATH)" in info.value.message
+    assert info.value.hint and "apt-get" not in info.value.hint
+
+
+def test_a_program_path_that_is_not_there_is_no_package_to_install() -> None:
+    with pytest.raises(ToolMissing) as info:
+        proc.run(["/bin/iotune-nonexistent"])
+    assert info.value.message == "no such program: /bin/iotune-nonexistent"
+    assert (
+        info.value.hint and "apt-get" not in info.value.hint and "check the path" in info.value.hint
+    )
 
 
 def test_missing_known_tool_hint_uses_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
