@@ -39,6 +39,8 @@ def slow_initialisation(pause: float) -> None:
 
 
 def main() -> None:
+    # DeepSpeed's launcher passes --local_rank=N (without --no_local_rank), as to any script
+    sys.argv = [a for a in sys.argv if not a.startswith("--local_rank")]
     model_dir, ds_path, steps, seq_len = (
         sys.argv[1],
         sys.argv[2],
