@@ -51,7 +51,8 @@ def main() -> None:
         slow_initialisation(float(sys.argv[5]))
     with open(ds_path) as fh:
         ds_config = json.load(fh)
-    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    gpu = os.environ["DS_ACCELERATOR"] == "cuda"
+    deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", verbose=False)
     cfg = AutoConfig.from_pretrained(model_dir)
     cfg.use_cache = False
     torch.manual_seed(0)
@@ -70,7 +71,7 @@ def main() -> None:
         for _ in range(ga):
             ids = torch.randint(
                 0, cfg.vocab_size, (int(ds_config["train_micro_batch_size_per_gpu"]), seq_len)
-            )
+            ).to(engine.device)
             loss = engine(input_ids=ids, labels=ids).loss
             engine.backward(loss)
             engine.step()

@@ -41,7 +41,8 @@ def main() -> None:
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),
     )
     cfg = AutoConfig.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_config(cfg)
