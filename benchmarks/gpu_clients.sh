@@ -14,8 +14,11 @@
 # 3. `iotune run opt_nvme_1b --steps 3` (the optimizer swapper's swaps timed per step), then
 #    `iotune estimate --baseline RUN --drives 1,2,4` from that run alone, and with the disk
 #    described by a datasheet.
+# PARTS (default "script trainer run") picks which of the three run.
 # $OUT gets clients.tgz: every command's JSON, output and run folder.
 set -u
+parts="${PARTS:-script trainer run}"
+want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 out=/tmp/gpu-res/clients
 trap 'tar czf "${OUT:-/tmp}/clients.tgz" -C /tmp/gpu-res clients' EXIT
 off=/var/tmp/offload
@@ -34,6 +37,7 @@ python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder, CPUAdamBuilder;
 echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
 
 model=tests/data/custom/starcoder2_320m
+if want script; then
 rm -rf "${off:?}"/*
 iot --json trace --model "$model" --ds-config benchmarks/gpu_script_ds.json --seq-len 1024 \
     --out "$out/script" -- python3 -m torch.distributed.run --nproc_per_node 1 \
@@ -48,7 +52,9 @@ for r in d["rows"]:
     m, p = r["measured"], r["predicted"]
     print(r["label"], "read", m["read"], "pred", p["read"], "write", m["write"], "pred", p["write"])
 PY
+fi
 
+if want trainer; then
 rm -rf "${off:?}"/*
 python3 - <<'PY'
 import json
@@ -69,7 +75,10 @@ for r in d["rows"]:
     m, p = r["measured"], r["predicted"]
     print(r["label"], "read", m["read"], "pred", p["read"], "write", m["write"], "pred", p["write"])
 PY
+grep -A3 "auto " "$out/trainer.err" | head -3 >&2
+fi
 
+if want run; then
 rm -rf "${off:?}"/*
 iot --json run opt_nvme_1b --steps 3 --nvme-path "$off" --out "$out/r1b" \
     > "$out/run_1b.json" 2> "$out/run_1b.err"
@@ -85,5 +94,7 @@ d = json.load(open("/tmp/gpu-res/clients/run_1b.json"))
 for e in d["events"]:
     if e.get("event") == "step":
         print({k: e.get(k) for k in ("step", "forward_s", "backward_s", "optimizer_s",
-                                     "grad_out_s", "swap_in_s", "grad_flush_s", "swap_out_s")})
+                                     "grad_out_s", "backward_grad_out_s", "swap_in_s",
+                                     "grad_flush_s", "swap_out_s")})
 PY
+fi

@@ -164,6 +164,30 @@ def fill_auto(
     ]
 
 
+def warmup_below_one(
+    cfg: dict[str, Any], filled: list[tuple[str, str, str]]
+) -> list[tuple[str, str]]:
+    """transformers before its max(1, ...) fills an "auto" warmup_num_steps with
+    TrainingArguments' warmup_steps (0 by default) as it is, and DeepSpeed from 0.19.6
+    refuses it in deepspeed.initialize ("warmup_num_steps must be a positive integer"). The
+    user's Trainer stops there; iotune's own runs of the config take 1 (changed in *cfg*)."""
+    warmup = _get(cfg, "scheduler.params.warmup_num_steps")
+    if not (isinstance(warmup, int) and warmup < 1):
+        return []
+    if not any(k == "scheduler.params.warmup_num_steps" for k, _, _ in filled):
+        return []
+    cfg["scheduler"]["params"]["warmup_num_steps"] = 1
+    return [
+        (
+            "scheduler.params.warmup_num_steps",
+            f'"auto" is filled with {warmup} by this transformers from TrainingArguments\' '
+            "default warmup_steps, and DeepSpeed refuses a warmup below 1 step: your Trainer "
+            "stops in deepspeed.initialize unless its warmup_steps is 1 or more; iotune's own "
+            "runs of this config take 1",
+        )
+    ]
+
+
 def read_ds_config(
     path: str, fill: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, str]], list[tuple[str, str, str]]]:
@@ -223,6 +247,7 @@ def read_ds_config(
             f"{path}: DeepSpeed rejects it: {report['errors'][0]}",
             hint="see DeepSpeed's config reference (deepspeed.ai/docs/config-json)",
         )
+    notes += warmup_below_one(cfg, filled)
     for key in report.get("ignored") or []:
         new_key, why = RENAMED_AIO.get(key, (None, "not a key DeepSpeed's aio config has"))
         notes.append(

@@ -263,14 +263,14 @@ def _swapped(doc: dict[str, Any]) -> tuple[int, int, int, int]:
 def run_drives(doc: dict[str, Any], path: str) -> RunDrives | None:
     """The bandwidth a run's swaps had: reads are the state and gradients swapped in
     (``swap_in_s`` without its wait for the gradients), writes the gradients and the state
-    swapped out (``grad_out_s + grad_flush_s + swap_out_s``). None where its steps carry no
-    swap timings."""
+    swapped out (``grad_out_s + backward_grad_out_s + grad_flush_s + swap_out_s``). None
+    where its steps carry no swap timings."""
     sm = swap_medians(doc)
     n_s, n_g, _, _ = _swapped(doc)
     if sm is None or not (n_s or n_g):
         return None
     reading = sm["swap_in_s"] - sm["grad_flush_s"]
-    writing = sm["grad_out_s"] + sm["grad_flush_s"] + sm["swap_out_s"]
+    writing = sm["grad_out_s"] + sm["backward_grad_out_s"] + sm["grad_flush_s"] + sm["swap_out_s"]
     if reading <= 0 or writing <= 0:
         return None
     moved = 12 * n_s + 4 * n_g
@@ -318,9 +318,19 @@ def run_baseline(doc: dict[str, Any], path: str) -> Baseline:
     n_s, n_g, steady_read, steady_write = _swapped(doc)
     fetch = max(0, steady_read - (12 * n_s + 4 * n_g))
     back = max(0, steady_write - 12 * n_s - 4 * n_g)
-    compute = max(0.0, fb - fetch / drives.read)
+    # forward + backward without what the drives made it wait: the parameters' fetches, and
+    # the gradients' writes where DeepSpeed does them at the end of backward
+    compute = max(0.0, fb - fetch / drives.read - sm["backward_grad_out_s"])
     adam = max(0.0, sm["rest_s"] - back / drives.write)
-    what = "forward + backward without the parameters' fetches" if fetch else None
+    waits = [
+        w
+        for w, t in (
+            ("the parameters' fetches", fetch),
+            ("the gradients' writes", sm["backward_grad_out_s"]),
+        )
+        if t
+    ]
+    what = f"forward + backward without {' and '.join(waits)}" if waits else None
     return Baseline(
         round(compute, 4),
         round(adam, 4),

@@ -14,6 +14,8 @@ from iotune.errors import UsageError
 
 #: the swap timings a step event carries (iotune.workers.train.SwapClock)
 SWAP_KEYS = ("grad_out_s", "swap_in_s", "grad_flush_s", "swap_out_s")
+#: the gradients' writing timed at the end of backward, where DeepSpeed does it there
+BACKWARD_SWAP = "backward_grad_out_s"
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -69,14 +71,18 @@ def optimizer_median(run: dict[str, Any]) -> float | None:
 
 
 def swap_medians(run: dict[str, Any]) -> dict[str, float] | None:
-    """Median seconds of each swap the optimizer step waited for (:data:`SWAP_KEYS`), and of
-    the optimizer step without them (``rest_s``: CPU Adam and the copies around it), over the
-    steps after the first; None for a run whose steps do not carry them (no optimizer state
-    on NVMe, or a run recorded before they were timed)."""
+    """Median seconds of each swap (:data:`SWAP_KEYS` inside the optimizer step,
+    :data:`BACKWARD_SWAP` at the end of backward), and of the optimizer step without its
+    swaps (``rest_s``: CPU Adam and the copies around it), over the steps after the first;
+    None for a run whose steps do not carry them (no optimizer state on NVMe, or a run
+    recorded before they were timed)."""
     steps = [e for e in later_steps(run) if all(e.get(k) is not None for k in SWAP_KEYS)]
     if not steps or not all(e.get("optimizer_s") is not None for e in steps):
         return None
-    out = {k: float(statistics.median(float(e[k]) for e in steps)) for k in SWAP_KEYS}
+    out = {
+        k: float(statistics.median(float(e.get(k) or 0.0) for e in steps))
+        for k in (*SWAP_KEYS, BACKWARD_SWAP)
+    }
     out["rest_s"] = float(
         statistics.median(
             float(e["optimizer_s"])

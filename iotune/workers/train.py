@@ -40,15 +40,22 @@ from iotune.workers.torch_probe import cpu_bf16
 class SwapClock:
     """Seconds DeepSpeed's optimizer swapper spends in its swaps, per step: writing the fp32
     gradients at the accumulation boundary (``swap_out_gradients``, which waits when its
-    buffers are full), reading a sub-group's state in (``swap_in_optimizer_state``, which
-    first waits for the gradients still being written: ``_flush_gradient_swapper``, timed
-    apart as well) and writing it out (``swap_out_optimizer_state``). What is left of the
-    optimizer step is CPU Adam and the copies around it: a run with its state on NVMe times
-    both, as a RAM run times the one."""
+    buffers are full: ``grad_out_s`` inside the boundary's engine.step(),
+    ``backward_grad_out_s`` where DeepSpeed's managed accumulation does it at the end of the
+    last backward), reading a sub-group's state in (``swap_in_optimizer_state``, which first
+    waits for the gradients still being written: ``_flush_gradient_swapper``, timed apart as
+    well) and writing it out (``swap_out_optimizer_state``). What is left of the optimizer
+    step is CPU Adam and the copies around it: a run with its state on NVMe times both, as a
+    RAM run times the one."""
 
     def __init__(self, engine: Any) -> None:
-        self.spent = {"grad_out_s": 0.0, "swap_in_s": 0.0, "swap_out_s": 0.0, "grad_flush_s": 0.0}
+        self.spent = dict.fromkeys(
+            ("grad_out_s", "backward_grad_out_s", "swap_in_s", "swap_out_s", "grad_flush_s"), 0.0
+        )
         self.on = False
+        #: inside the boundary's engine.step(): DeepSpeed writes the gradients there, or, with
+        #: its managed accumulation, at the end of the last micro-step's backward
+        self.stepping = False
         swapper = getattr(getattr(engine, "optimizer", None), "optimizer_swapper", None)
         if swapper is None:
             return
@@ -68,7 +75,8 @@ class SwapClock:
             try:
                 return fn(*args, **kw)
             finally:
-                self.spent[key] += time.perf_counter() - t
+                k = key if self.stepping or key != "grad_out_s" else "backward_grad_out_s"
+                self.spent[k] += time.perf_counter() - t
 
         return timed
 
@@ -409,8 +417,10 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                 acc.synchronize()
                 acc_step += time.perf_counter() - c
         s0 = time.perf_counter()
+        swaps.stepping = True
         engine.step()  # the boundary: gradients reduced, optimizer runs (and swaps)
         acc.synchronize()
+        swaps.stepping = False
         s1 = time.perf_counter()
         rss, rss_peak = _rss()
         events.emit(

@@ -383,3 +383,18 @@ def test_an_ignored_aio_key_in_a_plain_config_is_advice(tmp_path: Path) -> None:
     advice = {a["setting"]: a["text"] for a in json.loads(r.stdout)["advice"]}
     assert "set aio.intra_op_parallelism instead" in advice["aio.thread_count"]
     assert advice["aio.prefetch"].endswith("; remove it")
+
+
+def test_a_warmup_an_older_transformers_fills_with_0_is_advice_and_1_for_our_runs() -> None:
+    """Seen on a GPU machine's transformers: "auto" warmup filled with 0, which DeepSpeed
+    0.19.8 refuses; the Trainer stopped in deepspeed.initialize."""
+    from iotune.train.custom import warmup_below_one
+
+    cfg = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
+    filled = [("scheduler.params.warmup_num_steps", "0", "TrainingArguments' default")]
+    (note,) = warmup_below_one(cfg, filled)
+    assert note[0] == "scheduler.params.warmup_num_steps" and "refuses" in note[1]
+    assert cfg["scheduler"]["params"]["warmup_num_steps"] == 1
+    # a value the user wrote, or one filled with 1, is theirs
+    assert warmup_below_one({"scheduler": {"params": {"warmup_num_steps": 0}}}, []) == []
+    assert warmup_below_one({"scheduler": {"params": {"warmup_num_steps": 1}}}, filled) == []

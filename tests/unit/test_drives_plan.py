@@ -400,3 +400,17 @@ def test_a_run_of_one_step_is_no_baseline_as_it_has_no_steady_row() -> None:
     doc["events"] = doc["events"][:2]
     with pytest.raises(UsageError, match="no steady step"):
         run_baseline(doc, "ONE")
+
+
+def test_gradients_written_at_the_end_of_backward_are_the_drives_not_the_compute() -> None:
+    """DeepSpeed's managed accumulation writes the gradients at the end of the last backward
+    (seen on an H100): that second is the drives' (backward_grad_out_s), not forward +
+    backward's, and not the optimizer step's."""
+    doc = _nvme_run(grad_out_s=0.0, backward_grad_out_s=1.0)
+    base = run_baseline(doc, "RUN")
+    assert base.forward_backward_s == 2.0 and base.optimizer_s == 5.0
+    drives = run_drives(doc, "RUN")
+    assert drives is not None
+    moved = 12 * E1B.swapped.n_s + 4 * E1B.swapped.n_g
+    assert drives.write == pytest.approx(moved / 8.0)
+    assert "without the gradients' writes" in base.source

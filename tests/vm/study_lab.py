@@ -168,6 +168,9 @@ class LabRuns:
     datasheet: dict[str, dict[str, Any]]
     #: the same from that run alone (no datasheet): endurance from the drive's health log
     run_only: dict[str, dict[str, Any]]
+    #: the datasheet's plan of tiny_opt_nvme as the command prints it (the session summary
+    #: shows it, with the command)
+    datasheet_text: str = ""
 
 
 def runs_by_volume(study: dict[str, Any], strategy: str) -> dict[str, dict[str, Any]]:
@@ -210,6 +213,8 @@ def summary(runs: LabRuns) -> list[str]:
                 if p is not None
             ]
             lines.append(f"{s} on {name}: step {m:.2f} s measured; " + ", ".join(said))
+    if runs.datasheet_text:
+        lines += ["the datasheet's plan (SETS as above):", *runs.datasheet_text.splitlines()]
     return lines
 
 
@@ -243,19 +248,23 @@ def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any
 
 def _plans_before_purchase(
     lab: Lab, study: dict[str, Any]
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], str]:
     """``iotune estimate --drives 1,2,4`` per strategy from what a buyer has: the drives'
     datasheet (QEMU's throttle, as the key list) and one run on the single drive of the
     optimizer state on NVMe (no sweep, no RAM run); and from that run alone."""
     sheet, alone = {}, {}
     mib_s = BPS // MIB
+    drive = f"read={mib_s}MiB/s,write={mib_s}MiB/s"
     for s in STRATEGIES:
         run = runs_by_volume(study, s)["single"]["run_dir"]
         args = ("estimate", f"tiny_{s}", *SET_ARGS, "--baseline", run, "--drives", "1,2,4")
-        drive = f"read={mib_s}MiB/s,write={mib_s}MiB/s"
         sheet[s] = lab.iotune_json(*args, "--drive", drive)["drives"]
         alone[s] = lab.iotune_json(*args)["drives"]
-    return sheet, alone
+    run = runs_by_volume(study, "opt_nvme")["single"]["run_dir"]
+    args = ("estimate", "tiny_opt_nvme", "--baseline", run, "--drives", "1,2,4", "--drive", drive)
+    text = lab.iotune(*args[:2], *SET_ARGS, *args[2:]).check().stdout
+    plan = text[text.find("RAID0 of K") :].rstrip()
+    return sheet, alone, f"$ iotune {' '.join(args)}\n{plan}"
 
 
 def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:

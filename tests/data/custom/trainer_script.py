@@ -38,6 +38,7 @@ def main() -> None:
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=ga,
         gradient_checkpointing=True,
+        warmup_steps=1,  # DeepSpeed refuses a WarmupLR of 0 steps (from 0.19.6)
         logging_steps=1,
         save_strategy="no",
         report_to=[],
