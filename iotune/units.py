@@ -33,11 +33,6 @@ def format_size(n: int) -> str:
     return str(n)
 
 
-def gb(n: int | float) -> float:
-    """Decimal gigabytes (10^9 bytes), the unit of the seed study's tables, labelled GB."""
-    return n / 1e9
-
-
 def binary_size(n: int) -> str:
     """A size with its binary unit spelled out, as tables label columns: 512 KiB, 1 MiB."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):

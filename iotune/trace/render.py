@@ -9,7 +9,7 @@ from rich.table import Table
 
 from iotune.render import warn
 from iotune.trace.backend import traces_requests
-from iotune.units import format_size, gb
+from iotune.units import GIB, format_size
 
 BAR = 40
 
@@ -19,10 +19,11 @@ def _n(v: int | None) -> str:
 
 
 def _seed_cells(r: dict[str, Any], w: dict[str, Any]) -> list[str]:
-    """The seed study's columns: GB read, GB written, R/W at the focus size, R/W other."""
+    """The seed study's columns: GiB read (its "GB" are GiB), GiB written, R/W at the focus
+    size, R/W other."""
     return [
-        f"{gb(r['bytes']):.3f}",
-        f"{gb(w['bytes']):.3f}",
+        f"{r['bytes'] / GIB:.3f}",
+        f"{w['bytes'] / GIB:.3f}",
         _n(r["focus_requests"]),
         _n(w["focus_requests"]),
         _n(r["other_requests"]),
@@ -35,8 +36,8 @@ def summary_table(result: dict[str, Any]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in (
         "DEVICE",
-        "READ GB",
-        "WRITE GB",
+        "READ GiB",
+        "WRITE GiB",
         f"R {f}",
         f"W {f}",
         "R OTHER",
@@ -97,7 +98,16 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
     table = Table(
         box=None, pad_edge=False, header_style="bold", title="per step (all traced drives)"
     )
-    for col in ("STEP", "SECONDS", "READ GB", "WRITE GB", f"R {f}", f"W {f}", "R OTHER", "W OTHER"):
+    for col in (
+        "STEP",
+        "SECONDS",
+        "READ GiB",
+        "WRITE GiB",
+        f"R {f}",
+        f"W {f}",
+        "R OTHER",
+        "W OTHER",
+    ):
         table.add_column(col, justify="left" if col == "STEP" else "right")
     for s in steps:
         table.add_row(

@@ -261,7 +261,7 @@ def plan_storage(
                 limits.append(Limit(what, t.seconds, "s", src.rstrip(")") or "measured"))
     if derate is not None:
         notes.insert(0, f"derating of the datasheet: {derate_text(derate)}")
-    if spec is not None:
+    if spec is not None and spec.label != "--drive":
         notes.append(f"datasheet: {spec.name}: {spec.source}")
         if spec.cache is not None and spec.after_cache is not None:
             notes.append(
@@ -272,7 +272,7 @@ def plan_storage(
             notes.append(f"SLC cache: {spec.cache_source}")
     missing = []
     if lim is None:
-        missing.append("PCIe link: not reported for the swept drive (--link sets it)")
+        missing.append("PCIe link: not reported for the measured drive (--link sets it)")
     if mem is None:
         missing.append("host memory bandwidth: not known (--memory-bw sets it)")
     rated = spec.rated_writes if spec is not None else writes_left

@@ -144,10 +144,15 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
         )
     if e.nvme_bytes:
         con.print(t)
+    # the activations live where forward and backward run: in the GPU's figure on a GPU,
+    # in host RAM's on the CPU
+    acts = f"activations {_gib(e.activation_bytes)} GiB of it"
+    gpu_part = f"GPU {_gib(e.gpu_bytes)} GiB ({acts})" if e.gpu_bytes else "no GPU"
+    host_part = f"host RAM {_gib(e.host_bytes)} GiB at its peak" + (
+        "" if e.gpu_bytes else f" ({acts})"
+    )
     say(
-        f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), "
-        f"GPU {_gib(e.gpu_bytes)} GiB, host RAM {_gib(e.host_bytes)} GiB at its peak "
-        f"(activations {_gib(e.activation_bytes)} GiB)"
+        f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), {gpu_part}, {host_part}"
     )
     for line in study_lines(p, e):
         say(line)
