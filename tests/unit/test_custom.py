@@ -390,7 +390,7 @@ def test_a_warmup_an_older_transformers_fills_with_0_is_advice_and_1_for_our_run
     0.19.8 refuses; the Trainer stopped in deepspeed.initialize."""
     from iotune.train.custom import warmup_below_one
 
-    cfg = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
+    cfg: dict[str, Any] = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
     filled = [("scheduler.params.warmup_num_steps", "0", "TrainingArguments' default")]
     (note,) = warmup_below_one(cfg, filled)
     assert note[0] == "scheduler.params.warmup_num_steps" and "refuses" in note[1]
