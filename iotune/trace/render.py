@@ -31,21 +31,15 @@ def _seed_cells(r: dict[str, Any], w: dict[str, Any]) -> list[str]:
     ]
 
 
-def summary_table(result: dict[str, Any]) -> Table:
+def _seed_columns(result: dict[str, Any]) -> tuple[str, ...]:
+    """The headers of :func:`_seed_cells`: GiB, then requests at the focus size and other."""
     f = format_size(result["focus_size"])
+    return ("READ GiB", "WRITE GiB", f"R {f}", f"W {f}", "R OTHER", "W OTHER")
+
+
+def summary_table(result: dict[str, Any]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in (
-        "DEVICE",
-        "READ GiB",
-        "WRITE GiB",
-        f"R {f}",
-        f"W {f}",
-        "R OTHER",
-        "W OTHER",
-        "MAX KB",
-        "CHUNK",
-        "DISKSTATS CHECK",
-    ):
+    for col in ("DEVICE", *_seed_columns(result), "MAX KB", "CHUNK", "DISKSTATS CHECK"):
         table.add_column(col, justify="left" if col in ("DEVICE", "DISKSTATS CHECK") else "right")
     for d in result["devices"]:
         r, w = d["read"], d["write"]
@@ -94,20 +88,10 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
     steps = result.get("steps") or []
     if not steps:
         return
-    f = format_size(result["focus_size"])
     table = Table(
         box=None, pad_edge=False, header_style="bold", title="per step (all traced drives)"
     )
-    for col in (
-        "STEP",
-        "SECONDS",
-        "READ GiB",
-        "WRITE GiB",
-        f"R {f}",
-        f"W {f}",
-        "R OTHER",
-        "W OTHER",
-    ):
+    for col in ("STEP", "SECONDS", *_seed_columns(result)):
         table.add_column(col, justify="left" if col == "STEP" else "right")
     for s in steps:
         table.add_row(

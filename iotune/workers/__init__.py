@@ -3,10 +3,12 @@ or CUDA state costs one record, not the caller."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 
 def stdout_to_stderr() -> None:
@@ -20,6 +22,16 @@ def private_stdout() -> TextIO:
     report = os.fdopen(os.dup(1), "w")
     stdout_to_stderr()
     return report
+
+
+def report_json_request(work: Callable[[Any], dict[str, Any]]) -> None:
+    """A worker's main: stdout kept for its one JSON report, the request read from the JSON
+    file named by argv[1], and *work*'s answer to it reported."""
+    report = private_stdout()
+    with open(sys.argv[1]) as fh:
+        req = json.load(fh)
+    report.write(json.dumps(work(req)) + "\n")
+    report.flush()
 
 
 def die_with_parent() -> None:

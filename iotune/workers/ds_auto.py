@@ -15,13 +15,11 @@ config, or the error transformers raised.
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import sys
 from types import SimpleNamespace
 from typing import Any
 
-from iotune.workers import private_stdout
+from iotune.workers import report_json_request
 
 #: TrainingArguments' own defaults for the fields its DeepSpeed integration reads
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -60,13 +58,5 @@ def fill(req: dict[str, Any]) -> dict[str, Any]:
     return {"config": hf.config}
 
 
-def main() -> None:
-    report = private_stdout()
-    with open(sys.argv[1]) as fh:
-        req = json.load(fh)
-    report.write(json.dumps(fill(req)) + "\n")
-    report.flush()
-
-
 if __name__ == "__main__":
-    main()
+    report_json_request(fill)

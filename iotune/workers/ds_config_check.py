@@ -5,12 +5,10 @@ through DeepSpeedZeroConfig (pydantic: wrong types and values are errors)."""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Any
 
-from iotune.workers import private_stdout
+from iotune.workers import report_json_request
 
 
 def check(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -55,13 +53,5 @@ def _lines(section: str, exc: Exception) -> list[str]:
     return [f"{section}: {first}"]
 
 
-def main() -> None:
-    report = private_stdout()
-    with open(sys.argv[1]) as fh:
-        cfg = json.load(fh)
-    report.write(json.dumps(check(cfg)) + "\n")
-    report.flush()
-
-
 if __name__ == "__main__":
-    main()
+    report_json_request(check)
