@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from iotune import proc
+from iotune.proc import worker_env
 from iotune.sweep.fio import measure_ceiling
 from iotune.units import parse_size
-from iotune.workers import worker_env
 
 _SCRIPT = Path(sys.executable).parent / "iotune"
 # the virtualenv's command, or the package on PYTHONPATH where iotune is not installed

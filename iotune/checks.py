@@ -16,7 +16,6 @@ from typing import Any
 from iotune import proc
 from iotune.errors import CommandFailed
 from iotune.probes.sysfs import SysTree
-from iotune.workers import command, worker_env
 
 
 class Status(enum.StrEnum):
@@ -116,15 +115,7 @@ def probe_torch(build: bool, timeout: float = 600.0, bf16_cost: bool = False) ->
     with *bf16_cost* it also times bf16 against float32 on the CPU)."""
     args = [*(["--build"] if build else []), *(["--bf16-cost"] if bf16_cost else [])]
     try:
-        done = proc.run(
-            command("iotune.workers.torch_probe", *args),
-            timeout=timeout,
-            env=worker_env(),
-        )
-    except CommandFailed as exc:
-        return {"worker_error": exc.message}
-    try:
-        return proc.worker_json(done)
+        return proc.run_worker("iotune.workers.torch_probe", *args, timeout=timeout)
     except CommandFailed as exc:
         return {"worker_error": exc.message}
 

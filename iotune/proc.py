@@ -318,3 +318,64 @@ class JsonWorker:
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.release()
+
+
+# ------------------------------------------------------------------ the workers
+
+
+def worker_env() -> dict[str, str]:
+    """Environment for workers: DeepSpeed's JIT-built ops cached per virtualenv.
+
+    torch caches extensions in ~/.cache/torch_extensions/<python>_<cuda>/ by default; two
+    virtualenvs then rebuild each other's async_io op (minutes each time) because its
+    build file names the other install's sources. A user's TORCH_EXTENSIONS_DIR wins.
+    """
+    env = {}
+    if "TORCH_EXTENSIONS_DIR" not in os.environ:
+        env["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "var", "torch_extensions")
+    env.update(compiler_cache())
+    return env
+
+
+def compiler_cache() -> dict[str, str]:
+    """Make ccache share DeepSpeed's op builds between virtualenvs.
+
+    torch's JIT compiles through ccache when it is on PATH (cpp_extension._wrap_compiler).
+    A new virtualenv holds new copies of DeepSpeed's sources, so every op is built again
+    (minutes on a small host); relative to the virtualenv the build is the same, and ccache,
+    told that paths below it are relative (CCACHE_BASEDIR) and not to hash the build
+    folder, finds every object an earlier virtualenv compiled. A user's settings win."""
+    if shutil.which("ccache") is None:
+        return {}
+    env = {"CCACHE_BASEDIR": sys.prefix, "CCACHE_NOHASHDIR": "1"}
+    return {k: v for k, v in env.items() if k not in os.environ}
+
+
+#: names a running ``python -m iotune.workers.zygote serve SOCKET``: workers fork from it
+ZYGOTE_ENV = "IOTUNE_ZYGOTE"
+
+
+def command(module: str, *args: str) -> list[str]:
+    """How to start worker *module* (``python -m MODULE ARGS``), or, where ``$IOTUNE_ZYGOTE``
+    names a zygote's socket, its client, which forks the worker from a process that has
+    imported torch and DeepSpeed already (iotune/workers/zygote.py); a client that finds no
+    server there starts the worker itself."""
+    return [sys.executable, "-m", *module_args(module, *args)]
+
+
+def module_args(module: str, *args: str) -> list[str]:
+    """What follows ``python -m`` in ``command``: for a launcher that starts the Python
+    module itself (DeepSpeed's ``--module``)."""
+    sock = os.environ.get(ZYGOTE_ENV)
+    if sock and os.path.exists(sock):
+        return ["iotune.workers.zygote", "client", sock, module, *args]
+    return [module, *args]
+
+
+def run_worker(
+    module: str, *args: str, timeout: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run worker *module* (iotune/workers/) with *args* and return its JSON report: the one
+    way every layer calls a worker."""
+    done = run(command(module, *args), timeout=timeout, env={**worker_env(), **(env or {})})
+    return worker_json(done)

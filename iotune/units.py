@@ -54,3 +54,13 @@ def amount(n: float, per: str = "") -> str:
     """Bytes (or bytes/s with per='/s') in the unit that fits them: 1.50 GiB, 25.0 MiB/s."""
     unit, scale = scale_for(n)
     return f"{n / scale:.2f} {unit}{per}" if unit == "GiB" else f"{n / scale:.1f} {unit}{per}"
+
+
+def gib_text(n: float | None, digits: int = 1) -> str:
+    """Bytes as GiB with *digits* decimals, for a table cell; "-" for none."""
+    return "-" if n is None else f"{n / GIB:.{digits}f}"
+
+
+def gib_value(n: float | None) -> float | None:
+    """Bytes as GiB rounded for a record (4 decimals); None for none."""
+    return None if n is None else round(n / GIB, 4)

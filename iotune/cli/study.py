@@ -14,14 +14,10 @@ from rich.table import Table
 from iotune.cli.options import STATE, comma_list, interrupted_exit, json_option, positive_int
 from iotune.errors import IotuneError, UsageError
 from iotune.render import console, emit_json, err_console
-from iotune.units import GIB
+from iotune.units import gib_text
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus
-
-
-def _gib(b: int | None) -> str:
-    return "-" if b is None else f"{b / GIB:.1f}"
 
 
 def plan_table(rows: list[dict[str, Any]]) -> Table:
@@ -30,17 +26,17 @@ def plan_table(rows: list[dict[str, Any]]) -> Table:
         t.add_column(col, justify="left" if col in ("RUN", "FITS") else "right")
     for r in rows:
         rw = (
-            f"{_gib(r['read_bytes_step'])}/{_gib(r['write_bytes_step'])}"
+            f"{gib_text(r['read_bytes_step'])}/{gib_text(r['write_bytes_step'])}"
             if r["read_bytes_step"]
             else "-"
         )
         t.add_row(
             r.get("run") or r["preset"],
             str(r["steps"]),
-            _gib(r["nvme_bytes"]) if r["nvme_bytes"] else "-",
+            gib_text(r["nvme_bytes"]) if r["nvme_bytes"] else "-",
             rw,
-            _gib(r["host_bytes"]),
-            _gib(r["gpu_bytes"]),
+            gib_text(r["host_bytes"]),
+            gib_text(r["gpu_bytes"]),
             "yes" if r["fits"] else f"no: {r['reason']}",
         )
     return t

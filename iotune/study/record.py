@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from iotune.train.rundoc import backward_median, forward_backward, optimizer_median
-from iotune.units import GIB
+from iotune.units import gib_value
 
 #: the per-step row a run is represented by: ZenFlow's mean over one update interval when
 #: the run has one (its median step hides the update), else the median steady step
 _PER_STEP = ("mean of steps", "steady step")
-
-
-def _gib(b: int | float | None) -> float | None:
-    return None if b is None else round(b / GIB, 4)
 
 
 def per_step_row(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -107,17 +103,17 @@ def summarize_run(
             "write_focus": (per or {}).get("write_focus"),
             "read_other": (per or {}).get("read_other"),
             "write_other": (per or {}).get("write_other"),
-            "peak_rss_gib": _gib(ram.get("measured_peak")),
-            "peak_gpu_gib": _gib(peak_gpu) if peak_gpu else None,
+            "peak_rss_gib": gib_value(ram.get("measured_peak")),
+            "peak_gpu_gib": gib_value(peak_gpu) if peak_gpu else None,
         },
         "estimate": {
-            "nvme_gib": _gib(estimate.get("nvme_bytes")),
+            "nvme_gib": gib_value(estimate.get("nvme_bytes")),
             "read_gib": (est or {}).get("read_gib"),
             "write_gib": (est or {}).get("write_gib"),
             "first_read_gib": (est_first or {}).get("read_gib"),
             "first_write_gib": (est_first or {}).get("write_gib"),
-            "host_gib": _gib(estimate.get("host_bytes")),
-            "gpu_gib": _gib(estimate.get("gpu_bytes")),
+            "host_gib": gib_value(estimate.get("host_bytes")),
+            "gpu_gib": gib_value(estimate.get("gpu_bytes")),
         },
         "prediction": run.get("prediction"),
         "study": run.get("study"),
@@ -148,11 +144,11 @@ def skipped(preset: Any, reason: str, est: Any | None) -> dict[str, Any]:
         "run_dir": None,
         "measured": {},
         "estimate": {
-            "nvme_gib": _gib(est.nvme_bytes),
-            "read_gib": _gib(est.steady_step.read),
-            "write_gib": _gib(est.steady_step.write),
-            "host_gib": _gib(est.host_bytes),
-            "gpu_gib": _gib(est.gpu_bytes),
+            "nvme_gib": gib_value(est.nvme_bytes),
+            "read_gib": gib_value(est.steady_step.read),
+            "write_gib": gib_value(est.steady_step.write),
+            "host_gib": gib_value(est.host_bytes),
+            "gpu_gib": gib_value(est.gpu_bytes),
         }
         if est is not None
         else {},

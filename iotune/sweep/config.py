@@ -9,7 +9,6 @@ from typing import Any
 
 from iotune import proc
 from iotune.errors import IotuneError, UsageError
-from iotune.workers import command, worker_env
 
 
 def merge_aio(existing: dict[str, Any], aio: dict[str, Any]) -> dict[str, Any]:
@@ -25,14 +24,9 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         json.dump(cfg, fh)
         name = fh.name
     try:
-        done = proc.run(
-            command("iotune.workers.ds_config_check", name),
-            timeout=300,
-            env=worker_env(),
-        )
+        return proc.run_worker("iotune.workers.ds_config_check", name, timeout=300)
     finally:
         Path(name).unlink(missing_ok=True)
-    return proc.worker_json(done)
 
 
 def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:

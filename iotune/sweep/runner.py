@@ -19,10 +19,10 @@ from typing import Any
 from iotune import proc
 from iotune.checks import fstype, o_direct_error, probe_torch
 from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError, last_line
+from iotune.proc import command, worker_env
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
 from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
-from iotune.workers import command, worker_env
 from iotune.workers.aio_point import DATA_PREFIX
 
 log = logging.getLogger("iotune.sweep")
@@ -156,8 +156,7 @@ def run_worker(module: str, payload: dict[str, Any], timeout_s: float, rec: dict
     "ok", or status "timeout"/"failed" with the error (the sweep records it and goes on)."""
 
     def once() -> dict[str, Any]:
-        argv = command(module, json.dumps(payload))
-        return proc.worker_json(proc.run(argv, timeout=timeout_s, env=worker_env()))
+        return proc.run_worker(module, json.dumps(payload), timeout=timeout_s)
 
     settle(rec, timeout_s, once)
 

@@ -12,7 +12,6 @@ from iotune import proc
 from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
 from iotune.records import THREADS_RESULT
 from iotune.units import GIB
-from iotune.workers import command, worker_env
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 #: a sweep's record, read by 'iotune estimate --threads-config' and 'iotune report'
@@ -48,12 +47,15 @@ def run_thread_sweep(
     for t in threads:
         row: dict[str, Any] = {"threads": t, "params": n}
         try:
-            done = proc.run(
-                command("iotune.workers.adam_step", str(n), str(repeats)),
-                env={**worker_env(), "OMP_NUM_THREADS": str(t)},
-                timeout=1800,
+            row.update(
+                proc.run_worker(
+                    "iotune.workers.adam_step",
+                    str(n),
+                    str(repeats),
+                    env={"OMP_NUM_THREADS": str(t)},
+                    timeout=1800,
+                )
             )
-            row.update(proc.worker_json(done))
             row["status"] = "ok"
         except CommandFailed as exc:
             row["status"] = "failed"

@@ -21,8 +21,6 @@ from iotune.train.presets import (
     apply_sets,
     parse_sets,
 )
-from iotune.workers import command as worker_command
-from iotune.workers import worker_env
 
 #: the sequence length where neither --seq-len nor the model says one
 DEFAULT_SEQ_LEN = 2048
@@ -30,8 +28,7 @@ DEFAULT_SEQ_LEN = 2048
 
 def _worker(module: str, arg: str, what: str) -> dict[str, Any]:
     try:
-        done = proc.run(worker_command(module, arg), timeout=600, env=worker_env())
-        return proc.worker_json(done)
+        return proc.run_worker(module, arg, timeout=600)
     except CommandFailed as exc:
         raise PresetError(
             f"{what} failed: {exc.message}",

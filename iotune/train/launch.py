@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotune.errors import UsageError
-from iotune.workers import module_args
+from iotune.proc import module_args
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
 

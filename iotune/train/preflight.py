@@ -16,10 +16,10 @@ from iotune import proc
 from iotune.checks import fstype, o_direct_error
 from iotune.errors import CommandFailed, IotuneError, UsageError
 from iotune.probes.sysfs import SysTree
+from iotune.proc import command as worker_command
+from iotune.proc import worker_env
 from iotune.train.estimate import Estimate
 from iotune.units import GIB
-from iotune.workers import command as worker_command
-from iotune.workers import worker_env
 
 SWAP_PREFIX = "iotune-swap-"
 

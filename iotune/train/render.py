@@ -9,15 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from iotune.trace.render import other_io_line
-from iotune.units import GIB, binary_size
-
-
-def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / GIB:.1f}"
-
-
-def _gib3(n: int | None) -> str:
-    return "-" if n is None else f"{n / GIB:.3f}"
+from iotune.units import GIB, binary_size, gib_text
 
 
 def _b(n: int) -> str:
@@ -117,8 +109,8 @@ def steps_table(result: dict[str, Any]) -> Table:
             _cell(e["step_s"]),
             _cell(e["tokens_per_s"]),
             _cell(e["loss"]),
-            _gib(e.get("peak_accel_bytes")),
-            _gib(e.get("host_rss_peak_bytes")),
+            gib_text(e.get("peak_accel_bytes")),
+            gib_text(e.get("host_rss_peak_bytes")),
             _cell(rd),
             _cell(wr),
             _cell(e["swap"]["allocated"] / GIB),
@@ -187,8 +179,8 @@ def ranks_table(result: dict[str, Any]) -> Table | None:
             str(r.get("node") or "-"),
             _cell(r["step_s"]),
             _cell(r["optimizer_s"]),
-            _gib3(r.get("read_bytes_per_step")),
-            _gib3(r.get("write_bytes_per_step")),
+            gib_text(r.get("read_bytes_per_step"), 3),
+            gib_text(r.get("write_bytes_per_step"), 3),
             f"{r['host_rss_peak_bytes'] / GIB:.2f}",
             f"{gpu / GIB:.2f}" if gpu else "-",
             f"{r['swap_allocated'] / GIB:.3f}",

@@ -13,9 +13,9 @@ from rich.table import Table
 from iotune.train.dsconfig import model_element_size, study_differences
 from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
 from iotune.train.presets import Preset, resolve_dtype
-from iotune.train.render import _b, _gib
+from iotune.train.render import _b
 from iotune.train.study import StudyRow, study_row
-from iotune.units import GIB, format_size, scale_for
+from iotune.units import GIB, format_size, gib_text, scale_for
 
 
 def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
@@ -67,9 +67,9 @@ def presets_table(rows: list[tuple[Preset, Estimate]]) -> Table:
             str(p.ga),
             str(p.seq_len),
             p.accelerator,
-            _gib(e.nvme_bytes) if e.nvme_bytes else "-",
-            _gib(e.gpu_bytes),
-            _gib(e.host_bytes),
+            gib_text(e.nvme_bytes) if e.nvme_bytes else "-",
+            gib_text(e.gpu_bytes),
+            gib_text(e.host_bytes),
         )
     return t
 
@@ -146,13 +146,13 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
         con.print(t)
     # the activations live where forward and backward run: in the GPU's figure on a GPU,
     # in host RAM's on the CPU
-    acts = f"activations {_gib(e.activation_bytes)} GiB of it"
-    gpu_part = f"GPU {_gib(e.gpu_bytes)} GiB ({acts})" if e.gpu_bytes else "no GPU"
-    host_part = f"host RAM {_gib(e.host_bytes)} GiB at its peak" + (
+    acts = f"activations {gib_text(e.activation_bytes)} GiB of it"
+    gpu_part = f"GPU {gib_text(e.gpu_bytes)} GiB ({acts})" if e.gpu_bytes else "no GPU"
+    host_part = f"host RAM {gib_text(e.host_bytes)} GiB at its peak" + (
         "" if e.gpu_bytes else f" ({acts})"
     )
     say(
-        f"  needs     NVMe {_gib(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), {gpu_part}, {host_part}"
+        f"  needs     NVMe {gib_text(e.nvme_bytes)} GiB ({per_n(e.nvme_bytes, n)}), {gpu_part}, {host_part}"
     )
     for line in study_lines(p, e):
         say(line)

@@ -10,6 +10,7 @@ Run directory:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -26,6 +27,8 @@ from iotune.checks import fstype
 from iotune.errors import CommandFailed, UsageError
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
+from iotune.proc import command as worker_command
+from iotune.proc import worker_env
 from iotune.records import to_jsonable
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
 from iotune.train.estimate import Estimate, estimate
@@ -47,8 +50,6 @@ from iotune.train.preflight import (
 from iotune.train.presets import Dtype, Preset, resolve_dtype
 from iotune.train.results import build_result, write_result
 from iotune.units import GIB
-from iotune.workers import command as worker_command
-from iotune.workers import worker_env
 
 # --------------------------------------------------------------------------- the run
 
@@ -231,15 +232,8 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
 def emulated_bf16_note(dtype: Dtype) -> str:
     """The warning for bf16 forced on a CPU that emulates it, with the cost measured here."""
     cost = None
-    try:
-        done = proc.run(
-            worker_command("iotune.workers.torch_probe", "--bf16"),
-            timeout=300,
-            env=worker_env(),
-        )
-        cost = proc.worker_json(done).get("bf16_cost")
-    except CommandFailed:
-        pass  # the warning stands without the figure
+    with contextlib.suppress(CommandFailed):  # the warning stands without the figure
+        cost = proc.run_worker("iotune.workers.torch_probe", "--bf16", timeout=300).get("bf16_cost")
     measured = (
         f"; measured here, a bf16 matmul + backward takes {cost}x float32's time" if cost else ""
     )

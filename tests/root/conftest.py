@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from iotune.workers import ZYGOTE_ENV, worker_env
+from iotune.proc import ZYGOTE_ENV, worker_env
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 LAZY0 = "lazy_itable_init=0,lazy_journal_init=0"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from iotune.workers import worker_env
+from iotune.proc import worker_env
 from tests.io_rules import param_reads_shift_ok
 from tests.root.conftest import iotune, iotune_json
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from iotune.workers import worker_env
+from iotune.proc import worker_env
 from tests.root.conftest import iotune
 from tests.root.test_custom_root import DATA, FS_WRITES, _offload_dir
 

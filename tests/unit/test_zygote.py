@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.workers import ZYGOTE_ENV, command
+from iotune.proc import ZYGOTE_ENV, command
 
 TOP = Path(__file__).resolve().parents[2]
 TARGET = "tests.unit.zygote_target"

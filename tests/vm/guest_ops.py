@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from iotune.workers import compiler_cache
+from iotune.proc import compiler_cache
 
 OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
 
