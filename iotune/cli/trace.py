@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
-from iotune.cli.train import run_preset
+from iotune.cli.running import run_preset
 from iotune.errors import UsageError
 from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json, warn

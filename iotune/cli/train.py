@@ -1,158 +1,25 @@
 """`iotune presets`, `iotune estimate` and `iotune run`: the training presets, their predicted
-needs and offloaded training runs. :func:`run_preset` also serves `iotune trace --run`."""
+needs and offloaded training runs (iotune.cli.running, which `iotune trace --run` shares)."""
 
 from __future__ import annotations
 
 import json
-import sys
-import time
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from iotune.cli.options import (
     STATE,
-    interrupted_exit,
     json_option,
     model_options,
     run_options,
-    workload_exit,
 )
 from iotune.errors import UsageError
-from iotune.render import console, emit_json, err_console, warn
+from iotune.render import console, emit_json
 
 if TYPE_CHECKING:
-    from iotune.train.runner import Prepared
-
-
-def run_preset(
-    name: str | None,
-    backend: str,
-    out: str | None,
-    nvme_path: str | None,
-    steps: int | None,
-    sets: tuple[str, ...],
-    data: str | None,
-    tokenizer: str | None,
-    aio_config: str | None,
-    force: bool,
-    keep_swap: bool,
-    threads_config: str | None = None,
-    baseline: str | None = None,
-    interval: float = 1.0,
-    focus: int | None = None,
-    ranks: int | None = None,
-    hostfile: str | None = None,
-    node_rank: int | None = None,
-    master_addr: str | None = None,
-    launcher: str | None = None,
-    model: str | None = None,
-    ds_config: str | None = None,
-    micro_batch: int | None = None,
-    seq_len: int | None = None,
-    ga: int | None = None,
-) -> None:
-    """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
-    from iotune.records import load_aio
-    from iotune.train import runner as train_runner
-    from iotune.train.custom import pick_preset
-    from iotune.train.data import check_inputs
-    from iotune.train.launch import plan_launch
-    from iotune.train.measured import measured_inputs
-    from iotune.train.render import print_run
-
-    launch = plan_launch(ranks, hostfile, node_rank, master_addr, launcher)
-    preset = pick_preset(
-        name,
-        model,
-        ds_config,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        ga=ga,
-        ranks=launch.ranks if launch is not None else None,
-        sets=sets,
-        steps=steps,
-    )
-    if launch is not None:
-        preset = replace(preset, ranks=launch.ranks, nodes=launch.nodes)
-    paths = [Path(x) for x in nvme_path.split(",") if x] if nvme_path else []
-    aio, aio_source = load_aio(aio_config)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = (Path(out) if out else Path("results") / f"run-{preset.name}-{stamp}").resolve()
-    if launch is not None and launch.node_rank is not None:
-        # every node runs this command: each keeps its records under its own name
-        out_dir = out_dir / str(launch.node)
-    check_inputs(data, tokenizer)
-    req = train_runner.RunRequest(
-        preset=preset,
-        out=out_dir,
-        backend=backend,
-        nvme_paths=paths,
-        aio=aio,
-        aio_source=aio_source,
-        data=Path(data) if data else None,
-        tokenizer=Path(tokenizer) if tokenizer else None,
-        force=force,
-        keep_swap=keep_swap,
-        quiet_stdout=STATE.json,
-        interval=interval,
-        focus=focus,
-        progress=not STATE.json,
-        launch=launch,
-    )
-    prep = train_runner.prepare(req)
-    req.bandwidth, req.adam, req.baseline = measured_inputs(
-        prep.preset, prep.cfg, aio_config, threads_config, baseline
-    )
-    for note in req.notes:
-        warn(note)
-    if not STATE.json:
-        _announce(prep, backend, out_dir)
-    result = train_runner.run(req, prep)
-    if STATE.json:
-        emit_json(result)
-    else:
-        print_run(console(), result)
-    _exit_after_run(result)
-
-
-def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
-    """The estimate and what is about to run, on stderr."""
-    from iotune.train.render_plan import print_estimate
-
-    print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
-    what = (
-        f"{', '.join(prep.targets.disks)} ({backend})"
-        if prep.targets.disks
-        else "no drive (no NVMe offload)"
-    )
-    ranks = f" on {prep.preset.ranks} ranks" if prep.preset.ranks > 1 else ""
-    click.echo(
-        f"iotune: running {prep.preset.name}{ranks} for {prep.preset.steps} steps, tracing {what}; "
-        f"results in {out_dir}",
-        err=True,
-    )
-
-
-def _exit_after_run(result: dict[str, Any]) -> None:
-    if result["interrupted"]:
-        click.echo(
-            f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "
-            f"records kept in {result['out']}",
-            err=True,
-        )
-        sys.exit(interrupted_exit(result["interrupted"]))
-    code = result["exit_code"]
-    if code:
-        click.echo(
-            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)"
-            + (f": {result['error']}" if result.get("error") else ""),
-            err=True,
-        )
-        click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)
-        sys.exit(workload_exit(code))
+    pass
 
 
 @click.group("presets", invoke_without_command=True)
@@ -432,4 +299,6 @@ def run_cmd(preset: str | None, out: str | None, **kw: Any) -> None:
     launcher (one per GPU; gloo processes on a CPU host), --hostfile several
     nodes; the table then adds each rank's figures.
     """
+    from iotune.cli.running import run_preset
+
     run_preset(preset, "diskstats", out, **kw)

@@ -23,6 +23,7 @@ from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
 from iotune.train.measured import Baseline
 from iotune.train.presets import Preset, apply_sets, base_name, get_preset, parse_sets
+from iotune.train.request import RunRequest
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus
@@ -233,7 +234,7 @@ def run_study(
                 f"failed, {counts['skipped']} skipped; {_fmt_s(time.monotonic() - t0)} elapsed, "
                 f"{_eta_text(eta(timed, left))})"
             )
-        req = tr.RunRequest(
+        req = RunRequest(
             preset=p,
             out=out / "runs" / it.name,
             backend=spec.backend,
@@ -335,7 +336,7 @@ def plan(items: list[Item], spec: StudySpec, gpu: Gpus | None) -> list[dict[str,
         for it in items:
             p = it.preset
             aio, _ = load_aio(spec.aio_config_for(it.volume))
-            req = tr.RunRequest(
+            req = RunRequest(
                 preset=p,
                 out=Path(tmp) / it.name,
                 backend=spec.backend,

@@ -14,18 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from iotune.records import read_records, to_jsonable
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
 from iotune.train.estimate import Estimate, IoVolume
 from iotune.train.predict import predict
 from iotune.train.presets import Preset
+from iotune.train.request import Prepared, RunRequest
 from iotune.units import GIB
-
-if TYPE_CHECKING:
-    from iotune.train.runner import Prepared, RunRequest
-
 
 # --------------------------------------------------------------------------- the table
 

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,13 @@ from iotune.proc import command as worker_command
 from iotune.proc import worker_env
 from iotune.records import to_jsonable
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
-from iotune.train.estimate import Estimate, estimate
-from iotune.train.launch import Launch, place
-from iotune.train.measured import AdamRate, Bandwidth, Baseline
+from iotune.train.estimate import estimate
+from iotune.train.launch import place
 from iotune.train.preflight import (
     SWAP_PREFIX,
     Gpus,
     Refused,
     Resources,
-    Shortfall,
     check_nvme_path,
     gpu_info,
     load_ops,
@@ -48,51 +46,11 @@ from iotune.train.preflight import (
     swap_dir_users,
 )
 from iotune.train.presets import Dtype, Preset, resolve_dtype
+from iotune.train.request import Prepared, RunRequest
 from iotune.train.results import build_result, write_result
 from iotune.units import GIB
 
 # --------------------------------------------------------------------------- the run
-
-
-@dataclass
-class RunRequest:
-    preset: Preset
-    out: Path
-    backend: str  # "libbpf" | "bcc" | "diskstats"
-    nvme_paths: list[Path] = field(default_factory=list)  # none: the preset's
-    aio: dict[str, Any] | None = None
-    aio_source: str = "preset"
-    data: Path | None = None
-    tokenizer: Path | None = None
-    force: bool = False
-    keep_swap: bool = False
-    quiet_stdout: bool = False
-    interval: float = 1.0
-    focus: int | None = None  # counted apart; default: the aio block size
-    progress: bool = False  # a line on stderr at initialisation and after every step
-    notes: list[str] = field(default_factory=list)
-    # step-time prediction: measured AIO bandwidth, CPU Adam rate, a baseline's fwd+bwd
-    bandwidth: Bandwidth | None = None
-    adam: AdamRate | None = None
-    baseline: Baseline | None = None
-    gpu: Gpus | None = None  # the GPUs, when already probed
-    launch: Launch | None = None  # several ranks or nodes: DeepSpeed's launcher
-
-
-@dataclass
-class Prepared:
-    preset: Preset
-    cfg: dict[str, Any]
-    est: Estimate
-    res: Resources
-    shortfalls: list[Shortfall]
-    nvme_path: Path | None
-    swap_dir: Path | None
-    targets: Any
-    nvme_paths: list[Path] = field(default_factory=list)  # the offload directories given
-    swap_dirs: list[Path] = field(default_factory=list)  # one per rank of this node
-    placement: str = "round robin"  # how ranks were given directories: or "numa"
-    dtype: Dtype | None = None  # the model's dtype and why
 
 
 def _nvme_paths(req: RunRequest) -> list[Path]:

@@ -378,8 +378,8 @@ def test_aio_config_is_read_from_a_sweep_run_or_a_ds_config(tmp_path: Path) -> N
 def test_run_table_from_recorded_run(tmp_path: Path) -> None:
     """build_result on the files a real tiny_opt_nvme run left (tests/data/run-tiny-opt-nvme)."""
     from iotune.trace.targets import Targets
+    from iotune.train.request import Prepared, RunRequest
     from iotune.train.results import build_result, write_result
-    from iotune.train.runner import Prepared, RunRequest
 
     src = DATA / "run-tiny-opt-nvme"
     out = tmp_path / "run"

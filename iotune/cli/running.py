@@ -1,0 +1,127 @@
+"""A training run from the command line, shared by `iotune run` and `iotune trace --run`:
+the request from the options (iotune.train.request), the estimate and what is about to run
+on stderr, the run, its table or its JSON, and the exit code of what happened."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from iotune.cli.options import STATE, interrupted_exit, workload_exit
+from iotune.render import console, emit_json, err_console, warn
+from iotune.train.request import Prepared
+
+
+def run_preset(
+    name: str | None,
+    backend: str,
+    out: str | None,
+    nvme_path: str | None,
+    steps: int | None,
+    sets: tuple[str, ...],
+    data: str | None,
+    tokenizer: str | None,
+    aio_config: str | None,
+    force: bool,
+    keep_swap: bool,
+    threads_config: str | None = None,
+    baseline: str | None = None,
+    interval: float = 1.0,
+    focus: int | None = None,
+    ranks: int | None = None,
+    hostfile: str | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    launcher: str | None = None,
+    model: str | None = None,
+    ds_config: str | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+    ga: int | None = None,
+) -> None:
+    """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
+    from iotune.train import runner as train_runner
+    from iotune.train.measured import measured_inputs
+    from iotune.train.render import print_run
+    from iotune.train.request import make_request
+
+    req = make_request(
+        name,
+        backend,
+        out,
+        nvme_path,
+        steps,
+        sets,
+        data,
+        tokenizer,
+        aio_config,
+        force,
+        keep_swap,
+        interval=interval,
+        focus=focus,
+        ranks=ranks,
+        hostfile=hostfile,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        launcher=launcher,
+        model=model,
+        ds_config=ds_config,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        ga=ga,
+        quiet=STATE.json,
+    )
+    prep = train_runner.prepare(req)
+    req.bandwidth, req.adam, req.baseline = measured_inputs(
+        prep.preset, prep.cfg, aio_config, threads_config, baseline
+    )
+    for note in req.notes:
+        warn(note)
+    if not STATE.json:
+        _announce(prep, backend, req.out)
+    result = train_runner.run(req, prep)
+    if STATE.json:
+        emit_json(result)
+    else:
+        print_run(console(), result)
+    _exit_after_run(result)
+
+
+def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
+    """The estimate and what is about to run, on stderr."""
+    from iotune.train.render_plan import print_estimate
+
+    print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
+    what = (
+        f"{', '.join(prep.targets.disks)} ({backend})"
+        if prep.targets.disks
+        else "no drive (no NVMe offload)"
+    )
+    ranks = f" on {prep.preset.ranks} ranks" if prep.preset.ranks > 1 else ""
+    click.echo(
+        f"iotune: running {prep.preset.name}{ranks} for {prep.preset.steps} steps, tracing {what}; "
+        f"results in {out_dir}",
+        err=True,
+    )
+
+
+def _exit_after_run(result: dict[str, Any]) -> None:
+    if result["interrupted"]:
+        click.echo(
+            f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "
+            f"records kept in {result['out']}",
+            err=True,
+        )
+        sys.exit(interrupted_exit(result["interrupted"]))
+    code = result["exit_code"]
+    if code:
+        click.echo(
+            f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)"
+            + (f": {result['error']}" if result.get("error") else ""),
+            err=True,
+        )
+        click.echo("hint: its output is above; rerun with --debug for iotune's own log", err=True)
+        sys.exit(workload_exit(code))
