@@ -13,6 +13,7 @@ from typing import Any
 from iotune.errors import UsageError
 from iotune.records import read_records
 from iotune.study import record as rec
+from iotune.sweep.run import SweepRun, has_points
 
 
 @dataclass
@@ -49,15 +50,9 @@ def _study(d: Path, data: ReportData) -> None:
 
 
 def _sweep(d: Path, data: ReportData) -> None:
-    meta = _json(d / "sweep.json") or {}
-    fio = d / "fio.jsonl"
+    run = SweepRun.load(d)
     data.sweeps.append(
-        AioSweep(
-            name=d.name,
-            records=[r for r in read_records(d / "points.jsonl") if r.get("status") == "ok"],
-            ceilings=list(read_records(fio)) if fio.exists() else [],
-            target=(meta.get("spec") or {}).get("target"),
-        )
+        AioSweep(name=d.name, records=run.ok, ceilings=run.ceilings(), target=run.target)
     )
     data.sources.append(f"sweep-aio {d}")
 
@@ -80,7 +75,7 @@ def _one(p: Path, data: ReportData) -> bool:
     elif (p / "run.json").exists():
         data.runs.append(rec.load_run_dir(p))
         data.sources.append(f"run {p}")
-    elif (p / "points.jsonl").exists():
+    elif has_points(p):
         _sweep(p, data)
     elif (p / "threads.json").exists():
         return _one(p / "threads.json", data)

@@ -64,21 +64,15 @@ def _swept_block(mine: dict[str, Any], sweep: Path) -> list[Advice]:
     measured bandwidth beside the sweep's best, where the sweep measured it. Both by the
     sweep's own rule (iotune.sweep.space: the points that succeeded, a configuration's
     median over every measurement of it); a point marked failed never counts."""
-    from iotune.records import read_records
     from iotune.sweep import space as sp
+    from iotune.sweep.run import SweepRun, has_points
 
-    points = sweep / "points.jsonl" if sweep.is_dir() else sweep.parent / "points.jsonl"
-    if not points.is_file():
+    if not has_points(sweep):
         return []
-    cfgs = sp.by_config(list(read_records(points)))
-    best = sp.best_per_op([r for recs in cfgs.values() for rs in recs.values() for r in rs])
+    run = SweepRun.load(sweep)
+    best = run.best_per_op()
     key = _point_key(mine)
-    yours = {
-        op: sp.pooled(rs)
-        for op, by in cfgs.items()
-        for c, rs in by.items()
-        if op in ("read", "write") and c == key
-    }
+    yours = {op: bw for op in ("read", "write") if (bw := run.bandwidth_at(op, key)) is not None}
     if set(yours) != {"read", "write"} or not {"read", "write"} <= set(best):
         return []
     top = {op: float(best[op]["bw_bytes_s"]) for op in ("read", "write")}

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import SWAP_REHEARSALS, THREADS_RESULT, read_records, swap_rehearsals
+from iotune.records import SWAP_REHEARSALS, THREADS_RESULT
+from iotune.sweep import space as sp
+from iotune.sweep.run import SweepRun, has_points
 from iotune.train.presets import Preset
 from iotune.train.rundoc import (
     backward_median,
@@ -82,25 +83,6 @@ class Baseline:
     kind: str = "ram"  # ram, nvme, gpu (the baseline run's strategy), study
 
 
-def _sweep_records(path: Path) -> tuple[list[dict[str, Any]], Path]:
-    d = path if path.is_dir() else path.parent
-    f = d / "points.jsonl"
-    if not f.exists():
-        raise UsageError(
-            f"{path} is not a sweep-aio run directory (no points.jsonl)",
-            hint="run 'iotune sweep-aio --target DIR --out RUN' on the offload drive, then pass RUN",
-        )
-    return [r for r in read_records(f) if r.get("status") == "ok"], f
-
-
-def has_points(path: str | None) -> bool:
-    """Whether --aio-config names a sweep with measurements (not just a DeepSpeed config)."""
-    if not path:
-        return False
-    p = Path(path)
-    return ((p if p.is_dir() else p.parent) / "points.jsonl").exists()
-
-
 def _distance(r: dict[str, Any], aio: dict[str, Any]) -> tuple[float, ...]:
     return (
         abs(math.log2(r["block_size"] / aio["block_size"])),
@@ -118,8 +100,9 @@ def swap_bandwidth(
     at exactly the run's aio block: the one that read this run's bytes per step (this
     preset's first), else the one whose bytes per step are nearest (with a note). None when
     the sweep has none at that block."""
-    d = path if path.is_dir() else path.parent
-    at = [r for r in swap_rehearsals(d) if r.get("status") == "ok" and not any(_distance(r, aio))]
+    sweep = SweepRun.load(path)
+    d = sweep.dir
+    at = [r for r in sweep.rehearsals() if not any(_distance(r, aio))]
     if not at:
         return None
 
@@ -154,7 +137,8 @@ def swap_bandwidth(
 def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
     """The sweep's read and write bandwidth at ``aio`` (the run's block), or at the nearest
     configuration it measured for each op, with a note saying which."""
-    records, f = _sweep_records(path)
+    sweep = SweepRun.load(path)
+    records, f = sweep.ok, sweep.points_file
     out: dict[str, float] = {}
     samples: dict[str, int] = {}
     notes = []
@@ -168,9 +152,8 @@ def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
             )
         best = min(_distance(r, aio) for r in mine)
         at = [r for r in mine if _distance(r, aio) == best]
-        values = [float(v) for r in at for v in (r.get("bw_bytes_s_all") or [r["bw_bytes_s"]])]
-        out[op] = statistics.median(values)
-        samples[op] = len(values)
+        out[op] = sp.pooled(at)
+        samples[op] = sum(len(sp.measurements(r)) for r in at)
         r0 = at[0]
         config[op] = {k: r0[k] for k in ("block_size", "queue_depth", "threads")}
         if any(best):

@@ -16,13 +16,13 @@ One drive's bandwidth comes from the first of:
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
 from iotune.probes.nvme_health import Health
+from iotune.sweep.run import SweepRun, has_points
 from iotune.train.datasheet import Derate, DriveSpec, link_bandwidth, load_profiles, parse_drive
 from iotune.train.drives import (
     DriveInputs,
@@ -109,13 +109,12 @@ def _swept_disks(aio_config: str | None) -> list[str]:
     from iotune.probes.sysfs import SysTree
     from iotune.trace.targets import resolve_path
 
-    if not aio_config:
+    if not has_points(aio_config):
         return []
-    d = Path(aio_config)
+    target = SweepRun.load(Path(str(aio_config))).target
     try:
-        target = json.loads(((d if d.is_dir() else d.parent) / "sweep.json").read_text())
-        return list(resolve_path(SysTree("/"), target["spec"]["target"]).disks)
-    except (OSError, ValueError, KeyError, IotuneError):
+        return list(resolve_path(SysTree("/"), target).disks) if target else []
+    except (OSError, ValueError, IotuneError):
         return []
 
 
