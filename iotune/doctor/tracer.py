@@ -24,8 +24,7 @@ from iotune.probes.sysfs import SysTree
 def check_btf(tree: SysTree) -> Check:
     """Whether trace can use its BTF tracepoint programs: the kernel's BTF has the fields they
     read and its block tracepoints pass the arguments they expect (5.11 and later)."""
-    from iotune.trace.bpf import btf_cflags
-    from iotune.trace.btf import Btf, BtfError
+    from iotune.trace.btf import Btf, BtfError, btf_cflags
 
     if not tree.exists("/sys/kernel/btf/vmlinux"):
         return Check(

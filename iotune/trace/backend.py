@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from iotune.checks import Status, check_bcc, check_block_tracepoint, tracefs_dir
 from iotune.errors import IotuneError, NotRootError
@@ -102,3 +103,27 @@ def _diskstats(problems: list[str]) -> BackendChoice:
         f"using the diskstats backend ({', '.join(problems)}): totals per drive only, "
         "no request sizes, no focus/other split; 'iotune doctor --for trace' says what to fix",
     )
+
+
+def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
+    """What the tracer's programs cost by the kernel's own clock since they were loaded: the
+    summed run_time_ns and run_cnt of their fdinfo. None unless the kernel's BPF statistics
+    are on (sysctl kernel.bpf_stats_enabled=1; off by default, as they cost two clock reads
+    per program run)."""
+    from iotune.trace.bpf import prog_info
+
+    infos = [prog_info(fd) for _, fd in programs]
+    ns = sum(i.get("run_time_ns", 0) for i in infos)
+    runs = sum(i.get("run_cnt", 0) for i in infos)
+    return {"run_time_ns": ns, "run_cnt": runs} if runs else None
+
+
+def open_tracer(backend: str, devs: list[int], owners: bool) -> Any:
+    """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*."""
+    if backend == "libbpf":
+        from iotune.trace.libbpf import LibbpfTracer
+
+        return LibbpfTracer(devs, owners=owners)
+    from iotune.trace.bpf import ReqSizeTracer
+
+    return ReqSizeTracer(devs, owners=owners)

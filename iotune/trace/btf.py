@@ -294,3 +294,66 @@ def attach(prog: int) -> int:
         return _bpf(BPF_RAW_TRACEPOINT_OPEN, _RawTpOpen(name=0, prog_fd=prog))
     except OSError as exc:
         raise BtfError(str(exc.strerror)) from exc
+
+
+# ------------------------------------------------- the bcc build's BTF programs, compiled
+
+
+#: -D name -> (struct, member path) of the fields the BTF programs read
+BTF_FIELDS = {
+    "RQ_Q": ("request", "q"),
+    "RQ_CMD_FLAGS": ("request", "cmd_flags"),
+    "RQ_DATA_LEN": ("request", "__data_len"),
+    "RQ_SECTOR": ("request", "__sector"),
+    "Q_DISK": ("request_queue", "disk"),
+    "GD_MAJOR": ("gendisk", "major"),
+    "GD_FIRST_MINOR": ("gendisk", "first_minor"),
+    "BIO_BDEV": ("bio", "bi_bdev"),
+    "BIO_OPF": ("bio", "bi_opf"),
+    "BIO_SIZE": ("bio", "bi_iter.bi_size"),
+    "BDEV_DISK": ("block_device", "bd_disk"),
+}
+REQ_OPS = ("READ", "WRITE", "FLUSH", "DISCARD", "SECURE_ERASE")
+#: the arguments each tracepoint passes that the BTF programs read (ctx[0], ctx[1], ...)
+BTF_ARGS = {
+    "block_rq_issue": ("struct request *",),
+    "block_rq_requeue": ("struct request *",),
+    "block_rq_complete": ("struct request *", "blk_status_t", "unsigned int"),
+    "block_bio_queue": ("struct bio *",),
+}
+
+
+def btf_cflags(btf: Btf | None = None, owners: bool = True) -> tuple[list[str], dict[str, int]]:
+    """The -D flags that compile the BTF programs for the running kernel (field offsets and
+    req_op values), and the BTF ids to attach them by (``attach_type``: BPF_TRACE_RAW_TP).
+    BtfError where the kernel has no BTF, not these fields, or tracepoints whose arguments
+    are not the ones the programs read (before 5.11 the request's came second), or BTF data
+    this reader cannot make sense of."""
+    try:
+        return _btf_cflags(btf or Btf.vmlinux(), owners)
+    except (IndexError, KeyError, ValueError, UnicodeDecodeError, struct.error) as exc:
+        raise BtfError(f"malformed BTF data ({type(exc).__name__}: {exc})") from exc
+
+
+def _btf_cflags(btf: Btf, owners: bool) -> tuple[list[str], dict[str, int]]:
+    flags = [f"-D{macro}={btf.offset(*where)}" for macro, where in BTF_FIELDS.items()]
+    try:
+        ops = btf.enum("req_op")
+    except BtfError:
+        ops = btf.enum("req_opf")  # its name before 6.0
+    for op in REQ_OPS:
+        if f"REQ_OP_{op}" not in ops:
+            raise BtfError(f"the kernel's req_op has no REQ_OP_{op}")
+        flags.append(f"-DREQ_OP_{op}_V={ops[f'REQ_OP_{op}']}")
+    ids = {}
+    for event, args in BTF_ARGS.items():
+        if event == "block_bio_queue" and not owners:
+            continue
+        ids[event] = btf.find(KIND_TYPEDEF, f"btf_trace_{event}")
+        got = btf.tracepoint_args(ids[event])
+        if got[: len(args)] != args or len(got) != len(args):
+            raise BtfError(
+                f"the kernel's {event} passes ({', '.join(got)}), not ({', '.join(args)})"
+            )
+    ids["attach_type"] = btf.enum("bpf_attach_type")["BPF_TRACE_RAW_TP"]
+    return flags, ids

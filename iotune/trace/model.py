@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from iotune.trace.diskstats import SECTOR, DiskStat
 
@@ -309,3 +310,51 @@ def diskstats_only(kernel: DiskStat) -> dict[str, OpStats]:
         "flush": OpStats(0, kernel.flush_ios, None, None),
         "other": OpStats(0, 0, None, None),
     }
+
+
+def step_rows(
+    samples: list[Any],
+    devs: Mapping[str, int],
+    disks: Iterable[str],
+    focus: int,
+    traced: bool,
+    ready_label: str,
+) -> list[dict[str, Any]]:
+    """I/O between consecutive step events (and from the start, or the workload's
+    *ready_label* event, to the first), from the tracer's samples: each has a label, a time
+    t, the traced counts and the kernel's per-drive stats. Pure."""
+    disks = list(disks)
+    ready = [s for s in samples if s.label == ready_label]
+    first = ready[-1] if ready else samples[0]
+    marks = [s for s in samples if ":" in s.label and s.t >= first.t]
+    # every rank of a multi-rank run marks each step; the node's step ends with the
+    # last rank's mark (the ranks wait for each other in the step's collectives)
+    last = {s.label: i for i, s in enumerate(marks)}
+    marks = [s for i, s in enumerate(marks) if last[s.label] == i]
+    if not marks:
+        return []
+    out = []
+    prev = first
+    for s in marks:
+        delta = sub(s.counts, prev.counts)
+        row: dict[str, Any] = {
+            "label": s.label,
+            "t_start": round(prev.t, 3),
+            "t_end": round(s.t, 3),
+        }
+        for i, op in enumerate(OPS[:2]):
+            stats = merge(op_stats(delta, devs[n], i, focus) for n in disks)
+            kernel_bytes = sum(getattr(s.stats[n] - prev.stats[n], f"{op}_bytes") for n in disks)
+            for n in disks:
+                per = row.setdefault("drives", {}).setdefault(n, {})
+                per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
+            row[op] = {
+                "bytes": stats.bytes if traced else kernel_bytes,
+                "requests": stats.requests if traced else None,
+                "focus_requests": stats.focus_requests if traced else None,
+                "other_requests": stats.other_requests if traced else None,
+                "diskstats_bytes": kernel_bytes,
+            }
+        out.append(row)
+        prev = s
+    return out

@@ -25,7 +25,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import model
 from iotune.trace.acks import AckSender
-from iotune.trace.backend import traces_requests
+from iotune.trace.backend import bpf_time, open_tracer, traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
 from iotune.trace.outputs import opjson, other_io, write_outputs
 from iotune.trace.targets import Targets, devno_of, kernel_dev
@@ -438,71 +438,15 @@ class Tracer:
     def steps(self) -> list[dict[str, Any]]:
         """I/O between consecutive step events (and from the start, or the workload's "ready"
         event, to the first)."""
-        ready = [s for s in self.samples if s.label == READY]
-        first = ready[-1] if ready else self.samples[0]
-        marks = [s for s in self.samples if ":" in s.label and s.t >= first.t]
-        # every rank of a multi-rank run marks each step; the node's step ends with the
-        # last rank's mark (the ranks wait for each other in the step's collectives)
-        last = {s.label: i for i, s in enumerate(marks)}
-        marks = [s for i, s in enumerate(marks) if last[s.label] == i]
-        if not marks:
-            return []
-        out = []
-        prev = first
-        for s in marks:
-            delta = model.sub(s.counts, prev.counts)
-            row: dict[str, Any] = {
-                "label": s.label,
-                "t_start": round(prev.t, 3),
-                "t_end": round(s.t, 3),
-            }
-            for i, op in enumerate(model.OPS[:2]):
-                stats = model.merge(
-                    model.op_stats(delta, self.devs[n], i, self.req.focus)
-                    for n in self.req.targets.disks
-                )
-                kernel_bytes = sum(
-                    getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
-                    for n in self.req.targets.disks
-                )
-                traced = traces_requests(self.req.backend)
-                for n in self.req.targets.disks:
-                    per = row.setdefault("drives", {}).setdefault(n, {})
-                    per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
-                row[op] = {
-                    "bytes": stats.bytes if traced else kernel_bytes,
-                    "requests": stats.requests if traced else None,
-                    "focus_requests": stats.focus_requests if traced else None,
-                    "other_requests": stats.other_requests if traced else None,
-                    "diskstats_bytes": kernel_bytes,
-                }
-            out.append(row)
-            prev = s
-        return out
-
-
-def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
-    """What the tracer's programs cost by the kernel's own clock since they were loaded: the
-    summed run_time_ns and run_cnt of their fdinfo. None unless the kernel's BPF statistics
-    are on (sysctl kernel.bpf_stats_enabled=1; off by default, as they cost two clock reads
-    per program run)."""
-    from iotune.trace.bpf import prog_info
-
-    infos = [prog_info(fd) for _, fd in programs]
-    ns = sum(i.get("run_time_ns", 0) for i in infos)
-    runs = sum(i.get("run_cnt", 0) for i in infos)
-    return {"run_time_ns": ns, "run_cnt": runs} if runs else None
-
-
-def open_tracer(backend: str, devs: list[int], owners: bool) -> Any:
-    """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*."""
-    if backend == "libbpf":
-        from iotune.trace.libbpf import LibbpfTracer
-
-        return LibbpfTracer(devs, owners=owners)
-    from iotune.trace.bpf import ReqSizeTracer
-
-    return ReqSizeTracer(devs, owners=owners)
+        req = self.req
+        return model.step_rows(
+            self.samples,
+            self.devs,
+            req.targets.disks,
+            req.focus,
+            traces_requests(req.backend),
+            READY,
+        )
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:

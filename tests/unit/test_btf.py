@@ -169,7 +169,7 @@ def test_doctor_says_when_trace_falls_back_to_classic_programs(tmp_path: Path) -
 
 def test_malformed_btf_is_a_btf_error() -> None:
     """What the reader cannot make sense of falls back, never escapes as another error."""
-    from iotune.trace.bpf import btf_cflags
+    from iotune.trace.btf import btf_cflags
 
     class Broken(Btf):  # BTF whose types point where nothing is
         def offset(self, struct_name: str, path: str) -> int:
