@@ -256,8 +256,7 @@ def plan_storage(
     if fixed is not None:
         for t in fixed.prediction.terms:
             if t.kind in ("adam", "compute"):
-                what, _, src = t.what.partition(" (")
-                limits.append(Limit(what, t.seconds, "s", src.rstrip(")") or "measured"))
+                limits.append(Limit(t.label, t.seconds, "s", t.source or "measured"))
     if derate is not None:
         notes.insert(0, f"derating of the datasheet: {derate_text(derate)}")
     if spec is not None and spec.label != "--drive":

@@ -39,9 +39,15 @@ if TYPE_CHECKING:
 
 
 class Term(NamedTuple):
-    what: str
+    label: str  # what the term is ("forward + backward"), the drives' with their rate
     seconds: float
     kind: str  # read, write, gradients, parameters (the drives), adam, compute
+    source: str = ""  # where its figure comes from, where not said in the label
+
+    @property
+    def what(self) -> str:
+        """The term as the prediction prints it: its label, then its source."""
+        return f"{self.label} ({self.source})" if self.source else self.label
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,8 @@ class Prediction:
             "optimizer_s": None if self.optimizer_s is None else round(self.optimizer_s, 3),
             "step_s": None if self.step_s is None else round(self.step_s, 3),
             "terms": [
-                {"what": t.what, "seconds": round(t.seconds, 3), "kind": t.kind} for t in self.terms
+                {"what": t.what, "seconds": round(t.seconds, 3), "kind": t.kind, "source": t.source}
+                for t in self.terms
             ],
             "notes": list(self.notes),
         }
@@ -109,14 +116,14 @@ def predict(
     if cpu and base and base.optimizer_s is not None:
         # the baseline's optimizer step without its swapping
         adam_s = base.optimizer_s
-        adam_what = f"optimizer step without swapping ({base.adam_source or base.source})"
+        adam_what = "optimizer step without swapping"
+        adam_src = base.adam_source or base.source
     elif adam is not None:
         if adam.note:
             notes.append(adam.note)
         adam_s = adam.seconds_per_param * est.params
         adam_what = f"CPU Adam, {_count(est.params)} parameters at {adam.threads} thread(s)"
-        if adam.source_label:
-            adam_what += f" ({adam.source_label})"
+        adam_src = adam.source_label or ""
     else:
         return Prediction(
             None,
@@ -135,7 +142,7 @@ def predict(
         terms.append(
             Term(f"read {amount(rd)} at {amount(bw.read, '/s')}{how}", rd / bw.read, "read")
         )
-        terms.append(Term(adam_what, adam_s, "adam"))
+        terms.append(Term(adam_what, adam_s, "adam", adam_src))
         terms.append(
             Term(f"write {amount(wr)} at {amount(bw.write, '/s')}{how}", wr / bw.write, "write")
         )
@@ -151,14 +158,12 @@ def predict(
                 )
             )
     else:
-        terms.append(Term(adam_what, adam_s, "adam"))
+        terms.append(Term(adam_what, adam_s, "adam", adam_src))
     optimizer = sum(t.seconds for t in terms)
     step = None
     if base is not None:
         step = base.forward_backward_s + optimizer
-        terms.append(
-            Term(f"forward + backward ({base.source})", base.forward_backward_s, "compute")
-        )
+        terms.append(Term("forward + backward", base.forward_backward_s, "compute", base.source))
         # parameters on NVMe: forward, the recomputation and backward fetch them (the I/O
         # model's steady read beyond the optimizer's), each fetch waited for on a CPU run
         fetch = max(0, est.steady_step.read - (12 * sw.n_s + 4 * sw.n_g))
