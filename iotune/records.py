@@ -124,3 +124,15 @@ def load_aio(path: str | None) -> tuple[dict[str, Any] | None, str]:
             hint="a finished 'iotune sweep-aio' run directory, or a config written by --write-config",
         )
     return aio, str(f)
+
+
+def read_threads(path: Path) -> dict[str, Any] | None:
+    """A `sweep-threads` result (its directory, or its threads.json): the one reader of that
+    file. None where *path* holds none (or not one of its documents)."""
+    f = path / THREADS_RESULT if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(doc, dict) and isinstance(doc.get("rows"), list) and "best_threads" in doc
+    return doc if ok else None

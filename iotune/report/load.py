@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import read_records
+from iotune.records import read_records, read_threads
 from iotune.study import record as rec
 from iotune.sweep.run import SweepRun, has_points
 
@@ -65,8 +65,9 @@ def _one(p: Path, data: ReportData) -> bool:
             data.runs.append(rec.summarize_run(doc, None, str(p)))
             data.sources.append(f"run {p}")
             return True
-        if isinstance(doc, dict) and "rows" in doc and "best_threads" in doc:
-            data.threads.append({**doc, "source": str(p)})
+        threads = read_threads(p)
+        if threads is not None:
+            data.threads.append({**threads, "source": str(p)})
             data.sources.append(f"sweep-threads {p}")
             return True
         return False

@@ -8,7 +8,6 @@ arithmetic.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import SWAP_REHEARSALS, THREADS_RESULT
+from iotune.records import SWAP_REHEARSALS, THREADS_RESULT, read_threads
 from iotune.sweep import space as sp
 from iotune.sweep.run import SweepRun, has_points
 from iotune.train.presets import Preset
@@ -168,14 +167,13 @@ def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
 def adam_rate(path: Path, threads: int) -> AdamRate:
     """CPU-Adam seconds per parameter at ``threads`` (or the nearest count the sweep timed)."""
     f = path / THREADS_RESULT if path.is_dir() else path
-    try:
-        doc = json.loads(f.read_text())
-        rows = [r for r in doc["rows"] if r.get("status") == "ok"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    doc = read_threads(path)
+    if doc is None:
         raise UsageError(
-            f"--threads-config {path}: not a sweep-threads result ({exc})",
+            f"--threads-config {path}: not a sweep-threads result",
             hint="run 'iotune sweep-threads --out RUN', then pass RUN",
-        ) from exc
+        )
+    rows = [r for r in doc["rows"] if isinstance(r, dict) and r.get("status") == "ok"]
     if not rows:
         raise UsageError(
             f"--threads-config {path}: no thread count ran",
