@@ -190,6 +190,21 @@ def test_the_step_watch_counts_rounds_of_writes_not_pauses(tmp_path: Path) -> No
     assert len(state_files(nvme)) == 5
 
 
+def test_the_step_watch_counts_writes_of_one_file_it_has_not_read_yet(tmp_path: Path) -> None:
+    """One sub-group: initialisation writes its one file twice in a row. With the watch's
+    thread held off (a busy host), both writes are queued unread; the kernel merges
+    identical unread events, so the opens between the closes keep the two writes two."""
+    nvme = tmp_path / "swap"
+    rank = nvme / "zero_stage_3" / "optimizer" / "rank0"
+    events = tmp_path / "events.jsonl"
+    with StepWatch(nvme, events) as watch:
+        with watch._lock:  # the thread cannot read meanwhile
+            for _ in range(2):
+                (rank / "1.tensor.swp").write_bytes(b"x")
+        watch.flush()
+        assert _events(events) == [("init", 0)]
+
+
 def test_the_step_watch_ignores_an_earlier_runs_files_and_waits_for_every_rank(
     tmp_path: Path,
 ) -> None:

@@ -9,6 +9,11 @@ import time
 from iotune.workers import forked
 
 if __name__ == "__main__":
+    if sys.argv[1] == "hang":
+        # SIGTERM held back from before the ready line until the wait below: a signal that
+        # comes as soon as the line is read waits for it, however late the worker gets there
+        # (a handler installed after the line could miss one that comes before time.sleep)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     print(
         json.dumps(
             {
@@ -28,9 +33,8 @@ if __name__ == "__main__":
         sys.exit(int(sys.argv[2]))
     if what == "raise":
         raise RuntimeError("the worker's own failure")
-    if what == "hang":
-        signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
-        time.sleep(60)
+    if what == "hang" and signal.sigtimedwait({signal.SIGTERM}, 60) is not None:
+        sys.exit(143)
     if what == "stubborn":  # starts a helper, then ignores SIGTERM (the helper does not)
         import subprocess
 
