@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,6 +108,7 @@ class Tracer:
         self.start = 0.0
         self.exit_code: int | None = None
         self.interrupted: str | None = None
+        self.wake = threading.Event()  # set by a thread that wrote an event
         self.events_path = req.out / "events.jsonl"
         self.missed_start: dict[str, int] = {}
         self.missed_end: dict[str, int] = {}
@@ -239,7 +241,10 @@ class Tracer:
                     self.bpf.add_workload(child.pid)
             next_tick = req.interval
             while True:
-                time.sleep(POLL_S)
+                # a poll, or sooner where a thread of this process has written an event (the
+                # swap folder's watch of a user's script: iotune.train.swapwatch)
+                self.wake.wait(POLL_S)
+                self.wake.clear()
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
                     label = str(ev.get("event", "event"))

@@ -38,7 +38,11 @@ class ScriptPlan:
         tracer = Tracer(req)
         optimizer = self.est.swapped.n_s > 0
         with StepWatch(
-            self.nvme_path, tracer.events_path, optimizer=optimizer, ranks=self.preset.ranks
+            self.nvme_path,
+            tracer.events_path,
+            optimizer=optimizer,
+            ranks=self.preset.ranks,
+            on_event=tracer.wake.set,
         ) as watch:
             result = tracer.run()
         doc = compare(self, result.get("steps") or [], watch.inited)

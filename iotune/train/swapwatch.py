@@ -29,7 +29,10 @@ write of the second, and the same rule ends any round whose files differ from th
 
 Each end of initialisation and of a step is appended to the tracer's events file as the
 training worker would write it (``{"event": "init"|"step", "step": n}``), the moment the
-last write of the round has closed, so the tracer cuts its per-step figures there.
+last write of the round has closed, and the tracer is woken to sample at once (not at its
+next poll), so it cuts its per-step figures there. The script is not held meanwhile: I/O of
+its next step that starts before the sample (none before the next backward's gradients,
+with the optimizer state alone on NVMe) counts in the step before.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import os
 import select
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,10 +219,18 @@ class StepWatch:
     by then are all read when it ends."""
 
     def __init__(
-        self, nvme_path: Path, events: Path, *, optimizer: bool = True, ranks: int = 1
+        self,
+        nvme_path: Path,
+        events: Path,
+        *,
+        optimizer: bool = True,
+        ranks: int = 1,
+        on_event: Callable[[], None] | None = None,
     ) -> None:
         self.nvme_path = Path(os.path.abspath(nvme_path))
         self.events = events
+        #: called after each event is written: the tracer samples at once, not at its poll
+        self.on_event = on_event
         #: the files counted: optimizer state where it is on NVMe, else parameter files
         self.kind = "optimizer" if optimizer else "params"
         self.ranks = ranks
@@ -368,3 +380,5 @@ class StepWatch:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+        if self.on_event is not None:
+            self.on_event()
