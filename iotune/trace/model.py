@@ -358,3 +358,16 @@ def step_rows(
         out.append(row)
         prev = s
     return out
+
+
+def owners_since(
+    now: dict[tuple[int, int, int], tuple[int, int]],
+    then: dict[tuple[int, int, int], tuple[int, int]],
+) -> dict[tuple[int, int, int], tuple[int, int]]:
+    """Each owner's bios and sectors since *then* (those with none left out). Pure."""
+    out = {}
+    for key, (bios, sectors) in now.items():
+        b0, s0 = then.get(key, (0, 0))
+        if bios - b0 or sectors - s0:
+            out[key] = (bios - b0, sectors - s0)
+    return out

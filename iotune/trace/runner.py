@@ -220,6 +220,7 @@ class Tracer:
         self.events_path.touch()
         old_term = signal.signal(signal.SIGTERM, _raise_terminated)
         child: subprocess.Popen[bytes] | None = None
+        owners_start: dict[tuple[int, int, int], tuple[int, int]] = {}
         try:
             if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
@@ -229,6 +230,9 @@ class Tracer:
             cpu0 = time.process_time()
             self.start = time.monotonic()
             self.sample("start")
+            # the bios each process submitted before the first sample are not the window's:
+            # counted from attach, they are taken off at the end, as the requests are
+            owners_start = self.bpf.owners() if self.bpf is not None else {}
             if req.command:
                 self._acks = AckSender()
                 child = proc.spawn(
@@ -295,7 +299,11 @@ class Tracer:
                 self.bpf_time = bpf_time(self.bpf.programs())
             hist = self.bpf.hist() if self.bpf is not None else {}
             dropped = self.bpf.dropped() if self.bpf is not None else (0, 0, 0, 0)
-            owners = (self.bpf.owners(), self.bpf.comms()) if self.bpf is not None else ({}, {})
+            owners = (
+                (model.owners_since(self.bpf.owners(), owners_start), self.bpf.comms())
+                if self.bpf is not None
+                else ({}, {})
+            )
             if self.bpf is not None:
                 self.bpf.close()
                 self.bpf = None

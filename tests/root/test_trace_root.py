@@ -438,8 +438,8 @@ def test_io_from_outside_the_workload_is_named(
     assert row["comm"] == "fio" and row["device"] == Path(dev).name
     # fio's job runs in a child process of the one we started
     assert row["pid"] != os.getpid() and row["write"] > 0 and row["read"] == 0
-    # bios are counted from attach, requests between the first and last samples: the two
-    # agree to within the one 64 KiB write that may be in flight across either end
+    # bios and requests are both counted between the first and last samples: the two agree
+    # to within the one 64 KiB write that may be in flight across either end
     assert abs(row["write"] - dev_entry(doc, dev)["write"]["bytes"]) <= 2 * 64 * K
     assert other["other_bytes"]["write"] == row["write"]
 
