@@ -181,9 +181,9 @@ def test_a_worker_that_ignores_sigterm_is_killed_with_its_helpers(zygote: Path) 
     p.stdin.flush()
     pid = int(json.loads(p.stdout.readline())["pid"])
     helper = int(p.stdout.readline())
+    killed = time.monotonic()  # before the kill: the server's clock starts after it
     p.kill()
     p.wait(timeout=30)
-    killed = time.monotonic()
     # the helper ends on SIGTERM (a zombie: its parent, the worker, does not reap it)
     while _state(helper) not in ("Z", None):
         assert time.monotonic() - killed < 5, "the helper did not get SIGTERM"
