@@ -201,6 +201,33 @@ def run_options(f: Any) -> Any:
             click.option(
                 "--keep-swap", is_flag=True, help="Keep DeepSpeed's swap files after the run."
             ),
+            click.option(
+                "--checkpoint-every",
+                type=click.IntRange(1, 100000),
+                metavar="STEPS",
+                help="Save a checkpoint (DeepSpeed's save_checkpoint) after every STEPS steps, "
+                "timed and traced apart from the steps.",
+            ),
+            click.option(
+                "--checkpoint-dir",
+                type=click.Path(),
+                help="Where the checkpoints go: a volume of their own (a RAID5/6); the offload "
+                "volume only with --force.",
+            ),
+            click.option(
+                "--checkpoint-writer",
+                type=click.Choice(["torch", "fast", "decoupled"]),
+                default="torch",
+                show_default=True,
+                help="DeepSpeed's checkpoint writer: torch.save, FastPersist, or FastPersist in "
+                "a process of its own (decoupled).",
+            ),
+            click.option(
+                "--resume-from",
+                type=click.Path(),
+                help="Start from a checkpoint of this model (a --checkpoint-dir); the steps and "
+                "their losses go on from its step.",
+            ),
         ]
     ):
         f = opt(f)

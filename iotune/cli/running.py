@@ -41,6 +41,10 @@ def run_preset(
     micro_batch: int | None = None,
     seq_len: int | None = None,
     ga: int | None = None,
+    checkpoint_every: int | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_writer: str = "torch",
+    resume_from: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
     from iotune.train import runner as train_runner
@@ -73,6 +77,10 @@ def run_preset(
         seq_len=seq_len,
         ga=ga,
         quiet=STATE.json,
+        checkpoint_every=checkpoint_every,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_writer=checkpoint_writer,
+        resume_from=resume_from,
     )
     prep = train_runner.prepare(req)
     req.bandwidth, req.adam, req.baseline = measured_inputs(

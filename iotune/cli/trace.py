@@ -108,7 +108,7 @@ def _workload_focus(
     command. Returns the focus size in bytes."""
     from iotune.units import parse_size
 
-    given = [k for k, v in run_kw.items() if v not in (None, False, ())]
+    given = [k for k, v in run_kw.items() if v not in (None, False, ()) and _given(k)]
     if given:
         raise UsageError(
             f"--{given[0].replace('_', '-')} belongs to --run PRESET",

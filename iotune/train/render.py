@@ -101,8 +101,13 @@ def steps_table(result: dict[str, Any]) -> Table:
                 _cell(e["swap"]["allocated"] / GIB),
             )
             continue
+        if e["event"] == "checkpoint":
+            t.add_row(f"save {e['tag']}", *"-----", "-", "-", "-", _cell(rd), _cell(wr), "-")
+            continue
         t.add_row(
-            str(e["step"]),
+            str(e["step"])
+            if e.get("global_step", e["step"]) == e["step"]
+            else f"{e['step']} ({e['global_step']})",
             _cell(e["forward_s"]),
             _cell(e["backward_s"]),
             _cell(e["optimizer_s"]),
@@ -213,10 +218,58 @@ def drives_table(result: dict[str, Any]) -> Table | None:
     return t
 
 
+def checkpoints_table(result: dict[str, Any]) -> Table | None:
+    """Each save: the seconds the step was blocked and until durable, what it left on disk,
+    what it read from the offload volume and wrote to the checkpoint volume, beside the I/O
+    model's bytes."""
+    ck = result.get("checkpoints")
+    if not ck:
+        return None
+    t = Table(
+        box=None, pad_edge=False, header_style="bold", title=f"checkpoints ({ck['writer']} writer)"
+    )
+    for col in (
+        "SAVE",
+        "BLOCKED s",
+        "DURABLE s",
+        "FILES",
+        "ON DISK GiB",
+        "READ OFFLOAD GiB",
+        "WRITE CHECKPOINT GiB",
+        "WRITE GiB/s",
+    ):
+        t.add_column(col, justify="left" if col == "SAVE" else "right")
+    for r in ck["saves"]:
+        t.add_row(
+            str(r["tag"]),
+            _cell(r["blocked_s"]),
+            _cell(r["durable_s"]),
+            _cell(r["files"]),
+            gib_text(r["bytes"], 3),
+            gib_text(r["offload_read_bytes"], 3),
+            gib_text(r["checkpoint_write_bytes"], 3),
+            _cell(r["write_gib_s"]),
+        )
+    m = ck["estimate"]
+    t.add_row(
+        "estimate" if m["exact"] else "estimate (about)",
+        "-",
+        "-",
+        "-",
+        gib_text(m["write_bytes"], 3),
+        gib_text(m["read_bytes"], 3),
+        gib_text(m["write_bytes"], 3),
+        "-",
+    )
+    return t
+
+
 def print_run(con: Console, result: dict[str, Any]) -> None:
     con.print(steps_table(result))
     con.print()
-    for extra in (ranks_table(result), drives_table(result)):
+    if result.get("resumed_at"):
+        con.print(f"resumed from the checkpoint of step {result['resumed_at']}")
+    for extra in (ranks_table(result), drives_table(result), checkpoints_table(result)):
         if extra is not None:
             con.print(extra)
             con.print()

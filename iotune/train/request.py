@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from iotune.errors import UsageError
+from iotune.train.checkpoint import Checkpointing
 from iotune.train.estimate import Estimate
 from iotune.train.launch import Launch
 from iotune.train.measured import AdamRate, Bandwidth, Baseline
@@ -40,6 +42,8 @@ class RunRequest:
     baseline: Baseline | None = None
     gpu: Gpus | None = None  # the GPUs, when already probed
     launch: Launch | None = None  # several ranks or nodes: DeepSpeed's launcher
+    checkpoint: Checkpointing | None = None  # saves every N steps, where and with which writer
+    resume_from: Path | None = None  # a checkpoint of this model to start from
 
 
 @dataclass
@@ -56,6 +60,9 @@ class Prepared:
     swap_dirs: list[Path] = field(default_factory=list)  # one per rank of this node
     placement: str = "round robin"  # how ranks were given directories: or "numa"
     dtype: Dtype | None = None  # the model's dtype and why
+    resume: tuple[Path, str] | None = None  # the checkpoint's folder and tag to load
+    offload_drives: tuple[str, ...] = ()  # the drives under the swap folders
+    checkpoint_drives: tuple[str, ...] = ()  # the drives under --checkpoint-dir
 
 
 def make_request(
@@ -84,6 +91,10 @@ def make_request(
     seq_len: int | None = None,
     ga: int | None = None,
     quiet: bool = False,
+    checkpoint_every: int | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_writer: str = "torch",
+    resume_from: str | None = None,
 ) -> RunRequest:
     """The run the options ask for: the preset (or the user's model and config), the
     launch, the offload directories, the aio block, the run directory, the data. Refuses
@@ -115,6 +126,17 @@ def make_request(
         # every node runs this command: each keeps its records under its own name
         out_dir = out_dir / str(launch.node)
     check_inputs(data, tokenizer)
+    if (checkpoint_every is None) != (checkpoint_dir is None):
+        given = "--checkpoint-every" if checkpoint_every is not None else "--checkpoint-dir"
+        raise UsageError(
+            f"{given} needs its partner: a save every N steps goes into a folder",
+            hint="--checkpoint-every 1 --checkpoint-dir /mnt/ckpt",
+        )
+    ck = (
+        Checkpointing(int(checkpoint_every), Path(checkpoint_dir).resolve(), checkpoint_writer)
+        if checkpoint_every is not None and checkpoint_dir is not None
+        else None
+    )
     return RunRequest(
         preset=preset,
         out=out_dir,
@@ -131,4 +153,6 @@ def make_request(
         focus=focus,
         progress=not quiet,
         launch=launch,
+        checkpoint=ck,
+        resume_from=Path(resume_from).resolve() if resume_from else None,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.records import read_records, to_jsonable
+from iotune.train.checkpoint import save_rows
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
 from iotune.train.estimate import Estimate, IoVolume
 from iotune.train.predict import predict
@@ -128,8 +129,24 @@ def _prediction(req: RunRequest, prep: Prepared, rows: list[dict[str, Any]]) -> 
     }
 
 
-_SLOWEST = ("forward_s", "backward_s", "accumulate_s", "optimizer_s", "step_s", "init_s")
-_SUMMED = ("host_rss_bytes", "host_rss_peak_bytes", "tokens_per_s")
+_SLOWEST = (
+    "forward_s",
+    "backward_s",
+    "accumulate_s",
+    "optimizer_s",
+    "step_s",
+    "init_s",
+    "blocked_s",
+    "durable_s",
+)
+_SUMMED = (
+    "host_rss_bytes",
+    "host_rss_peak_bytes",
+    "tokens_per_s",
+    "files",
+    "bytes",
+    "swap_copy_bytes",
+)
 
 
 def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -387,6 +404,15 @@ def build_result(
         else None,
         "table": rows,
         "estimate_table": est_rows,
+        "checkpoints": save_rows(
+            events,
+            (trace or {}).get("steps", []),
+            est,
+            p.strategy.optimizer == "nvme",
+            prep.offload_drives if traced else (),
+            prep.checkpoint_drives if traced else (),
+        ),
+        "resumed_at": init.get("resumed_at") if init else None,
         "estimate": to_jsonable(asdict(est)),
         "resources": to_jsonable(asdict(prep.res)),
         "events": events,

@@ -30,8 +30,11 @@ from iotune.probes.sysfs import SysTree
 from iotune.proc import command as worker_command
 from iotune.proc import worker_env
 from iotune.records import to_jsonable
+from iotune.trace.targets import Targets
+from iotune.train.checkpoint import TAG, check_folder, resume_point
+from iotune.train.checkpoint import save_volume as ck_save_volume
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
-from iotune.train.estimate import estimate
+from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import place
 from iotune.train.preflight import (
     SWAP_PREFIX,
@@ -141,6 +144,10 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     if behind:
         targets = functools.reduce(merged, behind)
         raid_level = next((a.level for a in targets.arrays if a.level), None)
+    cfg, ck_behind, resume = _checkpoints(req, nvmes, est, cfg, tree)
+    offload_drives = targets.disks
+    if ck_behind is not None:  # the checkpoint volume's drives are traced too
+        targets = merged(targets, ck_behind) if targets.disks else ck_behind
     gpu_name, gpu_bytes, gpu_count = gpus.name, gpus.memory, gpus.count
     if p.accelerator == "cuda":
         if gpu_bytes is None and not req.force:
@@ -183,8 +190,54 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         )
     req.notes.extend(f"{p.name} needs {s.describe()} (run with --force)" for s in short)
     return Prepared(
-        p, cfg, est, res, short, nvme, swap_dir, targets, nvmes, swap_dirs, placement, dtype
+        p,
+        cfg,
+        est,
+        res,
+        short,
+        nvme,
+        swap_dir,
+        targets,
+        nvmes,
+        swap_dirs,
+        placement,
+        dtype,
+        resume=resume,
+        offload_drives=offload_drives,
+        checkpoint_drives=ck_behind.disks if ck_behind is not None else (),
     )
+
+
+def _checkpoints(
+    req: RunRequest, nvmes: list[Path], est: Estimate, cfg: dict[str, Any], tree: SysTree
+) -> tuple[dict[str, Any], Targets | None, tuple[Path, str] | None]:
+    """--checkpoint-*: the folder checked (nothing written), the writer in the DeepSpeed
+    config, the checkpoint volume's drives; --resume-from: the checkpoint to load."""
+    from iotune.trace.targets import resolve_path
+
+    p = req.preset
+    on_nvme = p.strategy.optimizer == "nvme"
+    ck = req.checkpoint
+    behind = None
+    if ck is not None:
+        if ck.writer != "torch" and p.accelerator != "cuda":
+            # writer_factory.py pins its I/O buffer: torch.Tensor.pin_memory needs a GPU
+            raise UsageError(
+                f"--checkpoint-writer {ck.writer} needs a GPU: DeepSpeed's FastPersist pins "
+                f"its buffer in page-locked memory (this run is on the {p.accelerator})",
+                hint="--checkpoint-writer torch",
+            )
+        need = ck_save_volume(est, on_nvme).write
+        req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force))
+        section = ck.ds_config()
+        if section is not None:
+            cfg = {**cfg, "checkpoint": {**cfg.get("checkpoint", {}), **section}}
+        folder = ck.dir
+        while not folder.exists():
+            folder = folder.parent
+        behind = resolve_path(tree, str(folder))
+    resume = resume_point(req.resume_from, est, on_nvme) if req.resume_from else None
+    return cfg, behind, resume
 
 
 def emulated_bf16_note(dtype: Dtype) -> str:
@@ -231,6 +284,16 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     p = prep.preset
     spec = worker_spec(p, prep.cfg, out, prep.swap_dirs)
+    ck = req.checkpoint
+    if ck is not None:
+        spec["checkpoint"] = {
+            "every": ck.every,
+            "dir": str(ck.dir),
+            "writer": ck.writer,
+            "tag": TAG,
+        }
+    if prep.resume is not None:
+        spec["resume"] = {"dir": str(prep.resume[0]), "tag": prep.resume[1]}
     if req.data is not None:
         from iotune.train.data import prepare as prepare_data
 

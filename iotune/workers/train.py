@@ -34,6 +34,7 @@ from typing import Any
 
 from iotune.trace.acks import AckWaiter
 from iotune.workers import die_with_parent, forked, stdout_to_stderr
+from iotune.workers.checkpoints import STEP_KEY, save_checkpoint
 from iotune.workers.torch_probe import cpu_bf16
 
 
@@ -309,6 +310,10 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         "LOCAL_WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(_free_port()),
+        # DeepSpeed's launcher sets these; its fast and decoupled checkpoint writers read them
+        # (runtime/model_checkpointing/utils.py): one node
+        "CROSS_RANK": "0",
+        "CROSS_SIZE": "1",
     }.items():
         os.environ.setdefault(k, v)
     t_start = time.perf_counter()
@@ -373,6 +378,11 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
     )
+    resumed = 0
+    if spec.get("resume"):
+        # DeepSpeed copies the checkpoint's swap files back into this run's swap folder
+        _path, client = engine.load_checkpoint(spec["resume"]["dir"], tag=spec["resume"]["tag"])
+        resumed = int((client or {}).get(STEP_KEY, 0))
     acc.synchronize()
     now = time.perf_counter()
     swaps = SwapClock(engine)
@@ -386,12 +396,15 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "host_rss_bytes": rss,
             "host_rss_peak_bytes": rss_peak,
             "proc_io": _proc_io(),
+            "resumed_at": resumed,
             **base,
         }
     )
     ga = int(ds_config.get("gradient_accumulation_steps", 1))
     tokens_per_step = ga * int(spec["micro_batch"]) * int(spec["seq_len"])
     it = batches(spec, int(mcfg.vocab_size))
+    for _ in range(resumed * ga):  # the batches the checkpoint's steps trained on
+        next(it)
     engine.train()
     for step in range(1, int(spec["steps"]) + 1):
         if cuda:
@@ -435,6 +448,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                 "step_s": round(s1 - t0, 4),
                 "tokens_per_s": round(tokens_per_step / (s1 - t0), 2),
                 "loss": round(sum(losses) / len(losses), 5),
+                "global_step": resumed + step,
                 "peak_accel_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
                 "host_rss_bytes": rss,
                 "host_rss_peak_bytes": rss_peak,
@@ -443,6 +457,9 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                 "swap": swap_bytes(swap_dir, rank),
             }
         )
+        ck = spec.get("checkpoint")
+        if ck and step % int(ck["every"]) == 0:
+            save_checkpoint(engine, ck, resumed + step, step, events, acc)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import deepspeed.comm as ds_comm
 

@@ -1,0 +1,201 @@
+"""Checkpoints of a run (`--checkpoint-every N --checkpoint-dir DIR [--checkpoint-writer]`,
+`--resume-from DIR`): what a save moves, whether the folder can take it, and whether a
+folder holds a checkpoint of this model. Pure, apart from looking at the folders.
+
+What DeepSpeed's ZeRO-3 ``save_checkpoint`` writes (runtime/engine.py, 0.19.8), per rank:
+
+- ``zero_pp_rank_R_mp_rank_00_model_states.pt`` and ``..._optim_states.pt``, through the
+  checkpoint writer (``torch.save``, or FastPersist's ``fast`` writer, or its ``decoupled``
+  engine in a process of its own);
+- with the optimizer state on NVMe, a copy of the rank's swap folder (its fp32 master and
+  Adam moments, 12 bytes a swapped parameter; the gradient files left out) under
+  ``TAG/offloaded_tensors/rankRR/``, made by ``shutil.copytree`` whatever the writer: the save
+  reads those files from the offload volume and writes them to the checkpoint's.
+
+The I/O model counts that copy to the byte (the swap files are the model's); the two .pt
+files are a pickle of the state dicts, small with the state on NVMe, and are measured, not
+modelled. With the optimizer state in host memory the optim_states file holds it (about
+12 bytes a parameter), through the writer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iotune.errors import UsageError
+from iotune.train.estimate import Estimate, IoVolume
+
+WRITERS = ("torch", "fast", "decoupled")
+#: the tag of the save after step N
+TAG = "step{}"
+#: what DeepSpeed's copy of the swap folder is called in a checkpoint
+OFFLOADED = "offloaded_tensors"
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    every: int
+    dir: Path
+    writer: str = "torch"
+
+    def tag(self, step: int) -> str:
+        return TAG.format(step)
+
+    def saves(self, steps: int) -> int:
+        return steps // self.every
+
+    def ds_config(self) -> dict[str, object] | None:
+        """DeepSpeed's ``checkpoint`` section for the writer (None: torch.save, its
+        default)."""
+        if self.writer == "torch":
+            return None
+        return {"writer": {"type": "fast", "decoupled": self.writer == "decoupled"}}
+
+
+def save_volume(est: Estimate, optimizer_on_nvme: bool) -> IoVolume:
+    """What one save moves on this node, as modelled (module docstring): with the optimizer
+    state on NVMe, its swap files read from the offload volume and written to the
+    checkpoint's; without, the state written through the writer (about 12 bytes a
+    parameter a rank, not exact: a pickle)."""
+    sw = est.swapped
+    if optimizer_on_nvme:
+        copied = 12 * sw.n_s * est.ranks
+        return IoVolume(copied, copied)
+    return IoVolume(0, 12 * est.params * est.ranks // max(1, est.world))
+
+
+def _existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_folder(
+    ck: Checkpointing, steps: int, offload: list[Path], need: int, force: bool
+) -> list[str]:
+    """Refuse a checkpoint folder that cannot take the run's saves: not writable, on the
+    offload volume (without --force), too small. Nothing is written. The notes to show."""
+    notes = []
+    if ck.dir.exists() and not ck.dir.is_dir():
+        raise UsageError(f"--checkpoint-dir {ck.dir} is not a folder", hint="name a folder")
+    base = _existing(ck.dir)
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"--checkpoint-dir {ck.dir} is not writable ({base})",
+            hint="name a folder you can write to, on the checkpoint volume",
+        )
+    dev = base.stat().st_dev
+    shared = [o for o in offload if _existing(o).stat().st_dev == dev]
+    if shared:
+        msg = (
+            f"--checkpoint-dir {ck.dir} is on the offload volume ({shared[0]}): its saves "
+            "compete with the swaps, and a full volume stops the training"
+        )
+        if not force:
+            raise UsageError(
+                msg, hint="put checkpoints on a volume of their own (a RAID5/6), or --force"
+            )
+        notes.append(msg)
+    saves = ck.saves(steps)
+    if saves == 0:
+        notes.append(f"--checkpoint-every {ck.every}: no save within the run's {steps} step(s)")
+    free = shutil.disk_usage(base).free
+    if saves and need * saves > free:
+        raise UsageError(
+            f"--checkpoint-dir {ck.dir}: {saves} save(s) of about {need / 2**30:.2f} GiB need "
+            f"{need * saves / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free",
+            hint="free space, save less often (--checkpoint-every), or another folder",
+        )
+    return notes
+
+
+def resume_point(path: Path, est: Estimate, optimizer_on_nvme: bool) -> tuple[Path, str]:
+    """``--resume-from``: the folder and tag of a checkpoint of this model (DeepSpeed's
+    ``latest`` names the tag; or the tag's folder itself). Its copy of the swap files must
+    be this model's, to the byte, where the optimizer state is on NVMe."""
+    hint = "name the --checkpoint-dir of a run of this model and config"
+    if not path.is_dir():
+        raise UsageError(f"--resume-from {path} is not a folder", hint=hint)
+    latest = path / "latest"
+    if latest.is_file():
+        load_dir, tag = path, latest.read_text().strip()
+    else:
+        load_dir, tag = path.parent, path.name
+    tag_dir = load_dir / tag
+    if not any(tag_dir.glob("*model_states.pt")):
+        raise UsageError(f"--resume-from {path} holds no DeepSpeed checkpoint", hint=hint)
+    if optimizer_on_nvme:
+        copied = sum(f.stat().st_size for f in (tag_dir / OFFLOADED).rglob("*.swp") if f.is_file())
+        want = save_volume(est, True).write
+        if copied != want:
+            raise UsageError(
+                f"--resume-from {path} holds no checkpoint of this model: its optimizer state "
+                f"is {copied:,} bytes, this model's {want:,}",
+                hint=hint,
+            )
+    return load_dir, tag
+
+
+def _drive_bytes(io: dict[str, Any] | None, drives: tuple[str, ...], op: str) -> int | None:
+    if io is None:
+        return None
+    per = io.get("drives") or {}
+    if not drives or not all(d in per for d in drives):
+        return None
+    return sum(int(per[d][op]) for d in drives)
+
+
+def save_rows(
+    events: list[dict[str, Any]],
+    io_steps: list[dict[str, Any]],
+    est: Estimate,
+    optimizer_on_nvme: bool,
+    offload_drives: tuple[str, ...],
+    checkpoint_drives: tuple[str, ...],
+) -> dict[str, Any] | None:
+    """The run's saves beside the I/O model: each save's seconds (the step blocked, until
+    durable), what it left on disk, and, traced, what the drives moved in its interval
+    (read from the offload volume, written to the checkpoint volume). None: no save. Pure."""
+    saves = [e for e in events if e.get("event") == "checkpoint"]
+    if not saves:
+        return None
+    by_label = {s["label"]: s for s in io_steps}
+    rows = []
+    for e in saves:
+        io = by_label.get(f"checkpoint:{e['step']}")
+        written = _drive_bytes(io, checkpoint_drives, "write")
+        rows.append(
+            {
+                "step": e["step"],
+                "tag": e.get("tag"),
+                "blocked_s": e.get("blocked_s"),
+                "durable_s": e.get("durable_s"),
+                "files": e.get("files"),
+                "bytes": e.get("bytes"),
+                "swap_copy_bytes": e.get("swap_copy_bytes"),
+                "read_bytes": None if io is None else io["read"].get("bytes"),
+                "write_bytes": None if io is None else io["write"].get("bytes"),
+                "offload_read_bytes": _drive_bytes(io, offload_drives, "read"),
+                "checkpoint_write_bytes": written,
+                "write_gib_s": round(written / 2**30 / e["durable_s"], 3)
+                if written is not None and e.get("durable_s")
+                else None,
+            }
+        )
+    model = save_volume(est, optimizer_on_nvme)
+    return {
+        "writer": saves[0].get("writer"),
+        "saves": rows,
+        "estimate": {
+            "read_bytes": model.read,
+            "write_bytes": model.write,
+            "exact": optimizer_on_nvme,
+        },
+        "offload_drives": list(offload_drives),
+        "checkpoint_drives": list(checkpoint_drives),
+    }

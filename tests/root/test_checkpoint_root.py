@@ -1,0 +1,178 @@
+"""Root tier: a run's checkpoints (`--checkpoint-every/--checkpoint-dir`, `--resume-from`) on a
+volume of their own. Real DeepSpeed ZeRO-3 saves, on CPU, from an offload volume (ext4 on a loop
+device) to a checkpoint volume (another), traced by the real eBPF program: each save's copy of
+the optimizer state is the I/O model's to the byte, the drives' counts agree with the kernel's,
+and a run resumed from a save trains on as the run that saved it did."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.root.conftest import LoopDevices, iotune
+
+pytestmark = pytest.mark.beside_study
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def _volume(devs: Callable[..., str], size_mib: int) -> tuple[str, Path]:
+    dev = devs(size_mib=size_mib, fs="ext4", mount=True)
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
+    return Path(dev).name, devs.mounts[-1]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    devs = LoopDevices(tmp_path_factory.mktemp("ckpt"))
+    try:
+        off_dev, off = _volume(devs, 2048)
+        ck_dev, ck = _volume(devs, 1024)
+        _small_dev, small = _volume(devs, 256)
+        yield {
+            "tmp": devs.tmp,
+            "offload": off,
+            "offload_dev": off_dev,
+            "ck": ck,
+            "ck_dev": ck_dev,
+            "small": small,
+        }
+    finally:
+        devs.close()
+
+
+def _run(v: dict[str, Any], name: str, *args: str) -> dict[str, Any]:
+    out = v["tmp"] / name
+    p = iotune(
+        "--json",
+        "trace",
+        "--run",
+        "tiny_opt_nvme",
+        "--nvme-path",
+        str(v["offload"]),
+        "--out",
+        str(out),
+        *args,
+    )
+    doc: dict[str, Any] = json.loads(p.stdout)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def saved(volumes: dict[str, Any]) -> dict[str, Any]:
+    """Two steps, a save after each; then one step resumed from the first save."""
+    first = _run(
+        volumes,
+        "saving",
+        *("--steps", "2", "--checkpoint-every", "1"),
+        *("--checkpoint-dir", str(volumes["ck"] / "ck")),
+    )
+    resumed = _run(
+        volumes, "resumed", "--steps", "1", "--resume-from", str(volumes["ck"] / "ck" / "step1")
+    )
+    return {"first": first, "resumed": resumed, **volumes}
+
+
+def test_each_save_copies_the_optimizer_state_to_the_byte(saved: dict[str, Any]) -> None:
+    doc = saved["first"]
+    ck = doc["checkpoints"]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    assert ck["writer"] == "torch"
+    assert ck["offload_drives"] == [saved["offload_dev"]]
+    assert ck["checkpoint_drives"] == [saved["ck_dev"]]
+    assert ck["estimate"] == {"read_bytes": 12 * n_s, "write_bytes": 12 * n_s, "exact": True}
+    assert [s["tag"] for s in ck["saves"]] == ["step1", "step2"]
+    for s in ck["saves"]:
+        # fp32 master and Adam's two moments, 4 bytes a swapped parameter each
+        assert s["swap_copy_bytes"] == 12 * n_s
+        # the two .pt files beside the copy: small pickles with the state on NVMe
+        assert 12 * n_s < s["bytes"] < 12 * n_s + 1 * MIB
+        assert 0 < s["blocked_s"] <= s["durable_s"]
+        # read from the offload volume: the three swap files, and the folder's metadata
+        assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
+        # written to the checkpoint volume: what the save left there, and ext4's journal
+        assert s["bytes"] <= s["checkpoint_write_bytes"] <= s["bytes"] + 4 * MIB, s
+    # beside the tags, DeepSpeed's scripts that turn a save into one fp32 state dict
+    tags = {p.name for p in (saved["ck"] / "ck").iterdir() if p.suffix != ".py"}
+    assert tags == {"latest", "step1", "step2"}
+    assert (saved["ck"] / "ck" / "latest").read_text().strip() == "step2"
+
+
+def test_the_traced_counts_agree_with_the_kernel_on_both_volumes(saved: dict[str, Any]) -> None:
+    checks = {c["device"]: c for c in saved["first"]["diskstats_check"]}
+    assert set(checks) == {saved["offload_dev"], saved["ck_dev"]}
+    for c in checks.values():
+        assert c["summary"].startswith("exact"), c
+
+
+def test_saves_leave_the_steps_io_as_modelled(saved: dict[str, Any]) -> None:
+    doc = saved["first"]
+    steady = next(r for r in doc["table"] if r["case"].startswith("steady step"))
+    est = next(r for r in doc["estimate_table"] if r["case"] == "estimate: steady step")
+    # the save read the swap files through the page cache; the step's reads are O_DIRECT
+    assert steady["read_bytes"] == est["read_bytes"]
+    assert est["write_bytes"] <= steady["write_bytes"] <= est["write_bytes"] + 256 * KIB
+    labels = [s["label"] for s in doc["io_steps"]]
+    assert labels.index("step:1") < labels.index("checkpoint:1") < labels.index("step:2")
+
+
+def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
+    first, resumed = saved["first"], saved["resumed"]
+    assert resumed["resumed_at"] == 1
+    step = next(e for e in resumed["events"] if e["event"] == "step")
+    assert step["global_step"] == 2
+    # the same state and the same batch as the saving run's second step: the same loss
+    loss2 = next(e["loss"] for e in first["events"] if e["event"] == "step" and e["step"] == 2)
+    assert math.isclose(step["loss"], loss2, rel_tol=1e-4), (step["loss"], loss2)
+    assert resumed["checkpoints"] is None
+
+
+def test_bad_checkpoint_options_are_one_line_refusals(saved: dict[str, Any]) -> None:
+    v = saved
+    cases = [
+        (("--checkpoint-every", "1"), "--checkpoint-every needs its partner"),
+        (
+            ("--checkpoint-every", "1", "--checkpoint-dir", str(v["offload"] / "ck")),
+            "is on the offload volume",
+        ),
+        (
+            ("--checkpoint-every", "1", "--checkpoint-dir", str(v["small"] / "ck")),
+            "3 save(s) of about 0.32 GiB need 0.97 GiB",
+        ),
+        (
+            (
+                "--checkpoint-every",
+                "1",
+                "--checkpoint-dir",
+                str(v["ck"] / "fast"),
+                "--checkpoint-writer",
+                "fast",
+            ),
+            "--checkpoint-writer fast needs a GPU",
+        ),
+        (("--resume-from", str(v["small"])), "holds no DeepSpeed checkpoint"),
+        (("--resume-from", str(v["tmp"] / "nowhere")), "is not a folder"),
+    ]
+    for args, want in cases:
+        p = iotune(
+            "run",
+            "tiny_opt_nvme",
+            "--nvme-path",
+            str(v["offload"]),
+            "--steps",
+            "3",
+            *args,
+            check=False,
+        )
+        assert p.returncode == 2, (args, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert want in lines[0], (args, p.stderr)
+        assert len(lines) <= 2 and "Traceback" not in p.stderr, p.stderr
+    # nothing was written by a refused run
+    for left in (v["offload"] / "ck", v["small"] / "ck", v["ck"] / "fast"):
+        assert not left.exists(), left

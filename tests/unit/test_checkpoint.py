@@ -1,0 +1,112 @@
+"""Unit: a run's checkpoints, the pure parts (the I/O model of a save, the rows of a run's
+saves, the checks of --checkpoint-dir and --resume-from on plain folders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iotune.errors import UsageError
+from iotune.train.checkpoint import (
+    Checkpointing,
+    check_folder,
+    resume_point,
+    save_rows,
+    save_volume,
+)
+from iotune.train.dsconfig import ds_config
+from iotune.train.estimate import estimate
+from iotune.train.presets import get_preset
+from iotune.train.request import make_request
+
+
+def _est(name: str = "tiny_opt_nvme"):  # type: ignore[no-untyped-def]
+    p = get_preset(name)
+    return estimate(p, ds_config(p))
+
+
+def test_a_save_moves_the_optimizer_state_once_each_way() -> None:
+    e = _est("opt_nvme_16b")
+    v = save_volume(e, optimizer_on_nvme=True)
+    assert v.read == v.write == 12 * e.swapped.n_s
+    # the study's 16B (N = 16.1e9): 12N, 180 GiB read and written by each save
+    assert round(v.write / 2**30) == 180
+    ram = save_volume(_est("opt_ram_1b"), optimizer_on_nvme=False)
+    assert ram.read == 0 and ram.write > 0
+
+
+def test_writers_map_to_deepspeeds_checkpoint_section() -> None:
+    ck = Checkpointing(2, Path("/x"))
+    assert ck.ds_config() is None and ck.tag(4) == "step4" and ck.saves(5) == 2
+    assert Checkpointing(1, Path("/x"), "decoupled").ds_config() == {
+        "writer": {"type": "fast", "decoupled": True}
+    }
+
+
+def test_save_rows_split_the_drives_and_stand_beside_the_model() -> None:
+    e = _est()
+    c = 12 * e.swapped.n_s
+    events = [
+        {"event": "step", "step": 1},
+        {"event": "checkpoint", "step": 1, "tag": "step1", "writer": "torch", "blocked_s": 1.0}
+        | {"durable_s": 2.0, "files": 5, "bytes": c + 100, "swap_copy_bytes": c},
+    ]
+    io = [
+        {
+            "label": "checkpoint:1",
+            "read": {"bytes": c + 4096},
+            "write": {"bytes": c + 8192},
+            "drives": {"a": {"read": c, "write": 0}, "b": {"read": 4096, "write": c + 8192}},
+        }
+    ]
+    doc = save_rows(events, io, e, True, ("a",), ("b",))
+    assert doc is not None
+    (row,) = doc["saves"]
+    assert row["offload_read_bytes"] == c and row["checkpoint_write_bytes"] == c + 8192
+    assert row["write_gib_s"] == round((c + 8192) / 2**30 / 2.0, 3)
+    assert doc["estimate"] == {"read_bytes": c, "write_bytes": c, "exact": True}
+    # untraced: the seconds and the files, no drive figures
+    bare = save_rows(events, [], e, True, (), ())
+    assert bare is not None and bare["saves"][0]["offload_read_bytes"] is None
+    assert save_rows(events[:1], io, e, True, ("a",), ("b",)) is None
+
+
+def test_a_folder_too_small_for_the_saves_is_refused_with_numbers(tmp_path: Path) -> None:
+    ck = Checkpointing(1, tmp_path / "ck")
+    with pytest.raises(UsageError, match=r"3 save\(s\) of about .* GiB free"):
+        check_folder(ck, 3, [], 1 << 60, force=False)
+    notes = check_folder(Checkpointing(5, tmp_path / "ck"), 3, [], 1, force=False)
+    assert notes == ["--checkpoint-every 5: no save within the run's 3 step(s)"]
+    with pytest.raises(UsageError, match="on the offload volume"):
+        check_folder(ck, 3, [tmp_path], 1, force=False)
+    assert "on the offload volume" in check_folder(ck, 3, [tmp_path], 1, force=True)[0]
+    assert not (tmp_path / "ck").exists()
+
+
+def test_resume_needs_a_save_of_this_model(tmp_path: Path) -> None:
+    e = _est()
+    c = 12 * e.swapped.n_s
+    tag = tmp_path / "ck" / "step2"
+    (tag / "offloaded_tensors" / "rank00").mkdir(parents=True)
+    (tmp_path / "ck" / "latest").write_text("step2\n")
+    with pytest.raises(UsageError, match="holds no DeepSpeed checkpoint"):
+        resume_point(tmp_path / "ck", e, True)
+    (tag / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"x")
+    swp = tag / "offloaded_tensors" / "rank00" / "p.tensor.swp"
+    swp.write_bytes(b"\0" * 4096)
+    with pytest.raises(UsageError, match=f"its optimizer state is 4,096 bytes, this model's {c:,}"):
+        resume_point(tmp_path / "ck", e, True)
+    with swp.open("r+b") as fh:
+        fh.truncate(c)
+    assert resume_point(tmp_path / "ck", e, True) == (tmp_path / "ck", "step2")
+    assert resume_point(tag, e, True) == (tmp_path / "ck", "step2")
+
+
+def test_checkpoint_options_come_in_pairs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--checkpoint-dir needs its partner"):
+        make_request(
+            "tiny_opt_nvme",
+            *("auto", str(tmp_path / "out"), None, None, (), None, None, None, False, False),
+            checkpoint_dir=str(tmp_path),
+        )
