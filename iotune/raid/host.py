@@ -97,6 +97,8 @@ def array_info(host: Host, md: str) -> ArrayInfo:
                 "device": f"/dev/{s}",
                 "model": rec.model if rec else None,
                 "serial": rec.serial if rec else None,
+                # md's view of the member: in_sync, faulty, spare, ...
+                "state": t.read(f"{base}/md/dev-{s}/state"),
             }
         )
     devno = t.read(f"{base}/dev") or ""

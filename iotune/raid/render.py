@@ -66,7 +66,9 @@ def arrays_table(arrays: Sequence[ArrayInfo]) -> Table:
         table.add_column(col)
     for a in arrays:
         members = "\n".join(
-            f"{m['device']} {m['model'] or ''} {m['serial'] or ''}".strip() for m in a.members
+            f"{m['device']} {m['model'] or ''} {m['serial'] or ''}".strip()
+            + (f" [{m['state']}]" if m.get("state") not in (None, "in_sync") else "")
+            for m in a.members
         )
         sync = (
             f" ({a.sync_action} {a.sync_completed})" if a.sync_action not in (None, "idle") else ""

@@ -348,6 +348,8 @@ def step_rows(
             for n in disks:
                 per = row.setdefault("drives", {}).setdefault(n, {})
                 per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
+                if traced:  # the drive's requests by exact size: {bytes: count}
+                    per[f"{op}_sizes"] = op_stats(delta, devs[n], i, focus).sizes
             row[op] = {
                 "bytes": stats.bytes if traced else kernel_bytes,
                 "requests": stats.requests if traced else None,

@@ -157,10 +157,13 @@ def save_rows(
     optimizer_on_nvme: bool,
     offload_drives: tuple[str, ...],
     checkpoint_drives: tuple[str, ...],
+    array: tuple[str | None, int | None, tuple[str, ...]] | None = None,
+    request_size: int | None = None,
 ) -> dict[str, Any] | None:
     """The run's saves beside the I/O model: each save's seconds (the step blocked, until
     durable), what it left on disk, and, traced, what the drives moved in its interval
-    (read from the offload volume, written to the checkpoint volume). None: no save. Pure."""
+    (read from the offload volume, written to the checkpoint volume), and on a protected
+    checkpoint *array* (level, chunk, members) what parity added. None: no save. Pure."""
     saves = [e for e in events if e.get("event") == "checkpoint"]
     if not saves:
         return None
@@ -185,6 +188,15 @@ def save_rows(
                 "write_gib_s": round(written / 2**30 / e["durable_s"], 3)
                 if written is not None and e.get("durable_s")
                 else None,
+                "parity": parity_traffic(
+                    array[0],
+                    array[1],
+                    {n: io["drives"][n] for n in array[2]},
+                    int(e.get("bytes") or 0),
+                    request_size,
+                )
+                if array and io and all(n in (io.get("drives") or {}) for n in array[2])
+                else None,
             }
         )
     model = save_volume(est, optimizer_on_nvme)
@@ -199,3 +211,73 @@ def save_rows(
         "offload_drives": list(offload_drives),
         "checkpoint_drives": list(checkpoint_drives),
     }
+
+
+#: the members that hold data, of K, by md level (the rest of a stripe is parity or copies)
+_PARITY = {"raid5": 1, "raid6": 2}
+
+
+def parity_traffic(
+    level: str | None,
+    chunk: int | None,
+    members: dict[str, dict[str, Any]],
+    saved: int,
+    requests: int | None = None,
+) -> dict[str, Any] | None:
+    """What a protected array's members did for one save: their bytes written against the
+    save's, beside the full-stripe ideal (K/(K-1) for RAID5, K/(K-2) for RAID6, K for a
+    mirror of K); reads on the members while only writing are the array reading old data and
+    parity back to update a stripe the writes did not fill (read-modify-write, or its
+    reconstruct-write twin). *members*: each member's ``read``/``write`` bytes and
+    ``write_sizes``; *requests*: the writer's request size, for the advice on the chunk.
+    None for an array without redundancy. Pure."""
+    k = len(members)
+    if level == "raid1":
+        d = 1
+    elif level in _PARITY:
+        d = k - _PARITY[level]
+    else:
+        return None
+    if d < 1 or saved <= 0:
+        return None
+    written = sum(int(m["write"]) for m in members.values())
+    read = sum(int(m["read"]) for m in members.values())
+    ideal = k / d
+    out: dict[str, Any] = {
+        "level": level,
+        "members": k,
+        "chunk_bytes": chunk,
+        "stripe_bytes": chunk * d if chunk and level != "raid1" else None,
+        "saved_bytes": saved,
+        "member_write_bytes": written,
+        "member_read_bytes": read,
+        "amplification": round(written / saved, 4),
+        "ideal": round(ideal, 4),
+        "excess_bytes": written - round(saved * ideal),
+        # more than the metadata a save reads: stripes were read back to be updated
+        "read_modify_write": read > max(1 << 20, saved // 100),
+        "per_member": {
+            n: {"read": int(m["read"]), "write": int(m["write"]), "sizes": m.get("write_sizes")}
+            for n, m in sorted(members.items())
+        },
+        "advice": None,
+    }
+    stripe = out["stripe_bytes"]
+    chunk = chunk or 0
+    if stripe and requests and requests % stripe:
+        fits = (
+            requests // d if requests % d == 0 and (requests // d) & (requests // d - 1) == 0 else 0
+        )
+        out["advice"] = (
+            f"the writer's {requests // 1024} KiB requests do not fill the {stripe // 1024} KiB "
+            f"stripe ({d} data members x {chunk // 1024} KiB chunk): "
+            + (f"a chunk of {fits // 1024} KiB, or " if fits >= 4096 else "")
+            + f"a writer block of a multiple of {stripe // 1024} KiB writes full stripes"
+        )
+    elif stripe and out["read_modify_write"]:
+        out["advice"] = (
+            f"the members read {read / 2**20:.1f} MiB back while writing: the writes did not "
+            f"fill the {stripe // 1024} KiB stripes ({d} data members x {chunk // 1024} KiB "
+            "chunk); a smaller chunk, or a writer that writes whole stripes, avoids it"
+        )
+    return out

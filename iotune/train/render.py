@@ -264,6 +264,27 @@ def checkpoints_table(result: dict[str, Any]) -> Table | None:
     return t
 
 
+def parity_lines(result: dict[str, Any]) -> list[str]:
+    """Each save on a protected array: the members' writes against the save's and the
+    full-stripe ideal, what they read back, and the advice on the chunk."""
+    out = []
+    for r in (result.get("checkpoints") or {}).get("saves", []):
+        p = r.get("parity")
+        if not p:
+            continue
+        chunk = f", chunk {p['chunk_bytes'] // 1024} KiB" if p.get("chunk_bytes") else ""
+        out.append(
+            f"{r['tag']}: {p['level']} of {p['members']}{chunk}: the members wrote "
+            f"{p['member_write_bytes'] / GIB:.3f} GiB for the save's {p['saved_bytes'] / GIB:.3f} GiB, "
+            f"{p['amplification']:.3f}x (full stripes: {p['ideal']:.3f}x), and read "
+            f"{p['member_read_bytes'] / 2**20:.1f} MiB back"
+            + (" (read-modify-write)" if p["read_modify_write"] else "")
+        )
+        if p.get("advice"):
+            out.append(f"advice: {p['advice']}")
+    return out
+
+
 def print_run(con: Console, result: dict[str, Any]) -> None:
     con.print(steps_table(result))
     con.print()
@@ -273,6 +294,8 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
         if extra is not None:
             con.print(extra)
             con.print()
+    for text in parity_lines(result):
+        con.print(text, soft_wrap=True)
     con.print(run_table(result))
     fp = result.get("footprint")
     if fp and fp["estimate"]:

@@ -63,6 +63,8 @@ class Prepared:
     resume: tuple[Path, str] | None = None  # the checkpoint's folder and tag to load
     offload_drives: tuple[str, ...] = ()  # the drives under the swap folders
     checkpoint_drives: tuple[str, ...] = ()  # the drives under --checkpoint-dir
+    # the md array under --checkpoint-dir: level, chunk bytes, members
+    checkpoint_array: tuple[str | None, int | None, tuple[str, ...]] | None = None
 
 
 def make_request(

@@ -411,6 +411,12 @@ def build_result(
             p.strategy.optimizer == "nvme",
             prep.offload_drives if traced else (),
             prep.checkpoint_drives if traced else (),
+            prep.checkpoint_array if traced else None,
+            # the fast writers write the aio block's requests; torch.save goes through the
+            # page cache, whose writeback sizes its own
+            int(prep.cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK))
+            if req.checkpoint is not None and req.checkpoint.writer != "torch"
+            else None,
         ),
         "resumed_at": init.get("resumed_at") if init else None,
         "estimate": to_jsonable(asdict(est)),

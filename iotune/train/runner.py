@@ -205,6 +205,12 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         resume=resume,
         offload_drives=offload_drives,
         checkpoint_drives=ck_behind.disks if ck_behind is not None else (),
+        checkpoint_array=next(
+            ((a.level, a.chunk_bytes, a.members) for a in ck_behind.arrays if a.level),
+            None,
+        )
+        if ck_behind is not None
+        else None,
     )
 
 
@@ -228,6 +234,12 @@ def _checkpoints(
                 hint="--checkpoint-writer torch",
             )
         need = ck_save_volume(est, on_nvme).write
+        if ck.writer != "torch" and on_nvme:
+            req.notes.append(
+                f"--checkpoint-writer {ck.writer}: with the optimizer state on NVMe, DeepSpeed's "
+                f"save copies the swap files ({need / 2**30:.2f} GiB) with shutil.copytree "
+                "whatever the writer; the writer writes only the small pickles beside them"
+            )
         req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force))
         section = ck.ds_config()
         if section is not None:

@@ -20,6 +20,8 @@ from iotune.train.estimate import estimate
 from iotune.train.presets import get_preset
 from iotune.train.request import make_request
 
+KIB, MIB = 1 << 10, 1 << 20
+
 
 def _est(name: str = "tiny_opt_nvme"):  # type: ignore[no-untyped-def]
     p = get_preset(name)
@@ -110,3 +112,34 @@ def test_checkpoint_options_come_in_pairs(tmp_path: Path) -> None:
             *("auto", str(tmp_path / "out"), None, None, (), None, None, None, False, False),
             checkpoint_dir=str(tmp_path),
         )
+
+
+def test_parity_is_measured_against_full_stripes() -> None:
+    from iotune.train.checkpoint import parity_traffic
+
+    saved = 96 * MIB
+    # RAID6 of 4, 512 KiB chunk: a full stripe holds 1 MiB of data, and 2 MiB reach the members
+    full = {
+        f"d{i}": {"read": 0, "write": 48 * MIB, "write_sizes": {512 * KIB: 96}} for i in range(4)
+    }
+    p = parity_traffic("raid6", 512 * KIB, full, saved)
+    assert p is not None
+    assert p["ideal"] == 2.0 and p["amplification"] == 2.0 and p["excess_bytes"] == 0
+    assert p["stripe_bytes"] == MIB and not p["read_modify_write"] and p["advice"] is None
+    # the same save in 256 KiB requests: each updates half a stripe, read back first
+    part = {f"d{i}": {"read": 24 * MIB, "write": 64 * MIB} for i in range(4)}
+    q = parity_traffic("raid6", 512 * KIB, part, saved, requests=256 * KIB)
+    assert q is not None and q["read_modify_write"] and q["amplification"] > q["ideal"]
+    assert q["advice"] == (
+        "the writer's 256 KiB requests do not fill the 1024 KiB stripe (2 data members x "
+        "512 KiB chunk): a chunk of 128 KiB, or a writer block of a multiple of 1024 KiB "
+        "writes full stripes"
+    )
+    r5 = parity_traffic("raid5", 512 * KIB, {f"d{i}": {"read": 0, "write": 1} for i in range(5)}, 1)
+    assert r5 is not None and r5["ideal"] == 1.25 and r5["stripe_bytes"] == 2 * MIB
+    # RAID5 of 4: 3 data members, no power-of-two chunk fits a 1 MiB request
+    r3 = parity_traffic(
+        "raid5", 64 * KIB, {f"d{i}": {"read": 0, "write": 1} for i in range(4)}, 1, MIB
+    )
+    assert r3 is not None and "a chunk of" not in r3["advice"]
+    assert parity_traffic("raid0", 512 * KIB, full, saved) is None

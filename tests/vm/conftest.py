@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.vm.checkpoint_lab import CheckpointRuns, run_checkpoints
 from tests.vm.guest import Drive, Early, Guest
 from tests.vm.study_lab import (
     STUDY_NICE,
@@ -135,7 +136,7 @@ class _StudyBeside:
             _start_runs()
 
 
-RUN_FIXTURES = {"lab_runs", "lost_member"}
+RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs"}
 #: the study's runs on the lab, one after the other on a thread of their own, each a
 #: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
 #: mid-study (study_lab.lose_a_member), which breaks raid0x2
@@ -168,8 +169,16 @@ def _start_runs(lost: bool = False) -> None:
         go_on()
         return lose_a_member(early.take(), go_on)
 
+    def saves() -> CheckpointRuns:
+        RUNS["lab_runs"].result()
+        go_on()
+        return run_checkpoints(early.take(), go_on)
+
     pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
     RUNS["lab_runs"] = pool.submit(study)
+    # before the member lost, which breaks raid0x2, the checkpoints' offload volume
+    if "checkpoint_runs" in _wanted:
+        RUNS["checkpoint_runs"] = pool.submit(saves)
     if lost or "lost_member" in _wanted:
         RUNS["lost_member"] = pool.submit(lose)
     pool.shutdown(wait=False)
@@ -261,4 +270,15 @@ def lost_member(lab: Lab) -> LostMember:
     """A member of raid0x2 lost mid-study (study_lab.lose_a_member), after the study."""
     _start_runs(lost=True)
     result: LostMember = RUNS["lost_member"].result()
+    return result
+
+
+@pytest.fixture(scope="module")
+def checkpoint_runs(lab: Lab) -> CheckpointRuns:
+    """A run saving to the lab's RAID6 with a member failed during a save, and the run
+    resumed from that save (checkpoint_lab.run_checkpoints), after the study."""
+    _start_runs()
+    if "checkpoint_runs" not in RUNS:
+        raise RuntimeError("the study's runs were started without the checkpoints")
+    result: CheckpointRuns = RUNS["checkpoint_runs"].result()
     return result

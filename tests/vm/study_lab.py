@@ -1,6 +1,6 @@
 """The RAID0 study's lab: a guest of its own (QEMU TCG) with seven NVMe drives throttled
 to the same bandwidth, a single drive, a RAID0 of 2 and a RAID0 of 4 built with `iotune raid
-create`, and a zygote that has imported torch, DeepSpeed and transformers once, for every
+create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py), and a zygote that has imported torch, DeepSpeed and transformers once, for every
 training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
 Used by tests/vm/test_study_vm.py through the ``lab`` and ``lab_runs`` fixtures
 (tests/vm/conftest.py), which bring the lab up early and run the study beside the tests
@@ -26,7 +26,13 @@ MIB = 2**20
 #: each drive's bandwidth, reads and writes together (QEMU's throttling.bps-total)
 BPS = 2 * MIB
 VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST4", "ST5", "ST6")}
-DRIVES = [Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members]
+#: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
+#: each save
+CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
+DRIVES = [
+    *(Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members),
+    *(Drive(s, size_mib=1024) for s in CK_SERIALS),
+]
 ZYGOTE = "/tmp/iotune-zygote.sock"
 BIN = Path(sys.executable).parent
 #: the CPU priority of the lab once its study runs: above the tests that run beside it, so
@@ -137,7 +143,7 @@ def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab
     # CPU); every training and AIO worker forks from it. The volumes are built meanwhile.
     log = guest.share / "zygote.log"
     guest.spawn([sys.executable, "-m", "iotune.workers.zygote", "serve", ZYGOTE], log, env)
-    guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0"]).check()
+    guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid456"]).check()
     lab.names = guest.by_serial()
     for name, members in VOLUMES.items():
         go_on()
@@ -151,6 +157,12 @@ def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab
             "raid", "create", *devs, "--name", name, "--mount", f"/tmp/{name}", "--yes"
         )
         assert doc["applied"] is True and doc["array"]["level"] == "raid0", doc
+    go_on()
+    ck = [f"/dev/{lab.names[s]}" for s in CK_SERIALS]
+    doc = lab.iotune_json(
+        "raid", "create", *ck, "--level", "6", "--name", "ckpt", "--mount", "/tmp/ckpt", "--yes"
+    )
+    assert doc["applied"] is True and doc["array"]["level"] == "raid6", doc
     wait_for(log, "imported in", 1200, cancel)
     return lab
 

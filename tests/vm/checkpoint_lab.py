@@ -1,0 +1,112 @@
+"""The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
+(``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
+offloads to the lab's RAID0 of two. One traced run of the study's cut tiny_opt_nvme saves
+after each of three steps; while it makes its second save, one member of the RAID6 is failed
+(``mdadm --fail``, in the guest, the moment the step before the save is recorded); then a run
+resumes from that save, on the degraded array."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.vm.study_lab import BIN, CK_SERIALS, SET_ARGS, Lab
+
+CK_STEPS = 3
+#: the save made while a member fails
+FAILED_SAVE = 2
+
+#: in the guest: runs argv (its stdout into a file), waits for the step event before the
+#: save FAILED_SAVE, fails a member of the array, and reports whether that save was still
+#: being made then; argv: the command (JSON), its steps.jsonl, its stdout file, the array,
+#: the member, the step
+FAIL_DURING_SAVE = """
+import json, os, subprocess, sys, time
+argv, steps, out, array, member, step = json.loads(sys.argv[1]), *sys.argv[2:6], int(sys.argv[6])
+
+def events(kind):
+    if not os.path.exists(steps):
+        return []
+    recs = [json.loads(x) for x in open(steps).read().splitlines() if x.strip()]
+    return [r for r in recs if r.get("event") == kind and r.get("step") == step]
+
+with open(out, "w") as fh:
+    p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 1500
+    while not events("step"):
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            sys.exit(f"no step {step} event: {p.communicate()[1][-3000:]}")
+        time.sleep(0.02)
+    fail = subprocess.run(["mdadm", "--manage", array, "--fail", member],
+                          capture_output=True, text=True)
+    during = not events("checkpoint")
+    _, err = p.communicate(timeout=1500)
+print(json.dumps({"rc": p.returncode, "stderr": err[-4000:], "fail_rc": fail.returncode,
+                  "fail_stderr": fail.stderr, "during_save": during}))
+"""
+
+
+@dataclass(frozen=True)
+class CheckpointRuns:
+    #: the saving run's ``trace --run --json`` document
+    saving: dict[str, Any]
+    #: what the in-guest script saw: rc, stderr, the fail's rc, whether the save was going on
+    failure: dict[str, Any]
+    #: the member failed
+    member: str
+    #: the resumed run's document
+    resumed: dict[str, Any]
+    #: ``iotune raid status ckpt --json`` after the saves
+    status: dict[str, Any]
+
+
+def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
+    """The saving run with a member failed during a save, then the run resumed from it."""
+    out = lab.share / "ckpt-run"
+    argv = [
+        str(BIN / "iotune"),
+        *("--json", "trace", "--run", "tiny_opt_nvme", *SET_ARGS),
+        *("--nvme-path", "/tmp/raid0x2", "--steps", str(CK_STEPS)),
+        *("--checkpoint-every", "1", "--checkpoint-dir", "/tmp/ckpt/ck", "--out", str(out)),
+    ]
+    # the array's initial resync done: what its members do from here is the saves'
+    lab.guest.run(["mdadm", "--wait", "/dev/md/ckpt"], timeout=1200)
+    idle = lab.iotune_json("raid", "status", "ckpt")["arrays"][0]
+    if idle.get("sync_action") not in (None, "idle"):
+        raise RuntimeError(f"the checkpoints' array is still syncing: {idle}")
+    member = lab.names[CK_SERIALS[1]]
+    stdout = lab.share / "ckpt-run.json"
+    r = lab.guest.run(
+        [
+            sys.executable,
+            "-c",
+            FAIL_DURING_SAVE,
+            json.dumps(argv),
+            str(out / "steps.jsonl"),
+            str(stdout),
+            "/dev/md/ckpt",
+            f"/dev/{member}",
+            str(FAILED_SAVE),
+        ],
+        timeout=1800,
+        env=lab.env,
+    ).check()
+    failure = json.loads(r.stdout)
+    if failure["rc"] != 0:
+        raise RuntimeError(f"the saving run failed: {failure['stderr']}")
+    go_on()
+    status = lab.iotune_json("raid", "status", "ckpt")
+    resumed = lab.iotune_json(
+        "trace",
+        "--run",
+        "tiny_opt_nvme",
+        *SET_ARGS,
+        *("--nvme-path", "/tmp/raid0x2", "--steps", "1"),
+        *("--resume-from", f"/tmp/ckpt/ck/step{FAILED_SAVE}", "--out", str(lab.share / "resumed")),
+        timeout=1500,
+    )
+    return CheckpointRuns(json.loads(stdout.read_text()), failure, member, resumed, status)

@@ -1,0 +1,91 @@
+"""The study's second volume, in the lab's guest (tests/vm/checkpoint_lab.py): checkpoints of a
+ZeRO-3 run that offloads to a RAID0 of two, saved with DeepSpeed to a RAID6 of four built by
+`iotune raid create`, traced on both arrays' members by the real eBPF program. Each save's
+copy is the I/O model's to the byte; the RAID6's members write what full stripes make of it
+(K/(K-2) = 2); a member failed during a save leaves the save whole and loadable, and a run
+resumed from it trains on as the saving run did."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, CheckpointRuns
+from tests.vm.study_lab import VOLUMES, Lab
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@pytest.fixture(scope="module")
+def saving(checkpoint_runs: CheckpointRuns) -> dict[str, Any]:
+    doc = checkpoint_runs.saving
+    assert doc["steps_done"] == CK_STEPS, doc.get("error")
+    return doc
+
+
+def _saves(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {s["step"]: s for s in doc["checkpoints"]["saves"]}
+
+
+def test_each_save_is_the_models_copy_read_from_the_raid0(saving: dict[str, Any], lab: Lab) -> None:
+    n_s = saving["estimate"]["swapped"]["n_s"]
+    ck = saving["checkpoints"]
+    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES["raid0x2"])
+    assert len(ck["checkpoint_drives"]) == 4
+    saves = _saves(saving)
+    assert sorted(saves) == list(range(1, CK_STEPS + 1))
+    for s in saves.values():
+        assert s["swap_copy_bytes"] == 12 * n_s
+        assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
+        assert 0 < s["blocked_s"] <= s["durable_s"]
+
+
+def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
+    """The save before the failure: the members wrote twice the save's bytes (two of four
+    members hold data), with nothing read back: torch.save's writeback fills stripes."""
+    p = _saves(saving)[1]["parity"]
+    assert p is not None
+    assert (p["level"], p["members"], p["ideal"]) == ("raid6", 4, 2.0)
+    # the save's files, xfs's log and metadata (small writes: whole stripes of their own
+    # on a RAID6 cost more than twice)
+    assert 2.0 <= p["amplification"] <= 2.1, p
+    assert not p["read_modify_write"], p
+    written = [m["write"] for m in p["per_member"].values()]
+    # parity rotates: each member holds a quarter of the stripes' chunks, data and parity
+    assert max(written) - min(written) <= 0.05 * max(written), p["per_member"]
+
+
+def test_a_member_failed_during_a_save_leaves_it_whole(
+    checkpoint_runs: CheckpointRuns, saving: dict[str, Any]
+) -> None:
+    f = checkpoint_runs.failure
+    assert f["fail_rc"] == 0, f["fail_stderr"]
+    # the member was failed after step FAILED_SAVE was recorded and before its save was
+    assert f["during_save"] is True
+    s = _saves(saving)[FAILED_SAVE]
+    assert s["swap_copy_bytes"] == 12 * saving["estimate"]["swapped"]["n_s"]
+    p = s["parity"]
+    assert p is not None
+    # from the failure on the member takes no more writes: it wrote less than the others
+    lost = p["per_member"][checkpoint_runs.member]
+    others = [m["write"] for n, m in p["per_member"].items() if n != checkpoint_runs.member]
+    assert lost["write"] < min(others), p["per_member"]
+    (arr,) = checkpoint_runs.status["arrays"]
+    states = {m["device"]: m["state"] for m in arr["members"]}
+    assert "faulty" in states[f"/dev/{checkpoint_runs.member}"], states
+    assert sum("in_sync" in (v or "") for v in states.values()) == 3, states
+
+
+def test_a_run_resumed_from_the_degraded_array_trains_on(
+    checkpoint_runs: CheckpointRuns, saving: dict[str, Any]
+) -> None:
+    resumed = checkpoint_runs.resumed
+    assert resumed["resumed_at"] == FAILED_SAVE, resumed.get("error")
+    (step,) = [e for e in resumed["events"] if e["event"] == "step"]
+    assert step["global_step"] == FAILED_SAVE + 1
+    want = next(
+        e["loss"] for e in saving["events"] if e["event"] == "step" and e["step"] == FAILED_SAVE + 1
+    )
+    assert math.isclose(step["loss"], want, rel_tol=1e-4), (step["loss"], want)
