@@ -154,6 +154,33 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     help="The RAID0 chunk for --drives (default 512K, mdadm's): with DeepSpeed's requests in "
     "flight it bounds how many members work at once.",
 )
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(1),
+    metavar="M",
+    help="Plan checkpoints: a save every M steps on a RAID5/6 of --checkpoint-drive drives; "
+    "each width's save time and share of the training, and the narrowest under "
+    "--checkpoint-share.",
+)
+@click.option(
+    "--checkpoint-drive",
+    metavar="SPEC",
+    help="The checkpoint array's drives, as --drive takes them (default: --drive's).",
+)
+@click.option(
+    "--checkpoint-level",
+    type=click.Choice(["5", "6"]),
+    default="6",
+    show_default=True,
+    help="The checkpoint array's RAID level.",
+)
+@click.option(
+    "--checkpoint-share",
+    default="5%",
+    show_default=True,
+    metavar="PCT",
+    help="The most of the training's time the saves may take.",
+)
 @json_option
 def estimate_cmd(
     preset: str | None,
@@ -173,6 +200,10 @@ def estimate_cmd(
     link: str | None,
     memory_bw: float | None,
     chunk: str | None,
+    checkpoint_every: int | None,
+    checkpoint_drive: str | None,
+    checkpoint_level: str,
+    checkpoint_share: str,
 ) -> None:
     """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
 
@@ -246,6 +277,26 @@ def estimate_cmd(
             memory_bw=memory_bw,
             chunk=chunk,
         )
+    ckp = None
+    if checkpoint_every is not None:
+        from iotune.train.checkpoint import save_volume
+        from iotune.train.ckplan import checkpoint_plan, parse_share
+        from iotune.train.datasheet import parse_drive
+
+        target_share = parse_share(checkpoint_share)
+        spec_text = checkpoint_drive or drive
+        on_nvme = p.strategy.optimizer == "nvme"
+        ckp = checkpoint_plan(
+            save_volume(e, on_nvme).write,
+            on_nvme,
+            plan,
+            pred.step_s if pred else None,
+            bw.read if bw else None,
+            parse_drive(spec_text) if spec_text else None,
+            checkpoint_every,
+            int(checkpoint_level),
+            target_share,
+        )
     if STATE.json:
         emit_json(
             {
@@ -259,6 +310,7 @@ def estimate_cmd(
                     {"key": k, "value": json.loads(v), "from": src} for k, v, src in p.ds_filled
                 ],
                 **({"drives": plan} if plan else {}),
+                **({"checkpoints": ckp} if ckp else {}),
             }
         )
     else:
@@ -271,6 +323,10 @@ def estimate_cmd(
             from iotune.train.render_plan import print_drive_plan
 
             print_drive_plan(console(), plan)
+        if ckp:
+            from iotune.train.render_plan import print_checkpoint_plan
+
+            print_checkpoint_plan(console(), ckp)
 
 
 @click.command("run")

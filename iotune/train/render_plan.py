@@ -15,7 +15,7 @@ from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
 from iotune.train.presets import Preset, resolve_dtype
 from iotune.train.render import _b
 from iotune.train.study import StudyRow, study_row
-from iotune.units import GIB, format_size, gib_text, scale_for
+from iotune.units import GIB, amount, format_size, gib_text, scale_for
 
 
 def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
@@ -302,3 +302,40 @@ def _print_endurance(con: Console, plan: dict[str, Any]) -> None:
         con.print(
             f"  {drive['label']}: {rating} (datasheet), writing around the clock", soft_wrap=True
         )
+
+
+def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
+    """estimate --checkpoint-every: a save's time and share on each width, and the answer."""
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title=f"a save every {ck['every']} step(s) on a {ck['level'].upper()} of W drives "
+        f"(GiB = 2^30 bytes)",
+    )
+    for col in ("W", "MEMBER GiB", "READ s", "WRITE s", "SAVE s", "BOUND BY", "SHARE"):
+        t.add_column(col, justify="left" if col == "BOUND BY" else "right")
+    for r in ck["plans"]:
+        t.add_row(
+            str(r["width"]),
+            f"{r['member_write_bytes'] / GIB:.2f}",
+            "-" if r["read_s"] is None else f"{r['read_s']:.2f}",
+            f"{r['write_s']:.2f}",
+            f"{r['save_s']:.2f}",
+            r["bound_by"],
+            f"{100 * r['share']:.1f}%",
+        )
+    con.print(t)
+    read = ck["offload_read_bytes_s"]
+    con.print(
+        f"  each save: {ck['save_bytes'] / GIB:.2f} GiB"
+        + (
+            f", read back from the offload volume, {ck['offload']}, at {amount(read, '/s')}"
+            if read
+            else ""
+        )
+        + f"; the step {ck['step_s']:.2f} s; the drives: {ck['drive']['name']} "
+        f"(write derated x {ck['write_derate']:.2f})",
+        soft_wrap=True,
+    )
+    con.print(f"  answer: {ck['answer']}", soft_wrap=True)

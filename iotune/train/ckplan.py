@@ -1,0 +1,186 @@
+"""How often a run can afford to checkpoint, and on how wide a protected array: the time of
+one save on a RAID5/6 of W drives like one a datasheet describes, the share of training
+time a save every M steps takes, and the narrowest array that keeps that share under a
+target (``iotune estimate --checkpoint-every M``). Pure.
+
+A save (iotune.train.checkpoint) with the optimizer state on NVMe copies the swap files: it
+reads them from the offload volume and writes them through the page cache to the checkpoint
+volume, whose writeback goes on while the copy reads; it is durable when both are done, so
+it takes the longer of the two. With the state in host memory there is only the write. On a
+RAID5/6 of W members with full stripes, each member writes S / (W - p) of a save of S bytes
+(p = 1 or 2 parity members), at its sustained rate once past its SLC cache. The step waits
+for the save (DeepSpeed's torch writer): a save every M steps takes
+save / (M x step + save) of the training's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from iotune.errors import UsageError
+from iotune.train.datasheet import DriveSpec
+
+PARITY = {5: 1, 6: 2}
+#: the widths a plan lists, and the widest --checkpoint-share searches
+WIDTHS = range(3, 17)
+
+
+@dataclass(frozen=True)
+class SavePlan:
+    width: int
+    level: int
+    member_bytes: float  # what each member writes of one save
+    read_s: float | None  # reading the swap files back from the offload volume
+    write_s: float  # the members' writes
+    every: int
+    step_s: float
+
+    @property
+    def save_s(self) -> float:
+        return max(self.read_s or 0.0, self.write_s)
+
+    @property
+    def bound(self) -> str:
+        return "offload reads" if (self.read_s or 0.0) > self.write_s else "checkpoint writes"
+
+    @property
+    def share(self) -> float:
+        return self.save_s / (self.every * self.step_s + self.save_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "level": f"raid{self.level}",
+            "member_write_bytes": round(self.member_bytes),
+            "read_s": None if self.read_s is None else round(self.read_s, 3),
+            "write_s": round(self.write_s, 3),
+            "save_s": round(self.save_s, 3),
+            "bound_by": self.bound,
+            "share": round(self.share, 4),
+        }
+
+
+def parse_share(text: str) -> float:
+    """--checkpoint-share: '5%' or '0.05'."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < 1:
+        raise UsageError(
+            f"--checkpoint-share {text!r} is not a share of the training's time",
+            hint="--checkpoint-share 5%",
+        )
+    return v
+
+
+def plan_saves(
+    save_bytes: float,
+    offload_read: float | None,
+    step_s: float,
+    every: int,
+    level: int,
+    drive: DriveSpec,
+    write_derate: float = 1.0,
+    widths: range = WIDTHS,
+) -> list[SavePlan]:
+    """A save's time and share on a RAID*level* of each width. *offload_read*: the offload
+    volume's read rate (bytes/s), None where the state is in host memory; *write_derate*:
+    what the writes reach of the datasheet's rate."""
+    p = PARITY[level]
+    out = []
+    for w in widths:
+        if w < p + 2:
+            continue
+        member = save_bytes / (w - p)
+        out.append(
+            SavePlan(
+                width=w,
+                level=level,
+                member_bytes=member,
+                read_s=save_bytes / offload_read if offload_read else None,
+                write_s=drive.write_seconds(member, drive.write * write_derate),
+                every=every,
+                step_s=step_s,
+            )
+        )
+    return out
+
+
+def narrowest(plans: list[SavePlan], share: float) -> tuple[SavePlan | None, str]:
+    """The narrowest array whose share is at most *share*, and the answer in words (what
+    keeps a wider one from helping where none does)."""
+    for pl in plans:
+        if pl.share <= share:
+            return pl, (
+                f"a RAID{pl.level} of {pl.width} keeps a save every {pl.every} step(s) at "
+                f"{100 * pl.share:.1f}% of the training (at most {100 * share:g}%)"
+            )
+    if not plans:
+        return None, "no width planned"
+    last = plans[-1]
+    if last.bound == "offload reads":
+        why = (
+            f"each save reads {last.read_s:.1f} s from the offload volume, which no width of "
+            "the checkpoint array shortens: save less often (--checkpoint-every) or read faster"
+        )
+    else:
+        why = f"even {last.width} drives take {100 * last.share:.1f}%: save less often"
+    return (
+        None,
+        f"no RAID{last.level} up to {last.width} drives keeps it under {100 * share:g}%: {why}",
+    )
+
+
+def checkpoint_plan(
+    save_bytes: float,
+    on_nvme: bool,
+    plan: dict[str, Any] | None,
+    pred_step_s: float | None,
+    bw_read: float | None,
+    drive: DriveSpec | None,
+    every: int,
+    level: int,
+    share: float,
+) -> dict[str, Any]:
+    """``estimate --checkpoint-every``: the offload side from the drives plan (its
+    --target-step answer, else its widest RAID0) or the prediction on the swept or run
+    volume; the checkpoint side from *drive*'s datasheet, derated as the plan derates."""
+    if drive is None:
+        raise UsageError(
+            "--checkpoint-every needs the checkpoint drives: their datasheet",
+            hint="--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives)",
+        )
+    derate = 1.0
+    if plan is not None:
+        rows = {r["drives"]: r for r in plan["plans"]}
+        k = (plan.get("target") or {}).get("drives") or max(rows)
+        row = rows[k]
+        step_s, read = row.get("step_s"), row["read_bw_bytes_s"]
+        offload = f"RAID0 of {k} (the drives plan)"
+        derate = float((plan.get("derate") or {}).get("write") or 1.0)
+    else:
+        step_s, read, offload = pred_step_s, bw_read, "the swept or run volume"
+    if step_s is None:
+        raise UsageError(
+            "--checkpoint-every needs the step's time, which nothing given predicts",
+            hint="add --baseline RUN (a run of this model), with --drive SPEC or --aio-config SWEEP",
+        )
+    plans = plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate)
+    best, answer = narrowest(plans, share)
+    return {
+        "save_bytes": round(save_bytes),
+        "every": every,
+        "level": f"raid{level}",
+        "step_s": round(step_s, 3),
+        "offload": offload,
+        "offload_read_bytes_s": round(read) if on_nvme and read else None,
+        "drive": drive.to_json(),
+        "write_derate": derate,
+        "plans": [pl.to_json() for pl in plans],
+        "share_target": share,
+        "width": best.width if best else None,
+        "answer": answer,
+    }

@@ -1,0 +1,85 @@
+"""Unit: the checkpoint planner (``iotune estimate --checkpoint-every``), pure arithmetic
+against hand-worked figures, and its bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from iotune import cli as cli_mod
+from iotune.errors import UsageError
+from iotune.train.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves
+from iotune.train.datasheet import DriveSpec
+
+GB = 1e9
+
+
+def _drive(**kw: float) -> DriveSpec:
+    return DriveSpec("--drive", "d", read=kw.get("read", 2 * GB), write=kw.get("write", GB))
+
+
+def test_a_save_takes_the_longer_of_the_copy_read_and_the_members_writes() -> None:
+    # 12 GB a save; RAID6 of 4: 2 data members, each writes 6 GB at 1 GB/s = 6 s
+    plans = plan_saves(12 * GB, 4 * GB, step_s=10.0, every=10, level=6, drive=_drive())
+    four = plans[0]
+    assert (four.width, four.member_bytes, four.write_s, four.read_s) == (4, 6 * GB, 6.0, 3.0)
+    assert four.save_s == 6.0 and four.bound == "checkpoint writes"
+    assert four.share == pytest.approx(6.0 / (100.0 + 6.0))
+    # RAID6 of 10: 8 data members, 1.5 s of writes; the copy's 3 s read bounds it
+    ten = next(p for p in plans if p.width == 10)
+    assert ten.save_s == 3.0 and ten.bound == "offload reads"
+    # RAID5 of 3: 2 data members; the state in host memory: no read
+    r5 = plan_saves(12 * GB, None, 10.0, 1, 5, _drive(), widths=range(3, 4))
+    assert r5[0].read_s is None and r5[0].save_s == 6.0
+
+
+def test_the_slc_cache_and_the_derating_slow_the_members() -> None:
+    d = DriveSpec("--drive", "d", read=GB, write=2 * GB, cache=2 * GB, after_cache=0.5 * GB)
+    (p,) = plan_saves(12 * GB, None, 1.0, 1, 6, d, write_derate=0.5, widths=range(4, 5))
+    # 6 GB a member: 2 GB at 1 GB/s (derated), 4 GB at the sustained 0.5 GB/s
+    assert p.write_s == pytest.approx(2.0 + 8.0)
+
+
+def test_the_narrowest_width_under_the_share_and_why_none_is() -> None:
+    plans = plan_saves(12 * GB, 4 * GB, 10.0, 10, 6, _drive())
+    best, answer = narrowest(plans, 0.04)
+    assert best is not None and best.share <= 0.04
+    assert all(p.share > 0.04 for p in plans if p.width < best.width)
+    assert answer.startswith(f"a RAID6 of {best.width} keeps a save every 10 step(s) at")
+    # a save every step: the copy's read alone is 3 s of a 13 s step and save
+    none, why = narrowest(plan_saves(12 * GB, 4 * GB, 10.0, 1, 6, _drive()), 0.05)
+    assert none is None and "reads 3.0 s from the offload volume" in why
+
+
+def test_the_plan_needs_a_step_time_and_the_drives() -> None:
+    with pytest.raises(UsageError, match="needs the checkpoint drives"):
+        checkpoint_plan(GB, True, None, 10.0, GB, None, 1, 6, 0.05)
+    with pytest.raises(UsageError, match="needs the step's time"):
+        checkpoint_plan(GB, True, None, None, None, _drive(), 1, 6, 0.05)
+    assert parse_share("5%") == 0.05 and parse_share("0.1") == 0.1
+    for bad in ("0", "150%", "five"):
+        with pytest.raises(UsageError, match="is not a share"):
+            parse_share(bad)
+
+
+def test_estimate_prints_the_checkpoint_plan_from_the_study() -> None:
+    args = [
+        "--json",
+        "estimate",
+        "opt_nvme_16b",
+        *("--baseline", "study", "--drive", "samsung-980-pro-2tb", "--drives", "1,2,4,8"),
+        *("--checkpoint-every", "50", "--checkpoint-share", "2%"),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    ck = json.loads(r.output)["checkpoints"]
+    # 12 bytes a parameter of the study's 16B: 180 GiB a save
+    assert round(ck["save_bytes"] / 2**30) == 180
+    assert ck["offload"] == "RAID0 of 8 (the drives plan)" and ck["level"] == "raid6"
+    assert ck["width"] == 4 and ck["plans"][0]["share"] <= 0.02
+    bad = CliRunner().invoke(
+        cli_mod.cli, [*args[1:3], "--checkpoint-every", "5"], prog_name="iotune"
+    )
+    assert bad.exit_code == 2 and "needs the checkpoint drives" in bad.output
