@@ -38,6 +38,18 @@ def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Sec
     for name in ("step_time", "step_vs_drives", "optimizer_share", "nvme_bytes", "request_sizes"):
         if name in drawn:
             out.append(Section(drawn[name].title, figure=drawn[name]))
+    ck = tb.checkpoint_table(data.runs)
+    if ck[1]:
+        out.append(
+            Section(
+                "Checkpoints",
+                table=ck,
+                text="a save's median seconds: the step blocked, and until its files were "
+                "durable; its bytes beside the I/O model's; what it read from the offload "
+                "volume and wrote to the checkpoint volume; on a RAID5/6, what the members "
+                "wrote against the save, beside full stripes' K/(K-p).",
+            )
+        )
     header, rows = tb.prediction_table(data.runs)
     if rows:
         out.append(

@@ -253,3 +253,51 @@ def threads_table(doc: dict[str, Any]) -> Table:
         ms = float(r["step_ms_median"])
         rows.append([str(r["threads"]), f"{ms:.1f}", f"{ms * 1e9 / int(r['params']):.1f}"])
     return header, rows
+
+
+def checkpoint_table(runs: Sequence[dict[str, Any]]) -> Table:
+    """One row per run that saved: the writer, the volumes, a save's seconds and bytes beside
+    the I/O model's, and the parity's amplification on a protected array. Empty: none did."""
+    header = [
+        "Run",
+        "Writer",
+        "Saves",
+        "Blocked s",
+        "Durable s",
+        "GiB a save (model)",
+        "Read offload GiB",
+        "Write checkpoint GiB",
+        "Checkpoint volume",
+        "Parity x (full stripes)",
+    ]
+    rows = []
+    for r in sorted_runs(runs):
+        ck = r.get("checkpoints")
+        if not ck:
+            continue
+        est = (ck.get("estimate") or {}).get("write_bytes")
+        label = volume_label(r)
+        amp = ck.get("amplification")
+        rows.append(
+            [
+                (r.get("strategy") or r["preset"]) + (f" on {label}" if label else ""),
+                str(ck["writer"]),
+                str(ck["saves"]),
+                num(ck.get("blocked_s")),
+                num(ck.get("durable_s")),
+                _pair(_gib(ck.get("bytes")), _gib(est)),
+                num(_gib(ck.get("offload_read_bytes")), 3),
+                num(_gib(ck.get("checkpoint_write_bytes")), 3),
+                (f"{ck['level']} of " if ck.get("level") else "")
+                + ", ".join(ck.get("checkpoint_drives") or ["-"]),
+                "-"
+                if amp is None
+                else f"{amp:.3f} ({ck['ideal']:.3f})"
+                + (", read-modify-write" if ck.get("read_modify_write") else ""),
+            ]
+        )
+    return header, rows
+
+
+def _gib(b: float | None) -> float | None:
+    return None if b is None else b / 2**30

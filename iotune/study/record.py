@@ -5,6 +5,7 @@ run was traced per request)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +117,40 @@ def summarize_run(
             "gpu_gib": gib_value(estimate.get("gpu_bytes")),
         },
         "prediction": run.get("prediction"),
+        "checkpoints": checkpoint_summary(run.get("checkpoints")),
         "study": run.get("study"),
         "drives": drives(trace),
         "wall_s": run.get("wall_s"),
         "interrupted": run.get("interrupted"),
+    }
+
+
+def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A run's saves in one record: the medians of their seconds and bytes, the model's bytes
+    and, on a protected array, the parity's amplification against its full-stripe ideal."""
+    saves = (ck or {}).get("saves") or []
+    if not ck or not saves:
+        return None
+
+    def med(key: str) -> float | None:
+        vals = [s[key] for s in saves if s.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    parity = [s["parity"] for s in saves if s.get("parity")]
+    return {
+        "writer": ck.get("writer"),
+        "saves": len(saves),
+        "blocked_s": med("blocked_s"),
+        "durable_s": med("durable_s"),
+        "bytes": med("bytes"),
+        "offload_read_bytes": med("offload_read_bytes"),
+        "checkpoint_write_bytes": med("checkpoint_write_bytes"),
+        "estimate": ck.get("estimate"),
+        "checkpoint_drives": ck.get("checkpoint_drives"),
+        "level": parity[0]["level"] if parity else None,
+        "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
+        "ideal": parity[0]["ideal"] if parity else None,
+        "read_modify_write": any(p["read_modify_write"] for p in parity) if parity else None,
     }
 
 

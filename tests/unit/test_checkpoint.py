@@ -143,3 +143,32 @@ def test_parity_is_measured_against_full_stripes() -> None:
     )
     assert r3 is not None and "a chunk of" not in r3["advice"]
     assert parity_traffic("raid0", 512 * KIB, full, saved) is None
+
+
+def test_the_report_shows_a_runs_saves_beside_the_model() -> None:
+    from iotune.report.tables import checkpoint_table
+    from iotune.study.record import checkpoint_summary
+
+    c = 12 * 1000
+    par = {"level": "raid6", "amplification": 2.01, "ideal": 2.0, "read_modify_write": False}
+    ck = {
+        "writer": "torch",
+        "saves": [
+            {"blocked_s": b, "durable_s": b + 1, "bytes": c + 10, "offload_read_bytes": c}
+            | {"checkpoint_write_bytes": 2 * c, "parity": par}
+            for b in (1.0, 3.0, 2.0)
+        ],
+        "estimate": {"read_bytes": c, "write_bytes": c, "exact": True},
+        "checkpoint_drives": ["a", "b", "c", "d"],
+    }
+    s = checkpoint_summary(ck)
+    assert s is not None and (s["saves"], s["blocked_s"], s["durable_s"]) == (3, 2.0, 3.0)
+    assert (s["level"], s["amplification"], s["read_modify_write"]) == ("raid6", 2.01, False)
+    assert checkpoint_summary({"saves": []}) is None and checkpoint_summary(None) is None
+    run = {"preset": "tiny_opt_nvme", "strategy": "opt_nvme", "ga": 1, "checkpoints": s}
+    header, rows = checkpoint_table([run, {"preset": "x", "ga": 1, "checkpoints": None}])
+    (row,) = rows
+    cells = dict(zip(header, row, strict=True))
+    assert cells["Writer"] == "torch" and cells["Blocked s"] == "2.00"
+    assert cells["Checkpoint volume"] == "raid6 of a, b, c, d"
+    assert cells["Parity x (full stripes)"] == "2.010 (2.000)"
