@@ -258,6 +258,9 @@ def trace_cmd(
     script = None
     if custom:
         script = _script_plan(run_kw, device_list, target)
+        from iotune.train.checkpoint import check_script_writer
+
+        check_script_writer(script.preset.deepspeed, command)
         device_list, target = script.devices, script.target
         run_kw = {k: v for k, v in run_kw.items() if k not in SCRIPT_KEYS}
     focus = _workload_focus(run_kw, focus_size, interval, duration, command)

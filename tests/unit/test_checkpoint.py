@@ -172,3 +172,38 @@ def test_the_report_shows_a_runs_saves_beside_the_model() -> None:
     assert cells["Writer"] == "torch" and cells["Blocked s"] == "2.00"
     assert cells["Checkpoint volume"] == "raid6 of a, b, c, d"
     assert cells["Parity x (full stripes)"] == "2.010 (2.000)"
+
+
+def _traced(tmp_path: Path, writer: dict[str, object], *command: str) -> tuple[int, str]:
+    import json
+
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    cfg = json.loads(Path("tests/data/custom/opt_nvme.json").read_text())
+    cfg["zero_optimization"]["offload_optimizer"]["nvme_path"] = str(tmp_path / "swap")
+    cfg["checkpoint"] = {"writer": writer}
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(cfg))
+    args = ["trace", "--model", "tests/data/custom/gpt_neox", "--ds-config", str(ds)]
+    r = CliRunner().invoke(cli_mod.cli, [*args, "--seq-len", "128", "--", *command])
+    return r.exit_code, r.output
+
+
+def test_a_script_whose_fast_writer_would_fail_is_refused_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CROSS_SIZE", raising=False)
+    monkeypatch.delenv("CROSS_RANK", raising=False)
+    script = "tests/data/custom/train_script.py"
+    torchrun = ("python3", "-m", "torch.distributed.run", "--nproc_per_node", "1", script)
+    rc, out = _traced(tmp_path, {"type": "fast"}, *torchrun)
+    assert rc == 2 and "reads CROSS_RANK and CROSS_SIZE" in out, out
+    assert "export CROSS_RANK=0 CROSS_SIZE=1" in out
+    # a script without the main guard, under DeepSpeed's launcher, with the decoupled engine
+    bare = tmp_path / "bare.py"
+    bare.write_text("import deepspeed\nprint('training')\n")
+    rc, out = _traced(tmp_path, {"type": "fast", "decoupled": True}, "deepspeed", str(bare))
+    assert rc == 2 and 'has no `if __name__ == "__main__":` guard' in out, out
+    assert not (tmp_path / "swap").exists()
