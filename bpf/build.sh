@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 CLANG=${CLANG:-$(command -v clang-14 || command -v clang)}
 arch=$(uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
 # relative paths and no build directory in the debug info: the same object wherever it is built
-"$CLANG" -g -O2 -target bpf -D__TARGET_ARCH_"$arch" \
+# -mcpu=v3: atomic fetch-and-add (the depth an issue finds; kernels from 5.12, as bi_bdev)
+"$CLANG" -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_"$arch" \
     -I bpf -I /usr/include/"$(uname -m)"-linux-gnu \
     -fdebug-prefix-map="$PWD"=. -fdebug-compilation-dir=. \
     -c bpf/reqsize.core.bpf.c -o bpf/reqsize.core.bpf.o.tmp

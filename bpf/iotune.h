@@ -57,4 +57,69 @@ struct comm_val {
     char comm[16];
 };
 
+/* Latency and queue depth (the first SLOT_DEVS traced devices: the rows of the arrays).
+ * A request is timed from its issue to its completion (and, where block_rq_insert fires,
+ * from its insertion to its issue), into log-linear histograms: below LAT_SUB ns a slot per
+ * nanosecond, then LAT_SUB slots per power of two (each slot 1/16 of its octave wide, so a
+ * value read back as its slot's middle is within 1/32 of the truth), up to 2^LAT_MAX_LOG
+ * ns; anything longer in the last slot. iotune/trace/latency.py mirrors lat_slot(). */
+#define LAT_SUB_BITS 4
+#define LAT_SUB (1 << LAT_SUB_BITS)
+#define LAT_MAX_LOG 39
+#define LAT_SLOTS ((LAT_MAX_LOG - LAT_SUB_BITS + 2) * LAT_SUB)
+/* requests in flight at a drive as each is issued: a slot per depth, the last one for
+ * deeper */
+#define DEPTH_SLOTS 1024
+/* per device row in `inflight`: [0] requests in flight now, [1] their summed time in flight
+ * (ns) once completed, [2] completions timed, [3] requests issued again before their
+ * completion was seen (their first issue's time dropped) */
+#define INFLIGHT_WORDS 4
+/* the in-flight requests that can be timed at once, over every traced device */
+#define START_MAX 65536
+
+/* what identifies a request from its issue to its completion: the struct request's
+ * address where the programs get it (BTF), else (dev, sector) as bcc's biolatency keys */
+struct start_key {
+    u64 id;
+    u64 sector;
+};
+
+struct start_val {
+    u64 ns;    /* bpf_ktime_get_ns() at issue */
+    u32 bytes; /* the request's size at issue */
+    u32 op;    /* its class (OP_*) */
+};
+
+/* floor(log2(v)) of v > 0, without a loop */
+static __always_inline u32 ilog2_u64(u64 v)
+{
+    u32 r, s;
+    r = (v >= (1ULL << 32)) << 5;
+    v >>= r;
+    s = (v >= (1ULL << 16)) << 4;
+    v >>= s;
+    r |= s;
+    s = (v >= (1ULL << 8)) << 3;
+    v >>= s;
+    r |= s;
+    s = (v >= (1ULL << 4)) << 2;
+    v >>= s;
+    r |= s;
+    s = (v >= (1ULL << 2)) << 1;
+    v >>= s;
+    r |= s;
+    return r | (u32)(v >> 1);
+}
+
+/* the histogram slot of *ns* */
+static __always_inline u32 lat_slot(u64 ns)
+{
+    if (ns < LAT_SUB)
+        return (u32)ns;
+    u32 k = ilog2_u64(ns);
+    if (k > LAT_MAX_LOG)
+        return LAT_SLOTS - 1;
+    return (k - LAT_SUB_BITS + 1) * LAT_SUB + (u32)((ns >> (k - LAT_SUB_BITS)) & (LAT_SUB - 1));
+}
+
 #endif

@@ -45,7 +45,14 @@
 // Compile-time constants (bcc cflags): MAX_SIZES, SLOT_DEVS (rows of the arrays: the first
 // traced devices, listed in DEVS), SLOT_SECTORS (the largest size they count, in sectors),
 // DONE_OPS, NESTED (1: count events skipped on a busy CPU, for kernels before 6.7), FILTER (1: only devices in
-// `devices` are counted), OWNERS (1: attribute bios to submitters).
+// `devices` are counted), OWNERS (1: attribute bios to submitters), FOCUS_BYTES (the request
+// size whose latency is kept apart from every other's).
+//
+// Latency and depth (iotune.h): every request of a device with a row is timed from its issue
+// to its completion in `starts`, keyed by the request (BTF) or by (dev, sector) (classic
+// tracepoints, which have no request pointer); the BTF programs also time insertion to issue
+// (block_rq_insert: requests that wait in a scheduler or a plug). `inflight` counts the
+// timed requests at the drive; the depth each issue finds (itself included) is a histogram.
 #include "iotune.h"
 
 BPF_HASH(sizes, struct size_key, u64, MAX_SIZES);
@@ -60,9 +67,19 @@ BPF_HASH(devices, u32, u32, 1024);
  * the hash maps. */
 BPF_F_TABLE("array", u32, u64, slots, SLOT_DEVS * 2 * (SLOT_SECTORS + 1), (1U << 10));
 BPF_F_TABLE("array", u32, struct done_val, dones, SLOT_DEVS * DONE_OPS, (1U << 10));
+/* latency: row x op (read, write) x class (FOCUS_BYTES, other) x slot; queued: row x op x
+ * slot; depth: row x depth at issue; inflight: row x INFLIGHT_WORDS (iotune.h) */
+BPF_F_TABLE("array", u32, u64, lat, SLOT_DEVS * 4 * LAT_SLOTS, (1U << 10));
+BPF_F_TABLE("array", u32, u64, qlat, SLOT_DEVS * 2 * LAT_SLOTS, (1U << 10));
+BPF_F_TABLE("array", u32, u64, depth, SLOT_DEVS * DEPTH_SLOTS, (1U << 10));
+BPF_F_TABLE("array", u32, u64, inflight, SLOT_DEVS * INFLIGHT_WORDS, (1U << 10));
+BPF_HASH(starts, struct start_key, struct start_val, START_MAX);
+#if BTF_TP
+BPF_HASH(queued, struct start_key, u64, START_MAX);
+#endif
 #endif
 BPF_HASH(done, struct done_key, struct done_val, 4096);
-BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] unused, [2] done, [3] owners */
+BPF_ARRAY(dropped, u64, 4);  /* map full: [0] sizes, [1] starts, [2] done, [3] owners */
 BPF_PERCPU_ARRAY(busy, u32, 1);  /* 1 while one of the tracepoint programs below runs */
 BPF_ARRAY(nested, u64, 2);  /* events that fired on a busy CPU: [0] issues, [1] completions */
 
@@ -156,6 +173,79 @@ static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta,
         __sync_fetch_and_add(val, delta);
 }
 
+#if SLOT_DEVS
+/* the latency arrays, by name for add_at() (bcc takes no map in a macro or a pointer) */
+#define A_INFLIGHT 0
+#define A_DEPTH 1
+#define A_LAT 2
+#define A_QLAT 3
+
+/* add *delta* to the u64 at index *i* of one of the latency arrays */
+static __always_inline void add_at(int which, u32 i, u64 delta)
+{
+    u64 *v;
+    if (which == A_INFLIGHT)
+        v = inflight.lookup(&i);
+    else if (which == A_DEPTH)
+        v = depth.lookup(&i);
+    else if (which == A_LAT)
+        v = lat.lookup(&i);
+    else
+        v = qlat.lookup(&i);
+    if (v)
+        __sync_fetch_and_add(v, delta);
+}
+#endif
+
+#if SLOT_DEVS
+/* an issue of a request of *row*: its start time kept, the drive's depth counted */
+static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u32 bytes,
+                                        u64 now)
+{
+    if (row > SLOT_DEVS)
+        return;
+    struct start_val v = {.ns = now, .bytes = bytes, .op = op};
+    u32 base = (row - 1) * INFLIGHT_WORDS;
+    int err = starts.insert(k, &v);
+    if (err == -17) {  /* -EEXIST: issued again before a completion was seen */
+        starts.update(k, &v);
+        add_at(A_INFLIGHT, base + 3, 1);
+        return;
+    }
+    if (err) {
+        count_drop(1);
+        return;
+    }
+    u64 *n = inflight.lookup(&base);
+    if (!n)
+        return;
+    u64 d = __sync_fetch_and_add(n, 1) + 1;
+    add_at(A_DEPTH, (row - 1) * DEPTH_SLOTS + (d < DEPTH_SLOTS ? (u32)d : DEPTH_SLOTS - 1), 1);
+}
+
+/* a completion (*done*) or a requeue of a request of *row*: its time in flight ends */
+static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u64 now)
+{
+    if (row > SLOT_DEVS)
+        return;
+    struct start_val *v = starts.lookup(k);
+    if (!v)
+        return;
+    u64 ns = now - v->ns;
+    u32 op = v->op, bytes = v->bytes;
+    starts.delete(k);
+    u32 base = (row - 1) * INFLIGHT_WORDS;
+    add_at(A_INFLIGHT, base, (u64)-1);
+    if (!done)
+        return;
+    add_at(A_INFLIGHT, base + 1, ns);
+    add_at(A_INFLIGHT, base + 2, 1);
+    if (op <= OP_WRITE)
+        add_at(A_LAT, (((row - 1) * 2 + op) * 2 + (bytes != FOCUS_BYTES)) * LAT_SLOTS + lat_slot(ns),
+               1);
+}
+#endif
+
 #if BTF_TP
 /* BTF tracepoint programs (iotune/trace/btf.py loads and attaches them): the tracepoint's
  * own arguments, read with plain loads at offsets from the running kernel's BTF (RQ_*,
@@ -195,9 +285,22 @@ int btf__block_rq_issue(unsigned long long *ctx)
 {
     char *rq = (char *)ctx[0];
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row)
-        bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN), 1,
-             true);
+    if (!row)
+        return 0;
+    u32 op = req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), bytes = FIELD(u32, rq, RQ_DATA_LEN);
+    bump(row, dev, op, bytes, 1, true);
+#if SLOT_DEVS
+    if (row <= SLOT_DEVS) {
+        struct start_key k = {.id = (u64)rq};
+        u64 now = bpf_ktime_get_ns(), *q = queued.lookup(&k);
+        if (q) {  /* inserted while traced: its wait before the driver */
+            if (op <= OP_WRITE)
+                add_at(A_QLAT, ((row - 1) * 2 + op) * LAT_SLOTS + lat_slot(now - *q), 1);
+            queued.delete(&k);
+        }
+        timed_issue(row, &k, op, bytes, now);
+    }
+#endif
     return 0;
 }
 
@@ -206,9 +309,29 @@ int btf__block_rq_requeue(unsigned long long *ctx)
 {
     char *rq = (char *)ctx[0];
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row)
-        bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN),
-             (u64)-1, false);
+    if (!row)
+        return 0;
+    bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN), (u64)-1,
+         false);
+#if SLOT_DEVS
+    struct start_key k = {.id = (u64)rq};
+    timed_end(row, &k, false, bpf_ktime_get_ns());
+#endif
+    return 0;
+}
+
+/* a request put in a scheduler's queue or a plug's list before the driver takes it */
+int btf__block_rq_insert(unsigned long long *ctx)
+{
+#if SLOT_DEVS
+    char *rq = (char *)ctx[0];
+    u32 row = traced(rq_dev(rq));
+    if (row && row <= SLOT_DEVS) {
+        struct start_key k = {.id = (u64)rq};
+        u64 now = bpf_ktime_get_ns();
+        queued.update(&k, &now);
+    }
+#endif
     return 0;
 }
 #else
@@ -216,8 +339,14 @@ TRACEPOINT_PROBE(block, block_rq_issue)
 {
     set_busy(1);
     u32 dev = args->dev, row = traced(dev);
-    if (row)
-        bump(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->bytes, 1, true);
+    if (row) {
+        u32 op = op_class(args->rwbs[0], args->rwbs[1]);
+        bump(row, dev, op, args->bytes, 1, true);
+#if SLOT_DEVS
+        struct start_key k = {.id = dev, .sector = args->sector};
+        timed_issue(row, &k, op, args->bytes, bpf_ktime_get_ns());
+#endif
+    }
     set_busy(0);
     return 0;
 }
@@ -228,9 +357,14 @@ TRACEPOINT_PROBE(block, block_rq_requeue)
 {
     set_busy(1);
     u32 dev = args->dev, row = traced(dev);
-    if (row)
+    if (row) {
         bump(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1,
              false);
+#if SLOT_DEVS
+        struct start_key k = {.id = dev, .sector = args->sector};
+        timed_end(row, &k, false, bpf_ktime_get_ns());
+#endif
+    }
     set_busy(0);
     return 0;
 }
@@ -282,6 +416,10 @@ int btf__block_rq_complete(unsigned long long *ctx)
     if (row) {
         u32 opf = FIELD(u32, rq, RQ_CMD_FLAGS);
         count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR), 0);
+#if SLOT_DEVS
+        struct start_key k = {.id = (u64)rq};
+        timed_end(row, &k, true, bpf_ktime_get_ns());
+#endif
     }
     return 0;
 }
@@ -290,9 +428,14 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 {
     set_busy(1);
     u32 dev = args->dev, row = traced(dev);
-    if (row)
+    if (row) {
         count_done(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector,
                    args->sector, args->rwbs[0] == 'W' && args->rwbs[1] == 'Z');
+#if SLOT_DEVS
+        struct start_key k = {.id = dev, .sector = args->sector};
+        timed_end(row, &k, true, bpf_ktime_get_ns());
+#endif
+    }
     set_busy(0);
     return 0;
 }

@@ -93,6 +93,7 @@ struct config {
     u32 slot_devs;  /* devices with a row: the first ones of devs[] */
     u32 filter;     /* 1: only devices in `devices` (and devs[]) are counted */
     u32 devs[SLOT_DEVS];
+    u32 focus;      /* the request size whose latency is kept apart (FOCUS_BYTES) */
 };
 
 const volatile struct config cfg = {};
@@ -112,11 +113,19 @@ MAP(BPF_MAP_TYPE_HASH, devices, u32, u32, 1024);
 MAP(BPF_MAP_TYPE_ARRAY, slots, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
 MAP(BPF_MAP_TYPE_ARRAY, dones, u32, struct done_val, 1, __uint(map_flags, BPF_F_MMAPABLE););
 MAP(BPF_MAP_TYPE_HASH, done, struct done_key, struct done_val, 4096);
-MAP(BPF_MAP_TYPE_ARRAY, dropped, u32, u64, 4); /* map full: [0] sizes, [2] done, [3] owners */
+MAP(BPF_MAP_TYPE_ARRAY, dropped, u32, u64, 4); /* full: [0] sizes, [1] starts, [2] done, [3] owners */
 MAP(BPF_MAP_TYPE_HASH, workload, u32, u8, 65536);
 MAP(BPF_MAP_TYPE_HASH, owners, struct owner_key, struct owner_val, 4096);
 MAP(BPF_MAP_TYPE_HASH, comms, u32, struct comm_val, 1024);
 MAP(BPF_MAP_TYPE_ARRAY, wowners, u32, struct owner_val, 1, __uint(map_flags, BPF_F_MMAPABLE););
+/* latency and depth (iotune.h), sized by user space: rows x 4 x LAT_SLOTS, rows x 2 x
+ * LAT_SLOTS, rows x DEPTH_SLOTS, rows x INFLIGHT_WORDS */
+MAP(BPF_MAP_TYPE_ARRAY, lat, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_ARRAY, qlat, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_ARRAY, depth, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_ARRAY, inflight, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
+MAP(BPF_MAP_TYPE_HASH, starts, struct start_key, struct start_val, START_MAX);
+MAP(BPF_MAP_TYPE_HASH, queued, struct start_key, u64, START_MAX);
 
 struct mine_cache {
     u32 tgid;
@@ -202,6 +211,57 @@ static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta,
         __sync_fetch_and_add(val, delta);
 }
 
+/* add *delta* to the u64 at index *i* of the array *map* */
+static __always_inline void add_at(void *map, u32 i, u64 delta)
+{
+    u64 *v = bpf_map_lookup_elem(map, &i);
+    if (v)
+        __sync_fetch_and_add(v, delta);
+}
+
+/* an issue of a request of *row* (≤ slot_devs): its start time kept, the drive's depth
+ * counted (bpf/reqsize.bpf.c says the same) */
+static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u32 bytes, u64 now)
+{
+    struct start_val v = {.ns = now, .bytes = bytes, .op = op};
+    u32 base = (row - 1) * INFLIGHT_WORDS;
+    long err = bpf_map_update_elem(&starts, k, &v, BPF_NOEXIST);
+    if (err == -17) { /* -EEXIST: issued again before a completion was seen */
+        bpf_map_update_elem(&starts, k, &v, BPF_ANY);
+        add_at(&inflight, base + 3, 1);
+        return;
+    }
+    if (err) {
+        count_drop(1);
+        return;
+    }
+    u64 *n = bpf_map_lookup_elem(&inflight, &base);
+    if (!n)
+        return;
+    u64 d = __sync_fetch_and_add(n, 1) + 1;
+    add_at(&depth, (row - 1) * DEPTH_SLOTS + (d < DEPTH_SLOTS ? (u32)d : DEPTH_SLOTS - 1), 1);
+}
+
+/* a completion (*done*) or a requeue of a request of *row*: its time in flight ends */
+static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u64 now)
+{
+    struct start_val *v = bpf_map_lookup_elem(&starts, k);
+    if (!v)
+        return;
+    u64 ns = now - v->ns;
+    u32 op = v->op, bytes = v->bytes;
+    bpf_map_delete_elem(&starts, k);
+    u32 base = (row - 1) * INFLIGHT_WORDS;
+    add_at(&inflight, base, (u64)-1);
+    if (!done)
+        return;
+    add_at(&inflight, base + 1, ns);
+    add_at(&inflight, base + 2, 1);
+    if (op <= OP_WRITE)
+        add_at(&lat, (((row - 1) * 2 + op) * 2 + (bytes != cfg.focus)) * LAT_SLOTS + lat_slot(ns),
+               1);
+}
+
 /* disk_devt(): major << 20 | first_minor, 0 without a disk (as the tracepoints report) */
 static __always_inline u32 disk_dev(struct gendisk *disk)
 {
@@ -224,8 +284,20 @@ int BPF_PROG(block_rq_issue, struct request *rq)
     if (bpf_core_field_offset(struct bio, bi_bdev) == 0xffffffff)
         return 0;
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row)
-        bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, 1, true);
+    if (!row)
+        return 0;
+    u32 op = req_class(rq->cmd_flags), bytes = rq->__data_len;
+    bump(row, dev, op, bytes, 1, true);
+    if (row <= cfg.slot_devs) {
+        struct start_key k = {.id = (u64)rq};
+        u64 now = bpf_ktime_get_ns(), *q = bpf_map_lookup_elem(&queued, &k);
+        if (q) { /* inserted while traced: its wait before the driver */
+            if (op <= OP_WRITE)
+                add_at(&qlat, ((row - 1) * 2 + op) * LAT_SLOTS + lat_slot(now - *q), 1);
+            bpf_map_delete_elem(&queued, &k);
+        }
+        timed_issue(row, &k, op, bytes, now);
+    }
     return 0;
 }
 
@@ -234,8 +306,26 @@ SEC("tp_btf/block_rq_requeue")
 int BPF_PROG(block_rq_requeue, struct request *rq)
 {
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row)
-        bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
+    if (!row)
+        return 0;
+    bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
+    if (row <= cfg.slot_devs) {
+        struct start_key k = {.id = (u64)rq};
+        timed_end(row, &k, false, bpf_ktime_get_ns());
+    }
+    return 0;
+}
+
+/* a request put in a scheduler's queue or a plug's list before the driver takes it */
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(block_rq_insert, struct request *rq)
+{
+    u32 row = traced(rq_dev(rq));
+    if (row && row <= cfg.slot_devs) {
+        struct start_key k = {.id = (u64)rq};
+        u64 now = bpf_ktime_get_ns();
+        bpf_map_update_elem(&queued, &k, &now, BPF_ANY);
+    }
     return 0;
 }
 
@@ -262,8 +352,13 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row)
-        count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
+    if (!row)
+        return 0;
+    count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
+    if (row <= cfg.slot_devs) {
+        struct start_key k = {.id = (u64)rq};
+        timed_end(row, &k, true, bpf_ktime_get_ns());
+    }
     return 0;
 }
 

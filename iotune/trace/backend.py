@@ -118,12 +118,13 @@ def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
     return {"run_time_ns": ns, "run_cnt": runs} if runs else None
 
 
-def open_tracer(backend: str, devs: list[int], owners: bool) -> Any:
-    """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*."""
+def open_tracer(backend: str, devs: list[int], owners: bool, focus: int) -> Any:
+    """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*; *focus*: the request
+    size whose latency it keeps apart."""
     if backend == "libbpf":
         from iotune.trace.libbpf import LibbpfTracer
 
-        return LibbpfTracer(devs, owners=owners)
+        return LibbpfTracer(devs, owners=owners, focus=focus)
     from iotune.trace.bpf import ReqSizeTracer
 
-    return ReqSizeTracer(devs, owners=owners)
+    return ReqSizeTracer(devs, owners=owners, focus=focus)

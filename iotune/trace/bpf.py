@@ -32,7 +32,14 @@ HINT_DOCTOR = (
 )
 #: the block events the BTF programs (btf__EVENT in bpf/reqsize.bpf.c) attach to, besides
 #: block_bio_queue with owners
-BTF_EVENTS = ("block_rq_issue", "block_rq_requeue", "block_rq_complete")
+BTF_EVENTS = ("block_rq_issue", "block_rq_requeue", "block_rq_complete", "block_rq_insert")
+#: the latency and depth arrays (bpf/iotune.h): slots of a latency histogram, of the depth
+#: histogram, words per device row of ``inflight``
+LAT_SLOTS = 592
+DEPTH_SLOTS = 1024
+INFLIGHT_WORDS = 4
+#: the request size the tracers' latency keeps apart unless told otherwise (DeepSpeed's AIO)
+FOCUS_DEFAULT = 524288
 
 
 class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
@@ -132,6 +139,8 @@ class MapReader:
             self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
             if owners:
                 self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
+            for name, words in lat_arrays(n).items():
+                self._views[name] = self._view(name, words)
 
     def _unmap(self) -> None:
         # the mappings go with the last view of them (an mmap cannot close while a numpy
@@ -165,6 +174,28 @@ class MapReader:
         """(dev, op, log2 slot) -> requests, from the exact counts (bcc's bpf_log2l slots:
         slot k holds sizes in [2^(k-1), 2^k - 1], slot 0 the empty requests)."""
         return log2_hist(self.counts())
+
+    def latency(self) -> dict[int, dict[str, Any]]:
+        """Per device with a row: its latency arrays as of now (numpy copies): ``lat`` (op x
+        class x slot: read/write, the focus size/any other), ``qlat`` (op x slot: insertion
+        to issue), ``depth`` (slot per depth at issue), ``inflight`` (the four words of
+        bpf/iotune.h). Empty without rows."""
+        views = {name: self._snapshot(name) for name in lat_arrays(1)}
+        if any(v is None for v in views.values()):
+            return {}
+        shapes = {
+            "lat": (2, 2, LAT_SLOTS),
+            "qlat": (2, LAT_SLOTS),
+            "depth": (DEPTH_SLOTS,),
+            "inflight": (INFLIGHT_WORDS,),
+        }
+        out: dict[int, dict[str, Any]] = {}
+        for i, dev in enumerate(self.rows):
+            out[dev] = {
+                name: views[name].reshape(len(self.rows), *shape)[i]
+                for name, shape in shapes.items()
+            }
+        return out
 
     def done(self) -> Done:
         out = {(k.dev, k.op): (v.ios, v.sectors) for k, v in self._items("done")}
@@ -237,6 +268,7 @@ class ReqSizeTracer(MapReader):
         owners: bool = False,
         nested: bool | None = None,
         btf: bool | None = None,
+        focus: int = FOCUS_DEFAULT,
     ) -> None:
         if btf and nested:
             raise ValueError("nested counting is done by the classic programs: not with btf=True")
@@ -263,6 +295,7 @@ class ReqSizeTracer(MapReader):
             f"-DOWNER_OPS={OWNER_OPS}",
             f"-DFILTER={1 if devs else 0}",
             f"-DOWNERS={1 if owners else 0}",
+            f"-DFOCUS_BYTES={int(focus)}U",
         ]
         self.owners_enabled = owners
         self._links: list[tuple[str, int, int]] = []  # (event, program fd, link fd; -1: off)
@@ -420,6 +453,16 @@ class ReqSizeTracer(MapReader):
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+
+def lat_arrays(rows: int) -> dict[str, int]:
+    """The latency arrays' sizes in u64 words for *rows* device rows (bpf/iotune.h)."""
+    return {
+        "lat": rows * 4 * LAT_SLOTS,
+        "qlat": rows * 2 * LAT_SLOTS,
+        "depth": rows * DEPTH_SLOTS,
+        "inflight": rows * INFLIGHT_WORDS,
+    }
 
 
 def prog_info(fd: int) -> dict[str, int]:

@@ -319,6 +319,7 @@ BTF_ARGS = {
     "block_rq_issue": ("struct request *",),
     "block_rq_requeue": ("struct request *",),
     "block_rq_complete": ("struct request *", "blk_status_t", "unsigned int"),
+    "block_rq_insert": ("struct request *",),
     "block_bio_queue": ("struct bio *",),
 }
 

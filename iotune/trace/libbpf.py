@@ -25,12 +25,14 @@ from iotune.paths import bpf_source
 from iotune.trace.bpf import (
     BTF_EVENTS,
     DONE_OPS,
+    FOCUS_DEFAULT,
     MAP_TYPES,
     NO_ROW,
     OWNER_OPS,
     SLOT_DEVS,
     SLOT_SECTORS,
     MapReader,
+    lat_arrays,
 )
 
 log = logging.getLogger("iotune.trace")
@@ -48,6 +50,7 @@ class Config(ctypes.Structure):  # struct config in bpf/reqsize.core.bpf.c (its 
         ("slot_devs", ctypes.c_uint32),
         ("filter", ctypes.c_uint32),
         ("devs", ctypes.c_uint32 * SLOT_DEVS),
+        ("focus", ctypes.c_uint32),
     ]
 
 
@@ -171,7 +174,9 @@ class LibbpfTracer(MapReader):
     fallback: str | None = None
     probes = "tp_btf"
 
-    def __init__(self, devs: list[int] | None, owners: bool = False) -> None:
+    def __init__(
+        self, devs: list[int] | None, owners: bool = False, focus: int = FOCUS_DEFAULT
+    ) -> None:
         import numpy  # noqa: F401 - before the attach, as the bcc tracer does
 
         so = lib()
@@ -187,10 +192,11 @@ class LibbpfTracer(MapReader):
         if not self._obj:
             raise _err(f"opening {OBJECT}")
         try:
-            self._configure(so, devs or [], owners)
+            self._configure(so, devs or [], owners, focus)
             if so.bpf_object__load(self._obj) != 0:
                 raise _err(f"loading {OBJECT}")
-            for name in [*MAP_TYPES, "slots", "dones", "wowners", "dropped", "generation"]:
+            arrays = ["slots", "dones", "wowners", "dropped", "generation", *lat_arrays(0)]
+            for name in [*MAP_TYPES, *arrays]:
                 self._fds[name] = self._fd(so, name)
             if devs:
                 for i, d in enumerate(devs):
@@ -205,7 +211,7 @@ class LibbpfTracer(MapReader):
             self.close()
             raise
 
-    def _configure(self, so: Any, devs: list[int], owners: bool) -> None:
+    def _configure(self, so: Any, devs: list[int], owners: bool, focus: int) -> None:
         """Before the load: the arrays sized to the devices with rows, the configuration in
         .rodata, the owner programs loaded only with owners."""
         n = len(self.rows)
@@ -213,10 +219,11 @@ class LibbpfTracer(MapReader):
             ("slots", n * 2 * (SLOT_SECTORS + 1)),
             ("dones", n * DONE_OPS),
             ("wowners", n * OWNER_OPS),
+            *lat_arrays(n).items(),
         ):
             if so.bpf_map__set_max_entries(self._map(so, name), max(1, size)) != 0:
                 raise _err(f"sizing {name}")
-        cfg = Config(slot_devs=n, filter=1 if devs else 0)
+        cfg = Config(slot_devs=n, filter=1 if devs else 0, focus=focus)
         for i, d in enumerate(self.rows):
             cfg.devs[i] = d
         rodata = self._rodata(so)

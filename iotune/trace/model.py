@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from iotune.trace import latency
 from iotune.trace.diskstats import SECTOR, DiskStat
 
 OPS = ("read", "write", "discard", "flush", "other")  # index = OP_* in bpf/iotune.h
@@ -350,6 +351,10 @@ def step_rows(
                 per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
                 if traced:  # the drive's requests by exact size: {bytes: count}
                     per[f"{op}_sizes"] = op_stats(delta, devs[n], i, focus).sizes
+                if i == 0 and getattr(s, "lat", None):  # its latency and depth
+                    per["latency"] = latency.interval(
+                        prev.lat.get(devs[n]), s.lat.get(devs[n]), s.t - prev.t
+                    )
             row[op] = {
                 "bytes": stats.bytes if traced else kernel_bytes,
                 "requests": stats.requests if traced else None,

@@ -67,6 +67,9 @@ def print_details(con: Console, result: dict[str, Any], top: int = 5) -> None:
     for d in result["devices"]:
         if not traces_requests(result["backend"]):
             continue
+        line = latency_line(d["name"], d.get("latency"))
+        if line:
+            con.print(line)
         for op in ("read", "write", "discard", "flush"):
             sizes = d[op]["sizes"]
             if not sizes:
@@ -82,6 +85,64 @@ def print_details(con: Console, result: dict[str, Any], top: int = 5) -> None:
                 con.print(
                     f"  {format_size(lo):>6} -> {format_size(hi + 1) if hi else '0':<6} {n:>10,} |{bar:<{BAR}}|"
                 )
+
+
+def _us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} µs"
+
+
+def latency_line(name: str, lat: dict[str, Any] | None) -> str | None:
+    """A drive's latency and depth in one line (None: nothing timed)."""
+    if not lat:
+        return None
+    parts = []
+    for op in ("read", "write"):
+        st = lat.get(op)
+        if st:
+            parts.append(
+                f"{op} p50 {_us(st['p50_us'])}, p99 {_us(st['p99_us'])}, "
+                f"p99.9 {_us(st['p99_9_us'])}, max {_us(st['max_us'])} ({st['requests']:,})"
+            )
+    for op, st in (lat.get("queued") or {}).items():
+        if st:
+            parts.append(f"queued before the driver ({op}) p50 {_us(st['p50_us'])}")
+    depth = lat["depth"]
+    issue = depth.get("at_issue")
+    if not parts and not issue:
+        return None
+    if depth.get("mean") is not None:
+        parts.append(f"in flight {depth['mean']:.2f} (time-weighted mean)")
+    if issue:
+        parts.append(f"at issue p50 {issue['p50']}, p99 {issue['p99']}, max {issue['max']}")
+    return f"{name} latency: " + "; ".join(parts)
+
+
+def latency_steps_table(steps: list[dict[str, Any]]) -> Table | None:
+    """Per step and drive: read and write p50/p99 and the time-weighted in-flight depth
+    (None where no step has them)."""
+    rows = []
+    for s in steps:
+        for name, per in (s.get("drives") or {}).items():
+            lat = per.get("latency")
+            if not lat or not lat["depth"].get("timed"):
+                continue
+            cells = [s["label"], name]
+            for op in ("read", "write"):
+                st = lat.get(op) or {}
+                cells += [_us(st.get("p50_us")), _us(st.get("p99_us"))]
+            mean = lat["depth"].get("mean")
+            cells.append("-" if mean is None else f"{mean:.2f}")
+            rows.append(cells)
+    if not rows:
+        return None
+    table = Table(box=None, pad_edge=False, header_style="bold", title="latency per step")
+    for col in ("STEP", "DRIVE", "READ p50", "READ p99", "WRITE p50", "WRITE p99", "IN FLIGHT"):
+        table.add_column(col, justify="left" if col in ("STEP", "DRIVE") else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    return table
 
 
 def print_steps(con: Console, result: dict[str, Any]) -> None:
@@ -100,6 +161,9 @@ def print_steps(con: Console, result: dict[str, Any]) -> None:
             *_seed_cells(s["read"], s["write"]),
         )
     con.print(table)
+    lat = latency_steps_table(steps)
+    if lat is not None:
+        con.print(lat)
 
 
 def _binary(n: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 from iotune import proc
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
-from iotune.trace import model
+from iotune.trace import latency, model
 from iotune.trace.acks import AckSender
 from iotune.trace.backend import bpf_time, open_tracer, traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
@@ -71,6 +71,7 @@ class Sample:
     done: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
     settled: bool = True  # False: I/O never paused long enough for a consistent read
+    lat: dict[int, Any] = field(default_factory=dict)  # per dev: MapReader.latency()
 
 
 def _devinfo(tree: SysTree, name: str) -> dict[str, Any]:
@@ -165,6 +166,7 @@ class Tracer:
             done=done,
             inflight=inflight,
             settled=settled,
+            lat=self.bpf.latency() if self.bpf is not None else {},
         )
         self.samples.append(s)
         append_record(
@@ -177,6 +179,7 @@ class Tracer:
                 "diskstats": {n: to_jsonable(v) for n, v in s.stats.items()},
                 "inflight": {n: list(v) for n, v in s.inflight.items()},
                 **({} if settled else {"settled": False}),
+                **({"latency": latency.journal(s.lat)} if label != "interval" else {}),
             },
             # the periodic samples (one a second) are synced with the next step's or the end's:
             # an fsync each would be most of what tracing costs the machine's CPU
@@ -224,7 +227,8 @@ class Tracer:
         try:
             if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
-                self.bpf = open_tracer(req.backend, list(self.devs.values()), bool(req.command))
+                devs = list(self.devs.values())
+                self.bpf = open_tracer(req.backend, devs, bool(req.command), req.focus)
                 self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             cpu0 = time.process_time()
@@ -341,6 +345,10 @@ class Tracer:
             entry: dict[str, Any] = _devinfo(self.tree, name)
             entry["stacked"] = name in req.targets.stacked
             entry["chunk_bytes"] = chunk_of.get(name)
+            dev = self.devs[name]
+            entry["latency"] = latency.interval(
+                first.lat.get(dev), last.lat.get(dev), last.t - first.t, hist=True
+            )
             for op, st in ops.items():
                 entry[op] = opjson(st)
             entry["diskstats"] = {
@@ -358,7 +366,6 @@ class Tracer:
                     "summary": "bio-based: requests are counted on its members",
                 }
             elif traces_requests(req.backend):
-                dev = self.devs[name]
                 done = {
                     op: (
                         n - first.done.get((dev, op), (0, 0))[0],

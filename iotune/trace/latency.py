@@ -1,0 +1,172 @@
+"""Latency and queue depth from the tracer's arrays (bpf/iotune.h): the histograms' slots,
+percentiles read back within the slots' error bound, and each drive's figures over an
+interval. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: bpf/iotune.h
+LAT_SUB_BITS = 4
+LAT_SUB = 1 << LAT_SUB_BITS
+LAT_MAX_LOG = 39
+LAT_SLOTS = (LAT_MAX_LOG - LAT_SUB_BITS + 2) * LAT_SUB
+#: the worst relative error of a value read back as its slot's middle (half a slot's width
+#: over its lower bound: 1/32)
+REL_ERROR = 1 / (2 * LAT_SUB)
+QUANTILES = (50.0, 90.0, 99.0, 99.9)
+
+
+def lat_slot(ns: int) -> int:
+    """The slot of *ns* (bpf/iotune.h lat_slot)."""
+    if ns < LAT_SUB:
+        return max(ns, 0)
+    k = ns.bit_length() - 1
+    if k > LAT_MAX_LOG:
+        return LAT_SLOTS - 1
+    return (k - LAT_SUB_BITS + 1) * LAT_SUB + ((ns >> (k - LAT_SUB_BITS)) & (LAT_SUB - 1))
+
+
+def slot_bounds(slot: int) -> tuple[int, int]:
+    """[low, high) in ns of the values in *slot* (the last slot's high is its octave's)."""
+    if slot < LAT_SUB:
+        return slot, slot + 1
+    k = slot // LAT_SUB + LAT_SUB_BITS - 1
+    sub = slot % LAT_SUB
+    width = 1 << (k - LAT_SUB_BITS)
+    low = (LAT_SUB + sub) * width
+    return low, low + width
+
+
+def slot_value(slot: int) -> float:
+    """The value a slot stands for: its middle."""
+    low, high = slot_bounds(slot)
+    return low if high - low == 1 else (low + high) / 2
+
+
+def percentile(hist: Sequence[int] | Any, q: float) -> float | None:
+    """The *q*-th percentile (0-100] of a histogram of slots, in ns: the middle of the slot
+    that holds the request of rank ceil(q/100 x n) (None: no requests)."""
+    counts = [int(c) for c in hist]
+    n = sum(counts)
+    if not n:
+        return None
+    rank = max(1, -(-round(q * n * 1000) // 100000))
+    seen = 0
+    for slot, c in enumerate(counts):
+        seen += c
+        if seen >= rank:
+            return slot_value(slot)
+    return slot_value(len(counts) - 1)
+
+
+def sparse(hist: Sequence[int] | Any) -> dict[str, int]:
+    """The non-zero slots of a histogram as {slot: count} (JSON keys)."""
+    return {str(i): int(c) for i, c in enumerate(hist) if int(c)}
+
+
+def dense(slots: Mapping[str, int] | Mapping[int, int], size: int = LAT_SLOTS) -> list[int]:
+    out = [0] * size
+    for k, v in slots.items():
+        out[int(k)] += int(v)
+    return out
+
+
+def summary(hist: Sequence[int] | Any) -> dict[str, Any] | None:
+    """Count, percentiles and maximum of a latency histogram, in µs (None: no requests)."""
+    counts = [int(c) for c in hist]
+    n = sum(counts)
+    if not n:
+        return None
+    top = max(i for i, c in enumerate(counts) if c)
+    mean = sum(slot_value(i) * c for i, c in enumerate(counts)) / n
+    out: dict[str, Any] = {"requests": n, "mean_us": round(mean / 1000, 2)}
+    for q in QUANTILES:
+        v = percentile(counts, q)
+        out[f"p{q:g}_us".replace(".", "_")] = None if v is None else round(v / 1000, 2)
+    out["max_us"] = round(slot_bounds(top)[1] / 1000, 2)
+    return out
+
+
+#: a device's arrays as MapReader.latency() reads them (numpy arrays)
+Snapshot = Mapping[str, Any]
+OPS = ("read", "write")
+CLASSES = ("focus", "other")
+
+
+def _minus(after: Any, before: Any) -> Any:
+    return after if before is None else after - before
+
+
+def interval(
+    before: Snapshot | None, after: Snapshot | None, seconds: float, hist: bool = False
+) -> dict[str, Any] | None:
+    """A drive's latency and depth between two snapshots (*before* None: since the tracer
+    was loaded): per op, the issue-to-completion summary (µs) of every request and of the
+    focus size and the others apart; per op, insertion-to-issue where requests were
+    inserted; the in-flight depth: its time-weighted mean over the *seconds* (the requests'
+    summed time in flight over the interval: Little's law, as iostat's aqu-sz), the depth
+    each issue found (mean, p50, p99, max), the requests issued again before their
+    completion was seen. With *hist*, the histograms too (sparse: slot -> requests;
+    latency.slot_bounds says a slot's ns). None without a snapshot."""
+    if after is None:
+        return None
+    get = (lambda k: None) if before is None else (lambda k: before[k])
+    lat = _minus(after["lat"], get("lat"))
+    qlat = _minus(after["qlat"], get("qlat"))
+    depth = [int(c) for c in _minus(after["depth"], get("depth"))]
+    words = [int(w) for w in after["inflight"]]
+    if before is not None:
+        words[1:] = [a - int(b) for a, b in zip(words[1:], before["inflight"][1:], strict=True)]
+    out: dict[str, Any] = {}
+    for i, op in enumerate(OPS):
+        both = lat[i][0] + lat[i][1]
+        entry = summary(both)
+        if entry is not None:
+            for j, cls in enumerate(CLASSES):
+                entry[cls] = summary(lat[i][j])
+                if hist:
+                    entry[cls] = entry[cls] and {**entry[cls], "histogram": sparse(lat[i][j])}
+        out[op] = entry
+        queued = summary(qlat[i])
+        if queued is not None and hist:
+            queued["histogram"] = sparse(qlat[i])
+        out.setdefault("queued", {})[op] = queued
+    issued = sum(depth)
+    out["depth"] = {
+        "mean": round(words[1] / (seconds * 1e9), 3) if seconds > 0 else None,
+        "timed": words[2],
+        "at_issue": None
+        if not issued
+        else {
+            "issues": issued,
+            "mean": round(sum(d * c for d, c in enumerate(depth)) / issued, 3),
+            "p50": _depth_rank(depth, 50.0),
+            "p99": _depth_rank(depth, 99.0),
+            "max": max(d for d, c in enumerate(depth) if c),
+            **({"histogram": sparse(depth)} if hist else {}),
+        },
+        "reissued": words[3],
+    }
+    return out
+
+
+def _depth_rank(depth: Sequence[int], q: float) -> int:
+    n = sum(depth)
+    rank = max(1, -(-round(q * n * 1000) // 100000))
+    seen = 0
+    for d, c in enumerate(depth):
+        seen += c
+        if seen >= rank:
+            return d
+    return len(depth) - 1
+
+
+def journal(lat: Mapping[int, Snapshot]) -> dict[str, Any]:
+    """A sample's arrays for samples.jsonl: per device, the non-zero entries of each (a
+    flat index -> count), so an interrupted trace's intervals can be read back."""
+    return {
+        str(dev): {name: sparse(arr.ravel()) for name, arr in arrays.items()}
+        for dev, arrays in lat.items()
+    }
