@@ -70,10 +70,12 @@ struct comm_val {
 /* requests in flight at a drive as each is issued: a slot per depth, the last one for
  * deeper */
 #define DEPTH_SLOTS 1024
-/* per device row in `inflight`: [0] requests in flight now, [1] their summed time in flight
- * (ns) once completed, [2] completions timed, [3] requests issued again before their
- * completion was seen (their first issue's time dropped) */
-#define INFLIGHT_WORDS 4
+/* per device row in `inflight`: [0] requests in flight now, [1] completions timed, [2]
+ * requests issued again before their completion was seen (their first issue's time dropped),
+ * [3] the summed time in flight (ns) of completed requests other than reads and writes, [4]
+ * of reads, [5] of writes */
+#define INFLIGHT_WORDS 6
+#define IN_BUSY 3
 /* the in-flight requests that can be timed at once, over every traced device */
 #define START_MAX 65536
 

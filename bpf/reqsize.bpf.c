@@ -209,7 +209,7 @@ static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u3
     int err = starts.insert(k, &v);
     if (err == -17) {  /* -EEXIST: issued again before a completion was seen */
         starts.update(k, &v);
-        add_at(A_INFLIGHT, base + 3, 1);
+        add_at(A_INFLIGHT, base + 2, 1);
         return;
     }
     if (err) {
@@ -238,8 +238,8 @@ static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u
     add_at(A_INFLIGHT, base, (u64)-1);
     if (!done)
         return;
-    add_at(A_INFLIGHT, base + 1, ns);
-    add_at(A_INFLIGHT, base + 2, 1);
+    add_at(A_INFLIGHT, base + IN_BUSY + (op <= OP_WRITE ? op + 1 : 0), ns);
+    add_at(A_INFLIGHT, base + 1, 1);
     if (op <= OP_WRITE)
         add_at(A_LAT, (((row - 1) * 2 + op) * 2 + (bytes != FOCUS_BYTES)) * LAT_SLOTS + lat_slot(ns),
                1);

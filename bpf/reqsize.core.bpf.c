@@ -228,7 +228,7 @@ static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u3
     long err = bpf_map_update_elem(&starts, k, &v, BPF_NOEXIST);
     if (err == -17) { /* -EEXIST: issued again before a completion was seen */
         bpf_map_update_elem(&starts, k, &v, BPF_ANY);
-        add_at(&inflight, base + 3, 1);
+        add_at(&inflight, base + 2, 1);
         return;
     }
     if (err) {
@@ -255,8 +255,8 @@ static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u
     add_at(&inflight, base, (u64)-1);
     if (!done)
         return;
-    add_at(&inflight, base + 1, ns);
-    add_at(&inflight, base + 2, 1);
+    add_at(&inflight, base + IN_BUSY + (op <= OP_WRITE ? op + 1 : 0), ns);
+    add_at(&inflight, base + 1, 1);
     if (op <= OP_WRITE)
         add_at(&lat, (((row - 1) * 2 + op) * 2 + (bytes != cfg.focus)) * LAT_SLOTS + lat_slot(ns),
                1);

@@ -111,7 +111,12 @@ def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
     check_gpu(spec)
     _say("iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)")
     load_aio_op()
-    sweep = Sweep(spec, run_dir.resolve())
+    from iotune.sweep.latency import PointLatency
+
+    latency = PointLatency(spec.target)
+    if latency.why_not:
+        _say(f"iotune: no drive latency per point ({latency.why_not})")
+    sweep = Sweep(spec, run_dir.resolve(), latency=latency)
     sweep.load()
     if sweep.records:
         _say(f"iotune: resuming {run_dir}: {len(sweep.records)} point(s) already measured")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.report import figures as fg
+from iotune.report import latency_figures as lf
 from iotune.report import tables as tb
 from iotune.report.load import ReportData
 
@@ -32,10 +33,17 @@ class Section:
 
 def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Section]:
     out: list[Section] = []
-    drawn = {d.name: d for d in fg.draw_all(data, study_threads)}
+    drawn = {d.name: d for d in lf.draw_all(data, study_threads)}
     for size in tb.sizes(data.runs):
         out.append(Section(f"Model size {size}", table=tb.size_table(data.runs, size)))
-    for name in ("step_time", "step_vs_drives", "optimizer_share", "nvme_bytes", "request_sizes"):
+    for name in (
+        "step_time",
+        "step_vs_drives",
+        "optimizer_share",
+        "nvme_bytes",
+        "request_sizes",
+        "run_latency",
+    ):
         if name in drawn:
             out.append(Section(drawn[name].title, figure=drawn[name]))
     ck = tb.checkpoint_table(data.runs)
@@ -67,6 +75,9 @@ def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Sec
                 f"AIO sweep {s.name}", table=tb.sweep_table(s), figure=drawn.get(f"sweep_{s.name}")
             )
         )
+        lat = drawn.get(f"sweep_latency_{s.name}")
+        if lat is not None:
+            out.append(Section(lat.title, figure=lat))
     for doc in data.threads:
         out.append(
             Section(f"CPU Adam over threads ({doc.get('source', '')})", table=tb.threads_table(doc))

@@ -18,7 +18,7 @@ from matplotlib.patches import Rectangle
 
 from iotune.records import DRIVE_KINDS
 from iotune.report import tables as tb
-from iotune.report.load import AioSweep, ReportData
+from iotune.report.load import AioSweep
 from iotune.units import binary_size, scale_for
 
 if TYPE_CHECKING:
@@ -483,16 +483,3 @@ def _drive_bound(r: dict[str, Any]) -> bool | None:
     io = sum(float(t["seconds"]) for t in terms if _waits_on_drives(t))
     rest = sum(float(t["seconds"]) for t in terms) - io
     return io >= rest
-
-
-def draw_all(data: ReportData, study_threads: dict[str, Any] | None) -> list[Drawn]:
-    out = [
-        step_time(data.runs),
-        step_vs_drives(data.runs),
-        optimizer_share(data.runs),
-        nvme_bytes(data.runs),
-        request_sizes(data.runs),
-        *[sweep_heatmap(s) for s in data.sweeps],
-        adam_threads(data.threads, study_threads),
-    ]
-    return [d for d in out if d is not None]

@@ -50,6 +50,24 @@ def drives(trace: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
+def latency_steps(io_steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per step and drive: read and write p50/p99 (µs) and the time-weighted requests in
+    flight, from a run's io_steps (empty where the trace timed none). Pure."""
+    out = []
+    for s in io_steps:
+        for drive, per in (s.get("drives") or {}).items():
+            lat = per.get("latency")
+            if not lat or not lat["depth"].get("timed"):
+                continue
+            row: dict[str, Any] = {"label": s["label"], "drive": drive}
+            for op in ("read", "write"):
+                st = lat.get(op) or {}
+                row[f"{op}_p50_us"], row[f"{op}_p99_us"] = st.get("p50_us"), st.get("p99_us")
+            row["in_flight"] = lat["depth"].get("mean")
+            out.append(row)
+    return out
+
+
 def summarize_run(
     run: dict[str, Any], trace: dict[str, Any] | None = None, run_dir: str | None = None
 ) -> dict[str, Any]:
@@ -84,6 +102,7 @@ def summarize_run(
         ),
         "run_dir": run_dir or run.get("out"),
         "steps_done": run.get("steps_done"),
+        "latency_steps": latency_steps(run.get("io_steps") or []),
         "backend": run.get("backend"),
         "focus_size": run.get("focus_size"),
         "aio": run.get("aio"),

@@ -73,6 +73,19 @@ def phase_label(r: Any) -> str:
     )
 
 
+def _latency_cells(lat: Any) -> list[str]:
+    """p50 and p99 of the point's requests at its drives (µs), and the requests in flight at
+    a drive, time-weighted: "-" where the point has none."""
+    if not isinstance(lat, dict):
+        return ["-", "-", "-"]
+    flight = lat.get("in_flight_per_drive")
+    return [
+        f"{lat['p50_us']:,.0f}",
+        f"{lat['p99_us']:,.0f}",
+        "-" if flight is None else f"{flight:.1f}",
+    ]
+
+
 def sweep_table(df: Any) -> Table:
     """Every point, one row each (a DataFrame sorted by the caller)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -90,6 +103,9 @@ def sweep_table(df: Any) -> Table:
         "% FIO",
         "US/BLOCK",
         "CPU CORES",
+        "LAT p50 µs",
+        "LAT p99 µs",
+        "IN FLIGHT",
         "STATUS",
     ):
         table.add_column(col, justify="left" if col in ("OP", "PHASE", "STATUS") else "right")
@@ -110,6 +126,7 @@ def sweep_table(df: Any) -> Table:
             else "-",
             f"{r['block_interval_us']:.0f}" if ok else "-",
             f"{r['cpu_cores']:.2f}" if ok else "-",
+            *_latency_cells(r.get("latency") if ok else None),
             "ok" if ok else f"{r['status']}: {str(r.get('error', ''))[:60]}",
         )
     return table

@@ -23,6 +23,7 @@ from iotune.proc import command, worker_env
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
 from iotune.sweep.fio import FIO_PREFIX, measure_ceiling
+from iotune.sweep.latency import PointLatency
 from iotune.workers.aio_point import DATA_PREFIX
 
 log = logging.getLogger("iotune.sweep")
@@ -190,8 +191,11 @@ class Sweep:
         spec: SweepSpec,
         out: Path,
         on_point: Callable[[dict[str, Any], int, int], None] | None = None,
+        latency: PointLatency | None = None,
     ) -> None:
         self.spec = spec
+        #: the drives' latency during each point (None: not measured)
+        self.latency = latency
         self.out = out
         self.on_point = on_point
         self.records: dict[str, dict[str, Any]] = {}
@@ -229,8 +233,11 @@ class Sweep:
             "gds": s.gds,
         }
         t0 = time.monotonic()
+        before = self.latency.snapshot() if self.latency is not None else {}
         try:
             settle(rec, s.point_timeout_s, lambda: self.worker.ask(args, s.point_timeout_s))
+            if self.latency is not None:
+                self.latency.record(before, rec)
             if s.gpu or s.gds:
                 # CUDA and cuFile state never carries to the next point; a crash in their
                 # teardown fails the point, as it would have failed its own process
@@ -328,6 +335,8 @@ class Sweep:
         """End the points' worker and remove any data file it left."""
         self.worker.close(kill=kill)
         self.worker.release()
+        if self.latency is not None:
+            self.latency.close()
         clean_leftovers(Path(self.spec.target))
 
     def cross_measure(self) -> None:

@@ -37,7 +37,7 @@ BTF_EVENTS = ("block_rq_issue", "block_rq_requeue", "block_rq_complete", "block_
 #: histogram, words per device row of ``inflight``
 LAT_SLOTS = 592
 DEPTH_SLOTS = 1024
-INFLIGHT_WORDS = 4
+INFLIGHT_WORDS = 6
 #: the request size the tracers' latency keeps apart unless told otherwise (DeepSpeed's AIO)
 FOCUS_DEFAULT = 524288
 
@@ -178,7 +178,7 @@ class MapReader:
     def latency(self) -> dict[int, dict[str, Any]]:
         """Per device with a row: its latency arrays as of now (numpy copies): ``lat`` (op x
         class x slot: read/write, the focus size/any other), ``qlat`` (op x slot: insertion
-        to issue), ``depth`` (slot per depth at issue), ``inflight`` (the four words of
+        to issue), ``depth`` (slot per depth at issue), ``inflight`` (the words of
         bpf/iotune.h). Empty without rows."""
         views = {name: self._snapshot(name) for name in lat_arrays(1)}
         if any(v is None for v in views.values()):

@@ -106,7 +106,8 @@ def interval(
     was loaded): per op, the issue-to-completion summary (µs) of every request and of the
     focus size and the others apart; per op, insertion-to-issue where requests were
     inserted; the in-flight depth: its time-weighted mean over the *seconds* (the requests'
-    summed time in flight over the interval: Little's law, as iostat's aqu-sz), the depth
+    summed time in flight over the interval: Little's law, as iostat's aqu-sz; ``busy_ns``
+    per op, for a mean over a phase of one op), the depth
     each issue found (mean, p50, p99, max), the requests issued again before their
     completion was seen. With *hist*, the histograms too (sparse: slot -> requests;
     latency.slot_bounds says a slot's ns). None without a snapshot."""
@@ -116,6 +117,7 @@ def interval(
     lat = _minus(after["lat"], get("lat"))
     qlat = _minus(after["qlat"], get("qlat"))
     depth = [int(c) for c in _minus(after["depth"], get("depth"))]
+    # INFLIGHT_WORDS (bpf/iotune.h): [0] is a level, the others counters
     words = [int(w) for w in after["inflight"]]
     if before is not None:
         words[1:] = [a - int(b) for a, b in zip(words[1:], before["inflight"][1:], strict=True)]
@@ -134,9 +136,12 @@ def interval(
             queued["histogram"] = sparse(qlat[i])
         out.setdefault("queued", {})[op] = queued
     issued = sum(depth)
+    busy = {"other": words[3], "read": words[4], "write": words[5]}
     out["depth"] = {
-        "mean": round(words[1] / (seconds * 1e9), 3) if seconds > 0 else None,
-        "timed": words[2],
+        # Little's law: the requests' summed time in flight over the interval
+        "mean": round(sum(busy.values()) / (seconds * 1e9), 3) if seconds > 0 else None,
+        "busy_ns": busy,
+        "timed": words[1],
         "at_issue": None
         if not issued
         else {
@@ -147,7 +152,7 @@ def interval(
             "max": max(d for d, c in enumerate(depth) if c),
             **({"histogram": sparse(depth)} if hist else {}),
         },
-        "reissued": words[3],
+        "reissued": words[2],
     }
     return out
 
@@ -170,3 +175,11 @@ def journal(lat: Mapping[int, Snapshot]) -> dict[str, Any]:
         str(dev): {name: sparse(arr.ravel()) for name, arr in arrays.items()}
         for dev, arrays in lat.items()
     }
+
+
+def mean_depth(lat: Mapping[str, Any] | None, op: str, seconds: float) -> float | None:
+    """The time-weighted mean of *op*'s requests in flight over *seconds* of an interval's
+    figures (Little's law over that op's time in flight); None without them."""
+    if not lat or seconds <= 0:
+        return None
+    return round(float(lat["depth"]["busy_ns"][op]) / (seconds * 1e9), 3)

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from iotune.trace.render import other_io_line
+from iotune.trace.render import latency_line, latency_steps_table, other_io_line
 from iotune.units import GIB, binary_size, gib_text
 
 
@@ -296,6 +296,14 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
             con.print()
     for text in parity_lines(result):
         con.print(text, soft_wrap=True)
+    lat = latency_steps_table(result.get("io_steps") or [])
+    if lat is not None:
+        con.print(lat)
+        for name, per in (result.get("latency") or {}).items():
+            line = latency_line(name, per)
+            if line:
+                con.print(line, soft_wrap=True)
+        con.print()
     con.print(run_table(result))
     fp = result.get("footprint")
     if fp and fp["estimate"]:

@@ -427,6 +427,10 @@ def build_result(
         "prediction": prediction,
         "host_ram": _host_ram(est, [*([ready] if ready else []), *events]),
         "io_steps": (trace or {}).get("steps", []),
+        # each drive's latency and depth over the whole trace, histograms included
+        "latency": {
+            d["name"]: d["latency"] for d in (trace or {}).get("devices", []) if d.get("latency")
+        },
         "diskstats_check": checks,
         "dropped": (trace or {}).get("dropped"),
         "bpf_time": (trace or {}).get("bpf_time"),
