@@ -81,7 +81,9 @@ def test_a_summary_of_nothing_is_none_and_of_one_value_is_that_value() -> None:
     assert s["max_us"] == round(high / 1000, 2)
 
 
-def _snap(lat_ns: list[tuple[int, int, int]], depths: list[int], busy: int, done: int) -> dict[str, Any]:
+def _snap(
+    lat_ns: list[tuple[int, int, int]], depths: list[int], busy: int, done: int
+) -> dict[str, Any]:
     lat = np.zeros((2, 2, LAT_SLOTS), dtype=np.uint64)
     for op, cls, v in lat_ns:
         lat[op, cls, lt.lat_slot(v)] += 1
