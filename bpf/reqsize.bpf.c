@@ -45,8 +45,9 @@
 // Compile-time constants (bcc cflags): MAX_SIZES, SLOT_DEVS (rows of the arrays: the first
 // traced devices, listed in DEVS), SLOT_SECTORS (the largest size they count, in sectors),
 // DONE_OPS, NESTED (1: count events skipped on a busy CPU, for kernels before 6.7), FILTER (1: only devices in
-// `devices` are counted), OWNERS (1: attribute bios to submitters), FOCUS_BYTES (the request
-// size whose latency is kept apart from every other's).
+// `devices` are counted), OWNERS (1: attribute bios to submitters), LATENCY (1: time the
+// requests and count the depth), FOCUS_BYTES (the request size whose latency is kept apart
+// from every other's).
 //
 // Latency and depth (iotune.h): every request of a device with a row is timed from its issue
 // to its completion in `starts`, keyed by the request (BTF) or by (dev, sector) (classic
@@ -67,8 +68,12 @@ BPF_HASH(devices, u32, u32, 1024);
  * the hash maps. */
 BPF_F_TABLE("array", u32, u64, slots, SLOT_DEVS * 2 * (SLOT_SECTORS + 1), (1U << 10));
 BPF_F_TABLE("array", u32, struct done_val, dones, SLOT_DEVS * DONE_OPS, (1U << 10));
-/* latency: row x op (read, write) x class (FOCUS_BYTES, other) x slot; queued: row x op x
- * slot; depth: row x depth at issue; inflight: row x INFLIGHT_WORDS (iotune.h) */
+#endif
+/* latency and depth, where timed (LATENCY): row x op (read, write) x class (FOCUS_BYTES,
+ * other) x slot; queued: row x op x slot; depth: row x depth at issue; inflight: row x
+ * INFLIGHT_WORDS (iotune.h) */
+#define TIMED (SLOT_DEVS && LATENCY)
+#if TIMED
 BPF_F_TABLE("array", u32, u64, lat, SLOT_DEVS * 4 * LAT_SLOTS, (1U << 10));
 BPF_F_TABLE("array", u32, u64, qlat, SLOT_DEVS * 2 * LAT_SLOTS, (1U << 10));
 BPF_F_TABLE("array", u32, u64, depth, SLOT_DEVS * DEPTH_SLOTS, (1U << 10));
@@ -173,7 +178,7 @@ static __always_inline void bump(u32 row, u32 dev, u32 op, u32 bytes, u64 delta,
         __sync_fetch_and_add(val, delta);
 }
 
-#if SLOT_DEVS
+#if TIMED
 /* the latency arrays, by name for add_at() (bcc takes no map in a macro or a pointer) */
 #define A_INFLIGHT 0
 #define A_DEPTH 1
@@ -197,7 +202,7 @@ static __always_inline void add_at(int which, u32 i, u64 delta)
 }
 #endif
 
-#if SLOT_DEVS
+#if TIMED
 /* an issue of a request of *row*: its start time kept, the drive's depth counted */
 static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u32 bytes,
                                         u64 now)
@@ -289,7 +294,7 @@ int btf__block_rq_issue(unsigned long long *ctx)
         return 0;
     u32 op = req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), bytes = FIELD(u32, rq, RQ_DATA_LEN);
     bump(row, dev, op, bytes, 1, true);
-#if SLOT_DEVS
+#if TIMED
     if (row <= SLOT_DEVS) {
         struct start_key k = {.id = (u64)rq};
         u64 now = bpf_ktime_get_ns(), *q = queued.lookup(&k);
@@ -313,7 +318,7 @@ int btf__block_rq_requeue(unsigned long long *ctx)
         return 0;
     bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN), (u64)-1,
          false);
-#if SLOT_DEVS
+#if TIMED
     struct start_key k = {.id = (u64)rq};
     timed_end(row, &k, false, bpf_ktime_get_ns());
 #endif
@@ -323,7 +328,7 @@ int btf__block_rq_requeue(unsigned long long *ctx)
 /* a request put in a scheduler's queue or a plug's list before the driver takes it */
 int btf__block_rq_insert(unsigned long long *ctx)
 {
-#if SLOT_DEVS
+#if TIMED
     char *rq = (char *)ctx[0];
     u32 row = traced(rq_dev(rq));
     if (row && row <= SLOT_DEVS) {
@@ -342,7 +347,7 @@ TRACEPOINT_PROBE(block, block_rq_issue)
     if (row) {
         u32 op = op_class(args->rwbs[0], args->rwbs[1]);
         bump(row, dev, op, args->bytes, 1, true);
-#if SLOT_DEVS
+#if TIMED
         struct start_key k = {.id = dev, .sector = args->sector};
         timed_issue(row, &k, op, args->bytes, bpf_ktime_get_ns());
 #endif
@@ -360,7 +365,7 @@ TRACEPOINT_PROBE(block, block_rq_requeue)
     if (row) {
         bump(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector << 9, (u64)-1,
              false);
-#if SLOT_DEVS
+#if TIMED
         struct start_key k = {.id = dev, .sector = args->sector};
         timed_end(row, &k, false, bpf_ktime_get_ns());
 #endif
@@ -416,7 +421,7 @@ int btf__block_rq_complete(unsigned long long *ctx)
     if (row) {
         u32 opf = FIELD(u32, rq, RQ_CMD_FLAGS);
         count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR), 0);
-#if SLOT_DEVS
+#if TIMED
         struct start_key k = {.id = (u64)rq};
         timed_end(row, &k, true, bpf_ktime_get_ns());
 #endif
@@ -431,7 +436,7 @@ TRACEPOINT_PROBE(block, block_rq_complete)
     if (row) {
         count_done(row, dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector,
                    args->sector, args->rwbs[0] == 'W' && args->rwbs[1] == 'Z');
-#if SLOT_DEVS
+#if TIMED
         struct start_key k = {.id = dev, .sector = args->sector};
         timed_end(row, &k, true, bpf_ktime_get_ns());
 #endif

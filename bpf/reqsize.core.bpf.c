@@ -94,6 +94,7 @@ struct config {
     u32 filter;     /* 1: only devices in `devices` (and devs[]) are counted */
     u32 devs[SLOT_DEVS];
     u32 focus;      /* the request size whose latency is kept apart (FOCUS_BYTES) */
+    u32 latency;    /* 1: time the requests and count the depth (LATENCY) */
 };
 
 const volatile struct config cfg = {};
@@ -288,7 +289,7 @@ int BPF_PROG(block_rq_issue, struct request *rq)
         return 0;
     u32 op = req_class(rq->cmd_flags), bytes = rq->__data_len;
     bump(row, dev, op, bytes, 1, true);
-    if (row <= cfg.slot_devs) {
+    if (cfg.latency && row <= cfg.slot_devs) {
         struct start_key k = {.id = (u64)rq};
         u64 now = bpf_ktime_get_ns(), *q = bpf_map_lookup_elem(&queued, &k);
         if (q) { /* inserted while traced: its wait before the driver */
@@ -309,7 +310,7 @@ int BPF_PROG(block_rq_requeue, struct request *rq)
     if (!row)
         return 0;
     bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
-    if (row <= cfg.slot_devs) {
+    if (cfg.latency && row <= cfg.slot_devs) {
         struct start_key k = {.id = (u64)rq};
         timed_end(row, &k, false, bpf_ktime_get_ns());
     }
@@ -321,7 +322,7 @@ SEC("tp_btf/block_rq_insert")
 int BPF_PROG(block_rq_insert, struct request *rq)
 {
     u32 row = traced(rq_dev(rq));
-    if (row && row <= cfg.slot_devs) {
+    if (row && cfg.latency && row <= cfg.slot_devs) {
         struct start_key k = {.id = (u64)rq};
         u64 now = bpf_ktime_get_ns();
         bpf_map_update_elem(&queued, &k, &now, BPF_ANY);
@@ -355,7 +356,7 @@ int BPF_PROG(block_rq_complete, struct request *rq, int error, unsigned int nr_b
     if (!row)
         return 0;
     count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
-    if (row <= cfg.slot_devs) {
+    if (cfg.latency && row <= cfg.slot_devs) {
         struct start_key k = {.id = (u64)rq};
         timed_end(row, &k, true, bpf_ktime_get_ns());
     }

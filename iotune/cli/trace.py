@@ -137,6 +137,7 @@ def _request(
     out: str | None,
     duration: float | None,
     command: tuple[str, ...],
+    latency: bool = True,
 ) -> TraceRequest:
     """The drives and the backend, as a tracer's request; says on stderr what is traced."""
     from iotune.trace.runner import TraceRequest
@@ -157,6 +158,7 @@ def _request(
         duration=duration,
         command=list(command) or None,
         quiet_stdout=STATE.json,
+        latency=latency,
     )
 
 
@@ -196,6 +198,13 @@ def _request(
     help="libbpf: exact sizes via eBPF (CO-RE, kernel BTF); bcc: the same, compiled at start; "
     "diskstats: kernel totals only; auto: the first that works here.",
 )
+@click.option(
+    "--latency/--no-latency",
+    default=True,
+    show_default=True,
+    help="Time each request (p50/p99 per drive and step) and count the drives' queue depth; "
+    "--no-latency counts sizes only, at less cost per request.",
+)
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
 @click.option(
     "--run",
@@ -213,6 +222,7 @@ def trace_cmd(
     focus_size: str,
     interval: float,
     backend: str,
+    latency: bool,
     out: str | None,
     run_preset: str | None,
     command: tuple[str, ...],
@@ -253,6 +263,11 @@ def trace_cmd(
     custom = bool(run_kw.get("model") or run_kw.get("ds_config"))
     if run_preset or (custom and not command):
         workload = bool(command) or duration is not None or bool(device_list or target)
+        if not latency:
+            raise UsageError(
+                "--no-latency is for a trace of drives or a command, not of --run",
+                hint="iotune trace --devices nvme0n1 --no-latency --duration 30",
+            )
         _trace_run(run_preset, workload, focus_size, interval, backend, out=out, **run_kw)
         return
     script = None
@@ -266,7 +281,7 @@ def trace_cmd(
     focus = _workload_focus(run_kw, focus_size, interval, duration, command)
     if script is not None and not _given("focus_size"):
         focus = script.focus
-    req = _request(device_list, target, backend, focus, interval, out, duration, command)
+    req = _request(device_list, target, backend, focus, interval, out, duration, command, latency)
     try:
         result = script.trace(req) if script is not None else Tracer(req).run()
     except KeyboardInterrupt:

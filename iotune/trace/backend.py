@@ -118,13 +118,15 @@ def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
     return {"run_time_ns": ns, "run_cnt": runs} if runs else None
 
 
-def open_tracer(backend: str, devs: list[int], owners: bool, focus: int) -> Any:
+def open_tracer(
+    backend: str, devs: list[int], owners: bool, focus: int, latency: bool = True
+) -> Any:
     """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*; *focus*: the request
-    size whose latency it keeps apart."""
+    size whose latency it keeps apart; *latency* False: requests are not timed."""
     if backend == "libbpf":
         from iotune.trace.libbpf import LibbpfTracer
 
-        return LibbpfTracer(devs, owners=owners, focus=focus)
+        return LibbpfTracer(devs, owners=owners, focus=focus, latency=latency)
     from iotune.trace.bpf import ReqSizeTracer
 
-    return ReqSizeTracer(devs, owners=owners, focus=focus)
+    return ReqSizeTracer(devs, owners=owners, focus=focus, latency=latency)

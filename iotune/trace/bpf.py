@@ -100,6 +100,7 @@ class MapReader:
     devices with a row of the arrays) and :attr:`_views` (their read-only mappings)."""
 
     owners_enabled = False
+    latency_enabled = False
     rows: list[int]
     _views: dict[str, Any]
 
@@ -139,7 +140,7 @@ class MapReader:
             self._views["dones"] = self._view("dones", n * DONE_OPS * 2)
             if owners:
                 self._views["wowners"] = self._view("wowners", n * OWNER_OPS * 2)
-            for name, words in lat_arrays(n).items():
+            for name, words in lat_arrays(n).items() if self.latency_enabled else ():
                 self._views[name] = self._view(name, words)
 
     def _unmap(self) -> None:
@@ -269,6 +270,7 @@ class ReqSizeTracer(MapReader):
         nested: bool | None = None,
         btf: bool | None = None,
         focus: int = FOCUS_DEFAULT,
+        latency: bool = True,
     ) -> None:
         if btf and nested:
             raise ValueError("nested counting is done by the classic programs: not with btf=True")
@@ -296,8 +298,10 @@ class ReqSizeTracer(MapReader):
             f"-DFILTER={1 if devs else 0}",
             f"-DOWNERS={1 if owners else 0}",
             f"-DFOCUS_BYTES={int(focus)}U",
+            f"-DLATENCY={1 if latency else 0}",
         ]
         self.owners_enabled = owners
+        self.latency_enabled = latency
         self._links: list[tuple[str, int, int]] = []  # (event, program fd, link fd; -1: off)
         self._detached: list[bytes] = []  # classic tracepoints switch() took off
         self._detached_raw: list[bytes] = []
@@ -312,7 +316,7 @@ class ReqSizeTracer(MapReader):
             try:
                 btf_flags, self._tp_ids = btf_cflags(owners=owners)
                 self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
-                self._attach_btf(bcc, owners)
+                self._attach_btf(bcc, owners, latency)
                 self.probes = "tp_btf"
             except (BtfError, IotuneError) as exc:
                 self.close()  # what attached before the failure
@@ -348,13 +352,14 @@ class ReqSizeTracer(MapReader):
                 hint=HINT_DOCTOR,
             ) from exc
 
-    def _attach_btf(self, bcc: Any, owners: bool) -> None:
+    def _attach_btf(self, bcc: Any, owners: bool, latency: bool) -> None:
         """Load and attach the ``btf__*`` programs that bcc compiled (bcc does not load this
         kind itself)."""
         lib = bcc.libbcc.lib
         module = self._bpf.module
         license = lib.bpf_module_license(module) or b"GPL"
-        events = [*BTF_EVENTS, *(["block_bio_queue"] if owners else [])]
+        events = [e for e in BTF_EVENTS if latency or e != "block_rq_insert"]
+        events += ["block_bio_queue"] if owners else []
         for event in events:
             fn = f"btf__{event}".encode()
             start = lib.bpf_function_start(module, fn)

@@ -18,6 +18,9 @@ class DiskStat:
     discard_ios: int
     discard_sectors: int
     flush_ios: int
+    #: milliseconds the requests completed spent from their start to their end, all ops
+    #: summed (field 11, "time_in_queue": over an interval, iostat's aqu-sz)
+    time_in_queue_ms: int = 0
 
     def __sub__(self, other: DiskStat) -> DiskStat:
         return DiskStat(*(getattr(self, f) - getattr(other, f) for f in self.__dataclass_fields__))
@@ -42,6 +45,7 @@ def parse_stat(text: str) -> DiskStat:
         discard_ios=f[11],
         discard_sectors=f[13],
         flush_ios=f[15],
+        time_in_queue_ms=f[10],
     )
 
 

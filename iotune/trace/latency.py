@@ -100,7 +100,11 @@ def _minus(after: Any, before: Any) -> Any:
 
 
 def interval(
-    before: Snapshot | None, after: Snapshot | None, seconds: float, hist: bool = False
+    before: Snapshot | None,
+    after: Snapshot | None,
+    seconds: float,
+    hist: bool = False,
+    kernel_ms: int | None = None,
 ) -> dict[str, Any] | None:
     """A drive's latency and depth between two snapshots (*before* None: since the tracer
     was loaded): per op, the issue-to-completion summary (µs) of every request and of the
@@ -110,7 +114,9 @@ def interval(
     per op, for a mean over a phase of one op), the depth
     each issue found (mean, p50, p99, max), the requests issued again before their
     completion was seen. With *hist*, the histograms too (sparse: slot -> requests;
-    latency.slot_bounds says a slot's ns). None without a snapshot."""
+    latency.slot_bounds says a slot's ns). *kernel_ms*: the drive's time_in_queue over the
+    interval (diskstats), whose mean (``kernel_mean``, iostat's aqu-sz) counts each request
+    from its start, before issue, to its end. None without a snapshot."""
     if after is None:
         return None
     get = (lambda k: None) if before is None else (lambda k: before[k])
@@ -141,6 +147,9 @@ def interval(
         # Little's law: the requests' summed time in flight over the interval
         "mean": round(sum(busy.values()) / (seconds * 1e9), 3) if seconds > 0 else None,
         "busy_ns": busy,
+        "kernel_mean": round(kernel_ms / 1000 / seconds, 3)
+        if kernel_ms is not None and seconds > 0
+        else None,
         "timed": words[1],
         "at_issue": None
         if not issued

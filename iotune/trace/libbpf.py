@@ -51,6 +51,7 @@ class Config(ctypes.Structure):  # struct config in bpf/reqsize.core.bpf.c (its 
         ("filter", ctypes.c_uint32),
         ("devs", ctypes.c_uint32 * SLOT_DEVS),
         ("focus", ctypes.c_uint32),
+        ("latency", ctypes.c_uint32),
     ]
 
 
@@ -175,13 +176,18 @@ class LibbpfTracer(MapReader):
     probes = "tp_btf"
 
     def __init__(
-        self, devs: list[int] | None, owners: bool = False, focus: int = FOCUS_DEFAULT
+        self,
+        devs: list[int] | None,
+        owners: bool = False,
+        focus: int = FOCUS_DEFAULT,
+        latency: bool = True,
     ) -> None:
         import numpy  # noqa: F401 - before the attach, as the bcc tracer does
 
         so = lib()
         check_object()
         self.owners_enabled = owners
+        self.latency_enabled = latency
         self.rows = list(devs or [])[:SLOT_DEVS]
         self._views = {}
         self._links: dict[str, Any] = {}  # label -> struct bpf_link * (None: switched off)
@@ -223,7 +229,9 @@ class LibbpfTracer(MapReader):
         ):
             if so.bpf_map__set_max_entries(self._map(so, name), max(1, size)) != 0:
                 raise _err(f"sizing {name}")
-        cfg = Config(slot_devs=n, filter=1 if devs else 0, focus=focus)
+        cfg = Config(
+            slot_devs=n, filter=1 if devs else 0, focus=focus, latency=self.latency_enabled
+        )
         for i, d in enumerate(self.rows):
             cfg.devs[i] = d
         rodata = self._rodata(so)
@@ -241,7 +249,9 @@ class LibbpfTracer(MapReader):
             prog = so.bpf_object__find_program_by_name(self._obj, name.encode())
             if not prog:
                 raise IotuneError(f"{OBJECT} has no program {name}", hint=HINT)
-            wanted = owners or label.split(":")[1] in BTF_EVENTS
+            event = label.split(":")[1]
+            wanted = owners or event in BTF_EVENTS
+            wanted = wanted and (self.latency_enabled or event != "block_rq_insert")
             so.bpf_program__set_autoload(prog, wanted)
             if wanted:
                 self._progs[label] = prog

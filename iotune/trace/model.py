@@ -353,7 +353,10 @@ def step_rows(
                     per[f"{op}_sizes"] = op_stats(delta, devs[n], i, focus).sizes
                 if i == 0 and getattr(s, "lat", None):  # its latency and depth
                     per["latency"] = latency.interval(
-                        prev.lat.get(devs[n]), s.lat.get(devs[n]), s.t - prev.t
+                        prev.lat.get(devs[n]),
+                        s.lat.get(devs[n]),
+                        s.t - prev.t,
+                        kernel_ms=(s.stats[n] - prev.stats[n]).time_in_queue_ms,
                     )
             row[op] = {
                 "bytes": stats.bytes if traced else kernel_bytes,

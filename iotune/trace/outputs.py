@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from iotune.probes.sysfs import SysTree
 from iotune.trace import model
 
 log = logging.getLogger("iotune.trace")
@@ -105,3 +106,19 @@ def write_outputs(out: Path, result: dict[str, Any]) -> None:
             for op in model.OPS:
                 for size, n in d[op]["sizes"].items():
                     w.writerow([d["name"], op, size, n])
+
+
+def devinfo(tree: SysTree, name: str) -> dict[str, Any]:
+    """A traced drive's identity and queue limits, for its entry in trace.json."""
+    base = f"/sys/block/{name}"
+    return {
+        "name": name,
+        "path": f"/dev/{name}",
+        "model": (tree.read(f"{base}/device/model") or "").strip() or None,
+        "serial": (tree.read(f"{base}/device/serial") or "").strip() or None,
+        "max_sectors_kb": tree.read_int(f"{base}/queue/max_sectors_kb"),
+        "max_hw_sectors_kb": tree.read_int(f"{base}/queue/max_hw_sectors_kb"),
+        # bios larger than max_segments x max_segment_size are split too
+        "max_segments": tree.read_int(f"{base}/queue/max_segments"),
+        "max_segment_size": tree.read_int(f"{base}/queue/max_segment_size"),
+    }

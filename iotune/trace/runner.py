@@ -28,7 +28,7 @@ from iotune.trace import latency, model
 from iotune.trace.acks import AckSender
 from iotune.trace.backend import bpf_time, open_tracer, traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
-from iotune.trace.outputs import opjson, other_io, write_outputs
+from iotune.trace.outputs import devinfo, opjson, other_io, write_outputs
 from iotune.trace.targets import Targets, devno_of, kernel_dev
 
 log = logging.getLogger("iotune.trace")
@@ -60,6 +60,7 @@ class TraceRequest:
     # the workload in its own process group, stopped as a group: for workers that start
     # helper processes (ZenFlow's optimizer process) which must not outlive them
     own_group: bool = False
+    latency: bool = True  # time each request and count the drives' depth
 
 
 @dataclass
@@ -72,21 +73,6 @@ class Sample:
     inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
     settled: bool = True  # False: I/O never paused long enough for a consistent read
     lat: dict[int, Any] = field(default_factory=dict)  # per dev: MapReader.latency()
-
-
-def _devinfo(tree: SysTree, name: str) -> dict[str, Any]:
-    base = f"/sys/block/{name}"
-    return {
-        "name": name,
-        "path": f"/dev/{name}",
-        "model": (tree.read(f"{base}/device/model") or "").strip() or None,
-        "serial": (tree.read(f"{base}/device/serial") or "").strip() or None,
-        "max_sectors_kb": tree.read_int(f"{base}/queue/max_sectors_kb"),
-        "max_hw_sectors_kb": tree.read_int(f"{base}/queue/max_hw_sectors_kb"),
-        # bios larger than max_segments x max_segment_size are split too
-        "max_segments": tree.read_int(f"{base}/queue/max_segments"),
-        "max_segment_size": tree.read_int(f"{base}/queue/max_segment_size"),
-    }
 
 
 class Tracer:
@@ -228,7 +214,7 @@ class Tracer:
             if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
                 devs = list(self.devs.values())
-                self.bpf = open_tracer(req.backend, devs, bool(req.command), req.focus)
+                self.bpf = open_tracer(req.backend, devs, bool(req.command), req.focus, req.latency)
                 self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             cpu0 = time.process_time()
@@ -342,12 +328,16 @@ class Tracer:
             else:
                 ops = model.diskstats_only(kernel)
             per_dev[name] = ops
-            entry: dict[str, Any] = _devinfo(self.tree, name)
+            entry: dict[str, Any] = devinfo(self.tree, name)
             entry["stacked"] = name in req.targets.stacked
             entry["chunk_bytes"] = chunk_of.get(name)
             dev = self.devs[name]
             entry["latency"] = latency.interval(
-                first.lat.get(dev), last.lat.get(dev), last.t - first.t, hist=True
+                first.lat.get(dev),
+                last.lat.get(dev),
+                last.t - first.t,
+                True,
+                kernel.time_in_queue_ms,
             )
             for op, st in ops.items():
                 entry[op] = opjson(st)
