@@ -1,0 +1,203 @@
+"""Latency and queue depth (`iotune trace`) on real fio jobs, beside bcc's biolatency (its
+libbpf build, /usr/sbin/biolatency of Debian's libbpf-tools: issue to completion at the
+block layer's own tracepoints, in log2 buckets of microseconds) running at the same time, and
+beside fio's own latency and the kernel's time_in_queue.
+
+The loop device reads its file with O_DIRECT, so each request waits for the drive under it
+(tens of microseconds and more), and the file is written first (holes would read at once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iotune.trace import latency as lt
+from tests.root.conftest import IOTUNE, sh
+
+BIOLATENCY = "/usr/sbin/biolatency"
+SECONDS = 2
+
+
+@pytest.fixture(scope="module")
+def biolatency() -> str:
+    if not os.access(BIOLATENCY, os.X_OK):
+        pytest.fail(f"{BIOLATENCY} is missing: scripts/setup.sh test installs libbpf-tools")
+    return BIOLATENCY
+
+
+def _buckets(text: str, disk: str) -> dict[int, int]:
+    """biolatency -D's histogram of *disk*: bucket k counts [2^k, 2^(k+1)) µs (k=0: 0-1)."""
+    out: dict[int, int] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"\s*disk = (\S+)", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(r"\s*(\d+) -> (\d+)\s*:\s*(\d+)", line)
+        if m and current == disk:
+            high, n = int(m.group(2)), int(m.group(3))
+            out[(high + 1).bit_length() - 2] = n
+    return out
+
+
+def _ours(slots: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Our slots in biolatency's buckets (each slot by its middle, in whole µs as biolatency
+    divides), and per bucket the requests of slots that straddle one of its edges: where the
+    two histograms may rightly differ."""
+    got: dict[int, int] = {}
+    edge: dict[int, int] = {}
+    for slot, n in slots.items():
+        us = int(lt.slot_value(slot) // 1000)
+        b = max(0, us.bit_length() - 1)
+        got[b] = got.get(b, 0) + n
+        low, high = lt.slot_bounds(slot)
+        lo_b, hi_b = (
+            max(0, (low // 1000).bit_length() - 1),
+            max(0, ((high - 1) // 1000).bit_length() - 1),
+        )
+        if lo_b != hi_b:
+            for k in range(lo_b, hi_b + 1):
+                edge[k] = edge.get(k, 0) + n
+    return got, edge
+
+
+def _drive(loop_device: Callable[..., str]) -> str:
+    dev = loop_device(size_mib=256, direct_io=True)
+    sh("fio", "--name=fill", f"--filename={dev}", "--rw=write", "--bs=1m", "--direct=1",
+       "--ioengine=libaio", "--iodepth=8", "--size=256m")  # fmt: skip
+    return dev
+
+
+def _job(
+    dev: str, rw: str, bs: str, qd: int, engine: str, out: Path, biolatency: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[int, int]]:
+    """`iotune trace -- fio` with biolatency beside it: (iotune's drive entry, fio's op
+    result, biolatency's buckets for the drive)."""
+    disk = Path(dev).name
+    # line-buffered: its first line says it is attached
+    bl = subprocess.Popen(
+        ["stdbuf", "-oL", biolatency, "-D", "-d", disk],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert bl.stdout is not None
+        ready, _, _ = select.select([bl.stdout], [], [], 60)
+        first = bl.stdout.readline() if ready else ""
+        assert "Tracing" in first, f"biolatency did not start: {first!r}"
+        fio_out = out / "fio.json"
+        job = [
+            "fio", "--name=job", f"--filename={dev}", f"--rw={rw}", f"--bs={bs}", "--direct=1",
+            f"--ioengine={engine}", f"--iodepth={qd}", f"--runtime={SECONDS}", "--time_based",
+            "--lat_percentiles=1", "--output-format=json", f"--output={fio_out}",
+        ]  # fmt: skip
+        p = subprocess.run(
+            [IOTUNE, "--json", "trace", "--devices", disk, "--out", str(out / "t"), "--", *job],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stderr[-3000:]
+        time.sleep(0.2)
+    finally:
+        bl.send_signal(signal.SIGINT)
+        text, _ = bl.communicate(timeout=60)
+    doc = json.loads(p.stdout)
+    entry = next(d for d in doc["devices"] if d["name"] == disk)
+    op = "read" if "read" in rw else "write"
+    return entry, json.loads(fio_out.read_text())["jobs"][0][op], _buckets(text, disk)
+
+
+@pytest.mark.parametrize(
+    ("rw", "bs", "qd", "engine"),
+    [
+        ("randread", "4k", 1, "psync"),
+        ("randread", "4k", 32, "libaio"),
+        ("read", "512k", 8, "libaio"),
+    ],
+)
+def test_latency_agrees_with_biolatency_fio_and_the_kernel(
+    rw: str,
+    bs: str,
+    qd: int,
+    engine: str,
+    loop_device: Callable[..., str],
+    tmp_path: Path,
+    biolatency: str,
+) -> None:
+    dev = _drive(loop_device)
+    entry, fio, theirs = _job(dev, rw, bs, qd, engine, tmp_path, biolatency)
+    # exact, or short by the completions the kernel counted that fired no completion event
+    # (6.18 on loop devices under load, a few in 10,000; iotune/trace/model.py): the issues
+    # add up, and those requests are never timed, by biolatency either
+    unseen = entry["check"]["unseen_completions"]
+    assert entry["check"]["exact"] or unseen, entry["check"]["summary"]
+    lat = entry["latency"]
+    read = lat["read"]
+    slots: dict[int, int] = {}
+    for cls in lt.CLASSES:
+        for k, v in ((read[cls] or {}).get("histogram") or {}).items():
+            slots[int(k)] = slots.get(int(k), 0) + v
+    # every read timed whose completion fired, as many as biolatency timed
+    n = sum(slots.values())
+    assert n == read["requests"] == sum(theirs.values()) > 1000
+    assert n + unseen == entry["read"]["requests"]
+    # a request whose completion did not fire is timed anew when its slot is issued again
+    assert lat["depth"]["reissued"] <= unseen and lat["write"] is None
+    # bucket by bucket: only the requests of our slots astride a bucket's edge may fall on
+    # the other side (and the two programs' clocks read a few hundred ns apart)
+    ours, edge = _ours(slots)
+    for b in sorted(set(ours) | set(theirs)):
+        diff = abs(ours.get(b, 0) - theirs.get(b, 0))
+        assert diff <= edge.get(b, 0) + 0.01 * n + 2, (b, ours, theirs, edge)
+    # fio times each I/O from before it is submitted to after it is reaped: the drive's
+    # time is inside it
+    fio_p = {q: fio["lat_ns"]["percentile"][f"{q:.6f}"] / 1000 for q in (50.0, 99.0)}
+    assert read["p50_us"] <= fio_p[50.0] * (1 + lt.REL_ERROR), (read, fio_p)
+    assert read["p99_us"] <= fio_p[99.0] * (1 + lt.REL_ERROR), (read, fio_p)
+    depth = lat["depth"]
+    # each issue counted once at the depth it found, but a slot issued again
+    assert depth["at_issue"]["issues"] == entry["read"]["requests"] - depth["reissued"], depth
+    # the kernel's time_in_queue counts each request from its start, before issue, to its
+    # end: at least the time the tracer counts from issue, and little more on a loop device
+    assert depth["kernel_mean"] >= depth["mean"] * 0.98 - 0.01, depth
+    assert depth["kernel_mean"] <= depth["mean"] * 1.10 + 0.01, depth
+    if qd == 1:
+        # one request at a time: an issue finds itself alone at the drive (but where udev
+        # or the kernel reads the new device beside it)
+        assert depth["at_issue"]["p99"] == 1, depth
+    if bs == "512k":
+        # the drive is what the job waits for: fio's latency is mostly the drive's (on a busy
+        # 2-core host fio's own path adds up to a tenth or so: benchmarks/latency_agreement.py
+        # measures it on a quiet one); the drive never holds more than fio keeps in flight
+        # (each 512 KiB read one request), and does hold that many
+        assert read["p50_us"] >= 0.85 * fio_p[50.0], (read, fio_p)
+        assert depth["at_issue"]["max"] == qd, depth
+        assert entry["read"]["sizes"] == {str(512 * 1024): n}, entry["read"]["sizes"]
+
+
+def test_no_latency_counts_sizes_only(loop_device: Callable[..., str], tmp_path: Path) -> None:
+    dev = loop_device()
+    p = subprocess.run(
+        [IOTUNE, "--json", "trace", "--devices", Path(dev).name, "--no-latency",
+         "--out", str(tmp_path / "t"), "--", "fio", "--name=job", f"--filename={dev}",
+         "--rw=write", "--bs=64k", "--direct=1", "--size=4m", "--output-format=json"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    (entry,) = json.loads(p.stdout)["devices"]
+    assert entry["check"]["exact"] and entry["write"]["requests"] == 64
+    assert entry["latency"] is None
