@@ -6,10 +6,17 @@ from __future__ import annotations
 MIB = 1 << 20
 
 
-def param_reads_shift_ok(off: int, n_p: int) -> bool:
+def param_reads_shift_ok(off: int, n_p: int, whole: tuple[int, ...] = (0, MIB // 2)) -> bool:
     """A steady step of parameter offload reads the model's bytes give or take whole
     parameter files: a parameter still in a swap buffer at the optimizer step is updated
     there and not read again, and the prefetch may pull the next forward's in before the
     step's end. Whole files are multiples of 1 MiB (the fp32 files of the tiny presets) or
-    of half of it, and never more than one fetch of them all (4 bytes an element)."""
-    return abs(off) <= 4 * n_p and abs(off) % MIB in (0, MIB // 2)
+    of half of it, and never more than one fetch of them all (4 bytes an element). *whole*:
+    the remainders modulo 1 MiB whole files leave (a model of one's own: its tensors' sizes,
+    padded to pages)."""
+    return abs(off) <= 4 * n_p and abs(off) % MIB in whole
+
+
+#: a model of one's own: its parameter files hold its own tensors (not the presets' MiB
+#: multiples), each padded to the AIO alignment, a page here
+PAGES = tuple(range(0, MIB, 4096))

@@ -250,9 +250,11 @@ def vm() -> Iterator[Session]:
     yield from _guests("vm")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
-    """The RAID0 study's guest (tests/vm/study_lab.py), for tests/vm/test_study_vm.py."""
+    """The RAID0 study's guest (tests/vm/study_lab.py), for tests/vm/test_study_vm.py and
+    tests/vm/test_checkpoint_vm.py: one for the session (a module's would be stopped after
+    its first module, and the next brought up anew, its runs made on the first)."""
     yield from _guests("lab")
 
 

@@ -50,11 +50,12 @@ def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
     p = _saves(saving)[1]["parity"]
     assert p is not None
     assert (p["level"], p["members"], p["ideal"]) == ("raid6", 4, 2.0)
-    # the save's files, xfs's log and metadata (small writes: whole stripes of their own
-    # on a RAID6 cost more than twice)
-    assert 2.0 <= p["amplification"] <= 2.1, p
+    # the save's files, xfs's log and metadata: small writes, whose partial stripes cost
+    # more than twice (2.07 and 2.17 seen on the lab's 22 MB saves): a few stripes' worth
     stripe = p["stripe_bytes"]
     assert stripe == 2 * p["chunk_bytes"]
+    assert p["amplification"] >= 2.0, p
+    assert p["excess_bytes"] <= 8 * stripe, p
     # at most a stripe read back for each file's tail: far below the save
     assert p["member_read_bytes"] <= 16 * stripe, p
     assert p["member_read_bytes"] <= p["saved_bytes"] // 8, p
