@@ -177,11 +177,13 @@ def run_iotune(dev: str, seconds: int, out: Path) -> Run:
     return Run(iops(p.stderr[p.stderr.index('{\n  "fio version"') :]), None)
 
 
-def iotune_beside(dev: str, seconds: int, out: Path, backend: str = "libbpf") -> list[str]:
+def iotune_beside(
+    dev: str, seconds: int, out: Path, backend: str = "libbpf", *extra: str
+) -> list[str]:
     """`iotune trace --duration` on *dev* with *backend*, long enough for an fio run of
-    *seconds*."""
+    *seconds*; *extra*: more of its options (--no-latency)."""
     return [
-        *(IOTUNE, "trace", "--backend", backend, "--devices", dev),
+        *(IOTUNE, "trace", "--backend", backend, "--devices", dev, *extra),
         *("--duration", str(seconds + 30), "--out", str(out)),
     ]
 
@@ -328,6 +330,13 @@ def main() -> None:
     bpf_tracers = {
         "iotune trace --duration, libbpf": iotune_beside(dev, args.seconds, tmp / "cost"),
         "iotune trace --duration, bcc": iotune_beside(dev, args.seconds, tmp / "cost", "bcc"),
+        # sizes only: the requests not timed (the programs' cost before latency and depth)
+        "iotune trace --no-latency, libbpf": iotune_beside(
+            dev, args.seconds, tmp / "cost", "libbpf", "--no-latency"
+        ),
+        "iotune trace --no-latency, bcc": iotune_beside(
+            dev, args.seconds, tmp / "cost", "bcc", "--no-latency"
+        ),
         "iotune tracer, classic tracepoints": held(dev, "tracepoint"),
         "bcc bitesize (log2)": ["bitesize-bpfcc"],
         "bpftrace bitesize.bt (log2)": ["bpftrace", "/usr/sbin/bitesize.bt"],

@@ -70,12 +70,50 @@ struct comm_val {
 /* requests in flight at a drive as each is issued: a slot per depth, the last one for
  * deeper */
 #define DEPTH_SLOTS 1024
-/* per device row in `inflight`: [0] requests in flight now, [1] completions timed, [2]
- * requests issued again before their completion was seen (their first issue's time dropped),
- * [3] the summed time in flight (ns) of completed requests other than reads and writes, [4]
- * of reads, [5] of writes */
-#define INFLIGHT_WORDS 6
+/* per device row in `inflight`: [0] requests in flight now, [1] unused, [2] requests issued again
+ * before their completion was seen (their first issue's time dropped), [3] the summed time
+ * in flight (ns) of completed requests other than reads and writes, [4] of reads, [5] of
+ * writes, [6] issues whose stamp slot held another request in flight (timed in `starts`),
+ * [7] unused */
+#define INFLIGHT_WORDS 8
+#define IN_REISSUED 2
 #define IN_BUSY 3
+#define IN_COLLIDED 6
+/* the stamps of requests in flight where the programs get the request (BTF): a slot per
+ * hash of what names a request while the driver has it (its device row, hardware queue and
+ * driver tag), claimed with a compare-and-swap; a slot another request holds sends the issue
+ * to the `starts` hash map (a hash map's update and delete cost several times a slot's) */
+#define STAMP_BITS 16
+#define STAMP_SLOTS (1 << STAMP_BITS)
+
+struct stamp {
+    u64 rq;    /* the request's name (stamp_name()); 0: free */
+    u64 ns;
+    u32 bytes;
+    u32 op;
+};
+
+/* a request's insertion time, in `qstamps` by the slot of its name then (its scheduler tag
+ * where it has one: it gets its driver tag later), told from an earlier request of the same
+ * name left there (merged into another, never issued) by its sector */
+struct qstamp {
+    u64 name;  /* 0: free */
+    u64 sector;
+    u64 ns;
+};
+
+/* a request's name while the driver has it: its device row (≥ 1, so never 0), hardware
+ * queue and driver tag, unique among the requests in flight */
+static __always_inline u64 stamp_name(u32 row, u32 hwq, u32 tag)
+{
+    return ((u64)row << 48) | ((u64)(hwq & 0xfffffff) << 20) | (tag & 0xfffff);
+}
+
+/* the stamp slot of a request's name (Fibonacci hashing: the top bits of its product) */
+static __always_inline u32 stamp_slot(u64 name)
+{
+    return (u32)((name * 0x9E3779B97F4A7C15ULL) >> (64 - STAMP_BITS));
+}
 /* the in-flight requests that can be timed at once, over every traced device */
 #define START_MAX 65536
 

@@ -52,7 +52,8 @@
 // Latency and depth (iotune.h): every request of a device with a row is timed from its issue
 // to its completion in `starts`, keyed by the request (BTF) or by (dev, sector) (classic
 // tracepoints, which have no request pointer); the BTF programs also time insertion to issue
-// (block_rq_insert: requests that wait in a scheduler or a plug). `inflight` counts the
+// (block_rq_insert: requests that wait in a scheduler or a plug). The CO-RE build keeps the
+// stamps in arrays instead (iotune.h struct stamp), at a fraction of the hash maps' cost. `inflight` counts the
 // timed requests at the drive; the depth each issue finds (itself included) is a histogram.
 #include "iotune.h"
 
@@ -214,7 +215,7 @@ static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u3
     int err = starts.insert(k, &v);
     if (err == -17) {  /* -EEXIST: issued again before a completion was seen */
         starts.update(k, &v);
-        add_at(A_INFLIGHT, base + 2, 1);
+        add_at(A_INFLIGHT, base + IN_REISSUED, 1);
         return;
     }
     if (err) {
@@ -244,7 +245,6 @@ static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u
     if (!done)
         return;
     add_at(A_INFLIGHT, base + IN_BUSY + (op <= OP_WRITE ? op + 1 : 0), ns);
-    add_at(A_INFLIGHT, base + 1, 1);
     if (op <= OP_WRITE)
         add_at(A_LAT, (((row - 1) * 2 + op) * 2 + (bytes != FOCUS_BYTES)) * LAT_SLOTS + lat_slot(ns),
                1);

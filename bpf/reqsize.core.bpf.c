@@ -40,8 +40,15 @@ struct request_queue {
     struct gendisk *disk;
 } __attribute__((preserve_access_index));
 
+struct blk_mq_hw_ctx {
+    unsigned int queue_num;
+} __attribute__((preserve_access_index));
+
 struct request {
     struct request_queue *q;
+    struct blk_mq_hw_ctx *mq_hctx;
+    int tag;
+    int internal_tag;
     unsigned int cmd_flags;
     unsigned int __data_len;
     sector_t __sector;
@@ -126,7 +133,8 @@ MAP(BPF_MAP_TYPE_ARRAY, qlat, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
 MAP(BPF_MAP_TYPE_ARRAY, depth, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
 MAP(BPF_MAP_TYPE_ARRAY, inflight, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE););
 MAP(BPF_MAP_TYPE_HASH, starts, struct start_key, struct start_val, START_MAX);
-MAP(BPF_MAP_TYPE_HASH, queued, struct start_key, u64, START_MAX);
+MAP(BPF_MAP_TYPE_ARRAY, stamps, u32, struct stamp, STAMP_SLOTS);
+MAP(BPF_MAP_TYPE_ARRAY, qstamps, u32, struct qstamp, STAMP_SLOTS);
 
 struct mine_cache {
     u32 tgid;
@@ -220,22 +228,23 @@ static __always_inline void add_at(void *map, u32 i, u64 delta)
         __sync_fetch_and_add(v, delta);
 }
 
-/* an issue of a request of *row* (≤ slot_devs): its start time kept, the drive's depth
- * counted (bpf/reqsize.bpf.c says the same) */
-static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u32 bytes, u64 now)
+/* a request's name for its stamp (iotune.h stamp_name) */
+static __always_inline u64 rq_name(u32 row, struct request *rq)
 {
-    struct start_val v = {.ns = now, .bytes = bytes, .op = op};
-    u32 base = (row - 1) * INFLIGHT_WORDS;
-    long err = bpf_map_update_elem(&starts, k, &v, BPF_NOEXIST);
-    if (err == -17) { /* -EEXIST: issued again before a completion was seen */
-        bpf_map_update_elem(&starts, k, &v, BPF_ANY);
-        add_at(&inflight, base + 2, 1);
-        return;
-    }
-    if (err) {
-        count_drop(1);
-        return;
-    }
+    return stamp_name(row, rq->mq_hctx->queue_num, (u32)rq->tag);
+}
+
+/* a request's name from its insertion to its issue: by its scheduler tag where it has one */
+static __always_inline u64 rq_qname(u32 row, struct request *rq)
+{
+    int itag = rq->internal_tag;
+    return stamp_name(row, rq->mq_hctx->queue_num,
+                      itag >= 0 ? (u32)itag | (1U << 19) : (u32)rq->tag);
+}
+
+/* the drive's depth as an issue of *row* finds it: one more in flight */
+static __always_inline void count_depth(u32 row, u32 base)
+{
     u64 *n = bpf_map_lookup_elem(&inflight, &base);
     if (!n)
         return;
@@ -243,21 +252,73 @@ static __always_inline void timed_issue(u32 row, struct start_key *k, u32 op, u3
     add_at(&depth, (row - 1) * DEPTH_SLOTS + (d < DEPTH_SLOTS ? (u32)d : DEPTH_SLOTS - 1), 1);
 }
 
-/* a completion (*done*) or a requeue of a request of *row*: its time in flight ends */
-static __always_inline void timed_end(u32 row, struct start_key *k, bool done, u64 now)
+/* an issue of request *rq* of *row* (≤ slot_devs): its start time kept in its stamp slot
+ * (or in `starts` where another request holds the slot), the drive's depth counted
+ * (bpf/reqsize.bpf.c says the same) */
+static __always_inline void timed_issue(u32 row, struct request *rq, u32 op, u32 bytes, u64 now)
 {
-    struct start_val *v = bpf_map_lookup_elem(&starts, k);
-    if (!v)
+    u64 name = rq_name(row, rq);
+    u32 base = (row - 1) * INFLIGHT_WORDS, i = stamp_slot(name);
+    struct stamp *s = bpf_map_lookup_elem(&stamps, &i);
+    if (!s)
         return;
-    u64 ns = now - v->ns;
-    u32 op = v->op, bytes = v->bytes;
-    bpf_map_delete_elem(&starts, k);
+    u64 held = __sync_val_compare_and_swap(&s->rq, 0, name);
+    if (held == 0 || held == name) {
+        s->ns = now;
+        s->bytes = bytes;
+        s->op = op;
+        if (held == name) { /* issued again before a completion was seen */
+            add_at(&inflight, base + IN_REISSUED, 1);
+            return;
+        }
+        count_depth(row, base);
+        return;
+    }
+    add_at(&inflight, base + IN_COLLIDED, 1);
+    struct start_key k = {.id = (u64)rq};
+    struct start_val v = {.ns = now, .bytes = bytes, .op = op};
+    long err = bpf_map_update_elem(&starts, &k, &v, BPF_NOEXIST);
+    if (err == -17) { /* -EEXIST */
+        bpf_map_update_elem(&starts, &k, &v, BPF_ANY);
+        add_at(&inflight, base + IN_REISSUED, 1);
+        return;
+    }
+    if (err) {
+        count_drop(1);
+        return;
+    }
+    count_depth(row, base);
+}
+
+/* a completion (*done*) or a requeue of request *rq* of *row*: its time in flight ends */
+static __always_inline void timed_end(u32 row, struct request *rq, bool done, u64 now)
+{
+    u64 name = rq_name(row, rq), ns;
+    u32 i = stamp_slot(name), op, bytes;
+    struct stamp *s = bpf_map_lookup_elem(&stamps, &i);
+    if (!s)
+        return;
+    if (s->rq == name) {
+        ns = now - s->ns;
+        op = s->op;
+        bytes = s->bytes;
+        asm volatile("" ::: "memory"); /* read before the slot is freed */
+        s->rq = 0;
+    } else {
+        struct start_key k = {.id = (u64)rq};
+        struct start_val *v = bpf_map_lookup_elem(&starts, &k);
+        if (!v)
+            return;
+        ns = now - v->ns;
+        op = v->op;
+        bytes = v->bytes;
+        bpf_map_delete_elem(&starts, &k);
+    }
     u32 base = (row - 1) * INFLIGHT_WORDS;
     add_at(&inflight, base, (u64)-1);
     if (!done)
         return;
     add_at(&inflight, base + IN_BUSY + (op <= OP_WRITE ? op + 1 : 0), ns);
-    add_at(&inflight, base + 1, 1);
     if (op <= OP_WRITE)
         add_at(&lat, (((row - 1) * 2 + op) * 2 + (bytes != cfg.focus)) * LAT_SLOTS + lat_slot(ns),
                1);
@@ -290,14 +351,16 @@ int BPF_PROG(block_rq_issue, struct request *rq)
     u32 op = req_class(rq->cmd_flags), bytes = rq->__data_len;
     bump(row, dev, op, bytes, 1, true);
     if (cfg.latency && row <= cfg.slot_devs) {
-        struct start_key k = {.id = (u64)rq};
-        u64 now = bpf_ktime_get_ns(), *q = bpf_map_lookup_elem(&queued, &k);
-        if (q) { /* inserted while traced: its wait before the driver */
+        u64 now = bpf_ktime_get_ns(), qname = rq_qname(row, rq);
+        u32 qi = stamp_slot(qname);
+        struct qstamp *q = bpf_map_lookup_elem(&qstamps, &qi);
+        if (q && q->name == qname && q->sector == rq->__sector) {
+            /* inserted while traced: its wait before the driver */
             if (op <= OP_WRITE)
-                add_at(&qlat, ((row - 1) * 2 + op) * LAT_SLOTS + lat_slot(now - *q), 1);
-            bpf_map_delete_elem(&queued, &k);
+                add_at(&qlat, ((row - 1) * 2 + op) * LAT_SLOTS + lat_slot(now - q->ns), 1);
+            q->name = 0;
         }
-        timed_issue(row, &k, op, bytes, now);
+        timed_issue(row, rq, op, bytes, now);
     }
     return 0;
 }
@@ -310,10 +373,8 @@ int BPF_PROG(block_rq_requeue, struct request *rq)
     if (!row)
         return 0;
     bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
-    if (cfg.latency && row <= cfg.slot_devs) {
-        struct start_key k = {.id = (u64)rq};
-        timed_end(row, &k, false, bpf_ktime_get_ns());
-    }
+    if (cfg.latency && row <= cfg.slot_devs)
+        timed_end(row, rq, false, bpf_ktime_get_ns());
     return 0;
 }
 
@@ -323,9 +384,16 @@ int BPF_PROG(block_rq_insert, struct request *rq)
 {
     u32 row = traced(rq_dev(rq));
     if (row && cfg.latency && row <= cfg.slot_devs) {
-        struct start_key k = {.id = (u64)rq};
-        u64 now = bpf_ktime_get_ns();
-        bpf_map_update_elem(&queued, &k, &now, BPF_ANY);
+        /* plain stores: a slot two insertions race for keeps one of them, and the other's
+         * wait is not timed */
+        u64 qname = rq_qname(row, rq);
+        u32 qi = stamp_slot(qname);
+        struct qstamp *q = bpf_map_lookup_elem(&qstamps, &qi);
+        if (q) {
+            q->ns = bpf_ktime_get_ns();
+            q->sector = rq->__sector;
+            q->name = qname;
+        }
     }
     return 0;
 }
@@ -356,10 +424,8 @@ int BPF_PROG(block_rq_complete, struct request *rq, int error, unsigned int nr_b
     if (!row)
         return 0;
     count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
-    if (cfg.latency && row <= cfg.slot_devs) {
-        struct start_key k = {.id = (u64)rq};
-        timed_end(row, &k, true, bpf_ktime_get_ns());
-    }
+    if (cfg.latency && row <= cfg.slot_devs)
+        timed_end(row, rq, true, bpf_ktime_get_ns());
     return 0;
 }
 

@@ -37,7 +37,7 @@ BTF_EVENTS = ("block_rq_issue", "block_rq_requeue", "block_rq_complete", "block_
 #: histogram, words per device row of ``inflight``
 LAT_SLOTS = 592
 DEPTH_SLOTS = 1024
-INFLIGHT_WORDS = 6
+INFLIGHT_WORDS = 8
 #: the request size the tracers' latency keeps apart unless told otherwise (DeepSpeed's AIO)
 FOCUS_DEFAULT = 524288
 

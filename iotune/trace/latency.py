@@ -143,6 +143,7 @@ def interval(
         out.setdefault("queued", {})[op] = queued
     issued = sum(depth)
     busy = {"other": words[3], "read": words[4], "write": words[5]}
+    timed = int(lat.sum())
     out["depth"] = {
         # Little's law: the requests' summed time in flight over the interval
         "mean": round(sum(busy.values()) / (seconds * 1e9), 3) if seconds > 0 else None,
@@ -150,7 +151,10 @@ def interval(
         "kernel_mean": round(kernel_ms / 1000 / seconds, 3)
         if kernel_ms is not None and seconds > 0
         else None,
-        "timed": words[1],
+        # reads and writes timed (flushes and other ops count in the mean, not here)
+        "timed": timed,
+        # issues whose stamp slot another request held (timed in a hash map instead)
+        "collided": words[6],
         "at_issue": None
         if not issued
         else {

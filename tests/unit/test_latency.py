@@ -94,8 +94,8 @@ def _snap(
         "lat": lat,
         "qlat": np.zeros((2, LAT_SLOTS), dtype=np.uint64),
         "depth": depth,
-        # bpf/iotune.h: in flight, timed, reissued, busy ns of others, reads, writes
-        "inflight": np.array([0, done, 0, 0, busy, 0], dtype=np.uint64),
+        # bpf/iotune.h: in flight, -, reissued, busy ns of others, reads, writes, collided, -
+        "inflight": np.array([0, 0, 0, 0, busy, 0, 0, 0], dtype=np.uint64),
     }
 
 
@@ -133,6 +133,6 @@ def test_a_journal_keeps_only_what_is_not_zero() -> None:
             "lat": {str(LAT_SLOTS + lt.lat_slot(4096)): 1},
             "qlat": {},
             "depth": {"2": 1},
-            "inflight": {"1": 1, "4": 4096},
+            "inflight": {"4": 4096},
         }
     }

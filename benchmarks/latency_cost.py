@@ -1,0 +1,123 @@
+"""What timing every request costs the tracer, by the kernel's clock, side by side in one run.
+
+    sudo .venv/bin/python benchmarks/latency_cost.py [--rounds 3] [--seconds 4]
+
+Workload: fio 4 KiB random reads, io_uring, iodepth 32, on a loop device over a file in
+/dev/shm (RAM-backed: the drive is never the bottleneck, so the programs' cost shows). Each
+round loads, in turn, iotune's tracer with libbpf and with bcc, each with its latency and
+depth (the default) and without (`--no-latency`: the exact sizes and completions alone),
+and bcc's biolatency (libbpf-tools, the reference for latency histograms), with the
+kernel's BPF statistics on (kernel.bpf_stats_enabled): each one's programs' run_time_ns
+summed over fio's run, divided by fio's requests. Printed: the median over rounds of the
+nanoseconds of BPF per request, and each tracer's ratio to iotune's sizes-only programs of
+the same backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.loopdev import loop_device
+from iotune.trace.bpf import ReqSizeTracer, prog_info
+from iotune.trace.libbpf import LibbpfTracer
+from iotune.trace.targets import kernel_dev
+
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+BIOLATENCY = "/usr/sbin/biolatency"
+
+
+def fio(dev: str, seconds: int) -> int:
+    argv = [
+        "fio", "--name=job", f"--filename={dev}", "--rw=randread", "--bs=4k", "--direct=1",
+        "--ioengine=io_uring", "--iodepth=32", f"--runtime={seconds}", "--time_based",
+        "--output-format=json",
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return int(json.loads(out)["jobs"][0]["read"]["total_ios"])
+
+
+def ours(make: Callable[[], Any], dev: str, seconds: int) -> float:
+    tracer = make()
+    try:
+        ios = fio(dev, seconds)
+        ns = sum(prog_info(fd).get("run_time_ns", 0) for _, fd in tracer.programs())
+    finally:
+        tracer.close()
+    return ns / ios
+
+
+def bpftool_ns(prefix: tuple[str, ...]) -> int:
+    argv = ["bpftool", "-j", "prog", "show"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    progs = json.loads(out.stdout or "[]")
+    return sum(int(p.get("run_time_ns", 0)) for p in progs if p.get("name", "").startswith(prefix))
+
+
+def biolatency(dev: str, seconds: int) -> float:
+    p = subprocess.Popen(
+        ["stdbuf", "-oL", BIOLATENCY, "-d", Path(dev).name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        p.stdout.readline()  # attached
+        ios = fio(dev, seconds)
+        ns = bpftool_ns(("block_rq", "blk_account"))
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    return ns / ios
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=4)
+    args = ap.parse_args()
+    old = STATS.read_text().strip()
+    results: dict[str, list[float]] = {}
+    with loop_device("/dev/shm", mib=256) as dev:  # noqa: S108 - RAM, on purpose
+        st = os.stat(dev)
+        kd = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+        tracers: dict[str, Callable[[], float]] = {
+            "libbpf, sizes only": lambda: ours(lambda: LibbpfTracer([kd], latency=False), dev, args.seconds),
+            "libbpf, with latency": lambda: ours(lambda: LibbpfTracer([kd]), dev, args.seconds),
+            "bcc, sizes only": lambda: ours(lambda: ReqSizeTracer([kd], latency=False), dev, args.seconds),
+            "bcc, with latency": lambda: ours(lambda: ReqSizeTracer([kd]), dev, args.seconds),
+            "bcc's biolatency (libbpf-tools)": lambda: biolatency(dev, args.seconds),
+        }  # fmt: skip
+        fio(dev, 2)  # warm-up
+        try:
+            STATS.write_text("1")
+            for r in range(args.rounds):
+                for name, run in tracers.items():
+                    results.setdefault(name, []).append(run())
+                    print(f"round {r + 1}: {name}: {results[name][-1]:.0f} ns", file=sys.stderr)
+                    time.sleep(0.5)
+        finally:
+            STATS.write_text(old)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"{'tracer':<34} {'BPF ns/request':>15} {'vs sizes only':>14}  (range)")
+    for name, ns in med.items():
+        base = med["bcc, sizes only" if name.startswith("bcc,") else "libbpf, sizes only"]
+        print(
+            f"{name:<34} {ns:>15.0f} {ns / base:>13.2f}x  "
+            f"({min(results[name]):.0f}..{max(results[name]):.0f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
