@@ -3,11 +3,10 @@
 # of at most 10 minutes. From the repository root with .whl/, .debs/ and .bpf/ carried
 # (benchmarks/gpu_carry.sh fills them; .bpf/ holds libbpf-tools for bcc's biolatency):
 #     . benchmarks/gpu_env.sh; . benchmarks/gpu_libbpf.sh; bash benchmarks/gpu_latency.sh
-# 1. The programs' cost by the kernel's clock (kernel.bpf_stats_enabled): `iotune trace
-#    --duration` with and without --no-latency, alternating, each over the same dd job
-#    (4 KiB O_DIRECT reads of the disk, one at a time: the machine has no fio).
-# 2. `iotune trace --run opt_nvme_1b --steps 3` (libbpf), bcc's biolatency -D beside it.
-# 3. A small `iotune sweep-aio` grid on the offload directory, then `iotune report` of both.
+# 1. `iotune trace --run opt_nvme_1b --steps 3` (libbpf; the kernel's BPF statistics on, so
+#    the run records its programs' time), bcc's biolatency -D beside it.
+# 2. A small `iotune sweep-aio` grid on the offload directory, then `iotune report` of both.
+# (The programs' cost per request is measured on a CPU host: benchmarks/latency_cost.py.)
 # $OUT gets latency.tgz: every command's JSON and output, the report, and a summary.
 set -u
 out=/tmp/gpu-res/latency
@@ -26,16 +25,6 @@ python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder, CPUAdamBuilder;
     > "$out/build.txt" 2>&1 &
 build=$!
 sysctl -qw kernel.bpf_stats_enabled=1
-for r in 1 2 3; do
-    for lat in latency no-latency; do
-        iot --json trace --devices vda "--$lat" --duration 9 --out "$out/cost-$r-$lat" \
-            > "$out/cost-$r-$lat.json" 2>> "$out/cost.err" &
-        sleep 3
-        dd if=/dev/vda of=/dev/null bs=4k iflag=direct count=20000 skip=$((r * 100000)) 2>> "$out/dd.txt"
-        wait $!
-    done
-done
-echo "=== cost rounds done at $((SECONDS - start)) s" >&2
 wait $build
 echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
 bl=/tmp/bpf/usr/sbin/biolatency
@@ -59,22 +48,14 @@ python3 - "$out" <<'PY' | tee "$out/summary.txt" >&2
 import json, re, sys
 from iotune.trace import latency as lt
 out = sys.argv[1]
-for r in (1, 2, 3):
-    for lat in ("latency", "no-latency"):
-        try:
-            d = json.load(open(f"{out}/cost-{r}-{lat}.json"))
-        except (OSError, ValueError) as exc:
-            print("cost", r, lat, "no result:", exc)
-            continue
-        dev = next(x for x in d["devices"] if x["name"] == "vda")
-        reqs = sum(dev[op]["requests"] or 0 for op in ("read", "write", "flush", "discard", "other"))
-        bt = d.get("bpf_time") or {}
-        print(f"cost {r} {lat}: {reqs} requests, BPF {bt.get('run_time_ns', 0) / max(reqs, 1):.0f} ns/request, exact {dev['check']['exact']}")
 try:
     run = json.load(open(f"{out}/run.json"))
 except (OSError, ValueError) as exc:
     sys.exit(f"run: no result: {exc}")
-print("run exit", run["exit_code"], "steps", run["steps_done"], "checks", [c["summary"][:60] for c in run["diskstats_check"]])
+print("run exit", run["exit_code"], "steps", run["steps_done"], "checks", [c["summary"] for c in run["diskstats_check"]])
+bt = run.get("bpf_time") or {}
+reqs = sum(s[op]["requests"] or 0 for s in run["io_steps"] for op in ("read", "write"))
+print("BPF time", bt, "ns per read/write request of the steps (upper bound):", bt.get("run_time_ns", 0) // max(reqs, 1))
 for s in run["io_steps"]:
     for name, per in (s.get("drives") or {}).items():
         lat = per.get("latency") or {}
