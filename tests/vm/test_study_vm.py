@@ -85,6 +85,24 @@ def test_every_run_finished_on_its_volume(study: dict[str, Any], lab: Lab) -> No
                 assert v["chunk_bytes"] == 512 * 1024
 
 
+def _members_timed(name: str, doc: dict[str, Any], members: list[str]) -> None:
+    """Each member of an array, each steady step: its requests timed (the reads and writes it
+    was issued, but for one in flight at a step's edge, timed in the step it completes in;
+    p50 and p99 at the member) and its own depth, time-weighted (Little's law) and as each
+    issue found it, beside the kernel's time_in_queue mean."""
+    for step in doc["io_steps"][2:]:
+        for m in members:
+            lat = step["drives"][m]["latency"]
+            for op in ("read", "write"):
+                sizes = step["drives"][m][f"{op}_sizes"]
+                issued = sum(sizes.values())
+                assert abs(lat[op]["requests"] - issued) <= max(4, issued // 50), (name, m, op)
+                assert 0 < lat[op]["p50_us"] <= lat[op]["p99_us"], (name, m, op, lat[op])
+            depth = lat["depth"]
+            assert depth["at_issue"]["max"] >= 1 and depth["mean"] > 0, (name, m, depth)
+            assert depth["kernel_mean"] >= 0.9 * depth["mean"] - 0.01, (name, m, depth)
+
+
 def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str, Any]) -> None:
     """Every steady step moves the I/O model's bytes, summed over the members (reads to the
     byte, or with parameter offload to whole parameter files as on one drive; writes up
@@ -116,6 +134,7 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
                         even = (total - (rd - est["read"] if op == "read" else 0)) / len(members)
                         off = per[m][op] - even
                         assert abs(off) <= 0.05 * even + shifted, (s, name, m, op, off, even)
+            _members_timed(name, doc, members)
             # the trace's cross-check against the kernel's own counters, per member
             trace = json.loads((Path(r["run_dir"]) / "trace.json").read_text())
             for d in trace["devices"]:
