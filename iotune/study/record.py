@@ -4,12 +4,17 @@ run was traced per request)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from iotune.train.rundoc import backward_median, forward_backward, optimizer_median
+from iotune.train.rundoc import (
+    backward_median,
+    forward_backward,
+    load_run,
+    load_trace,
+    optimizer_median,
+)
 from iotune.units import gib_value
 
 #: the per-step row a run is represented by: ZenFlow's mean over one update interval when
@@ -174,11 +179,9 @@ def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def load_run_dir(d: Path) -> dict[str, Any]:
-    """A run directory's record: run.json, with trace.json's per-size counts when present."""
-    run = json.loads((d / "run.json").read_text())
-    trace_f = d / "trace.json"
-    trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
-    return summarize_run(run, trace, str(d))
+    """A run directory's record: run.json, with trace.json's per-size counts when present
+    (both read by iotune.train.rundoc, their one reader)."""
+    return summarize_run(load_run(d), load_trace(d), str(d))
 
 
 def skipped(preset: Any, reason: str, est: Any | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from iotune.train.launch import Launch
 from iotune.train.measured import Baseline
 from iotune.train.presets import Preset, apply_sets, base_name, get_preset, parse_sets
 from iotune.train.request import RunRequest
+from iotune.train.rundoc import load_trace
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus
@@ -272,9 +273,7 @@ def run_study(
                 f"{len(done)} run(s) recorded",
                 hint=f"iotune study --resume {out} redoes {it.name} and goes on",
             )
-        trace_f = req.out / "trace.json"
-        trace = json.loads(trace_f.read_text()) if trace_f.exists() else None
-        r = {**rec.summarize_run(result, trace, str(req.out)), **tag}
+        r = {**rec.summarize_run(result, load_trace(req.out), str(req.out)), **tag}
         if r["status"] == "failed":
             _name_faults(r, vol)
         timed.append((weights[it.name], time.monotonic() - started))

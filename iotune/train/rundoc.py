@@ -33,6 +33,17 @@ def load_run(path: Path) -> dict[str, Any]:
     return doc
 
 
+def load_trace(run_dir: Path) -> dict[str, Any] | None:
+    """A traced run's ``trace.json`` (the tracer's document: per-size counts, the check,
+    latency), None where the run was not traced or the file cannot be read."""
+    f = run_dir / "trace.json"
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def later_steps(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The step events after the first: the steady steps, as the run's table has them (the
     first carries the first update's extra work; a run of one step has none)."""
