@@ -57,6 +57,14 @@ struct comm_val {
     char comm[16];
 };
 
+/* a filter: only the requests whose first bio the workload (its process tree) or one
+ * cgroup submitted (the bio's submitter, at block_bio_queue) */
+#define ONLY_ALL 0
+#define ONLY_WORKLOAD 1
+#define ONLY_CGROUP 2
+/* the bios a filter keeps track of at once (least recently used first out) */
+#define MINE_BIOS 65536
+
 /* Latency and queue depth (the first SLOT_DEVS traced devices: the rows of the arrays).
  * A request is timed from its issue to its completion (and, where block_rq_insert fires,
  * from its insertion to its issue), into log-linear histograms: below LAT_SUB ns a slot per

@@ -47,7 +47,8 @@
 // DONE_OPS, NESTED (1: count events skipped on a busy CPU, for kernels before 6.7), FILTER (1: only devices in
 // `devices` are counted), OWNERS (1: attribute bios to submitters), LATENCY (1: time the
 // requests and count the depth), FOCUS_BYTES (the request size whose latency is kept apart
-// from every other's).
+// from every other's), ONLY (iotune.h ONLY_*: count only the workload's or one cgroup's
+// requests, BTF programs only; with OWNERS) and ONLY_CGROUP_ID.
 //
 // Latency and depth (iotune.h): every request of a device with a row is timed from its issue
 // to its completion in `starts`, keyed by the request (BTF) or by (dev, sector) (classic
@@ -270,6 +271,26 @@ static __always_inline u32 rq_dev(char *rq)
     return disk_dev(FIELD(char *, FIELD(char *, rq, RQ_Q), Q_DISK));
 }
 
+#if ONLY
+/* with a filter (ONLY, ONLY_CGROUP_ID): the bios the workload or the cgroup submitted, by
+ * address, from block_bio_queue until the completion of the request they start */
+BPF_TABLE("lru_hash", u64, u8, mine_bios, MINE_BIOS);
+#endif
+
+/* with a filter: whether request *rq* is the workload's (its first bio was); *done*: its
+ * completion, which forgets the bio */
+static __always_inline bool passes(char *rq, bool done)
+{
+#if ONLY
+    u64 bio = (u64)FIELD(char *, rq, RQ_BIO);
+    if (!bio || !mine_bios.lookup(&bio))
+        return false;
+    if (done)
+        mine_bios.delete(&bio);
+#endif
+    return true;
+}
+
 /* the class blk_fill_rwbs() gives an op ("F" for a pre-flush flag aside): write zeroes,
  * like every op it names "N", are "other" */
 static __always_inline u32 req_class(u32 opf)
@@ -290,7 +311,7 @@ int btf__block_rq_issue(unsigned long long *ctx)
 {
     char *rq = (char *)ctx[0];
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (!row)
+    if (!row || !passes(rq, false))
         return 0;
     u32 op = req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), bytes = FIELD(u32, rq, RQ_DATA_LEN);
     bump(row, dev, op, bytes, 1, true);
@@ -314,7 +335,7 @@ int btf__block_rq_requeue(unsigned long long *ctx)
 {
     char *rq = (char *)ctx[0];
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (!row)
+    if (!row || !passes(rq, false))
         return 0;
     bump(row, dev, req_class(FIELD(u32, rq, RQ_CMD_FLAGS)), FIELD(u32, rq, RQ_DATA_LEN), (u64)-1,
          false);
@@ -418,7 +439,7 @@ int btf__block_rq_complete(unsigned long long *ctx)
 {
     char *rq = (char *)ctx[0];
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (row) {
+    if (row && passes(rq, true)) {
         u32 opf = FIELD(u32, rq, RQ_CMD_FLAGS);
         count_done(row, dev, req_class(opf), (u32)ctx[2] >> 9, FIELD(u64, rq, RQ_SECTOR), 0);
 #if TIMED
@@ -516,14 +537,26 @@ static __always_inline void count_bio(struct owner_key *k, u32 nr_sector)
 
 /* a bio of *dev* (bio_dev(): the whole disk's dev_t, the partition is remapped before
  * block_bio_queue fires), class *op*, *nr_sector* long, submitted by the current task */
-static __always_inline void on_bio(u32 dev, u32 op, u32 nr_sector)
+static __always_inline void on_bio(u32 dev, u32 op, u32 nr_sector, u64 bio)
 {
     u32 row = traced(dev);
     if (!row)
         return;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct owner_key k = {.dev = dev, .op = op};
+#if ONLY == ONLY_CGROUP
+    bool mine = bpf_get_current_cgroup_id() == ONLY_CGROUP_ID;
+#else
     bool mine = is_workload(tgid);
+#endif
+#if ONLY
+    /* a bio's address is reused: forget what it was before */
+    u8 one = 1;
+    if (mine)
+        mine_bios.update(&bio, &one);
+    else
+        mine_bios.delete(&bio);
+#endif
 #if SLOT_DEVS
     if (mine && row <= SLOT_DEVS) {
         /* the workload's bios: a plain array by device and op, as for the sizes */
@@ -551,14 +584,14 @@ int btf__block_bio_queue(unsigned long long *ctx)
     char *bio = (char *)ctx[0], *bdev = FIELD(char *, bio, BIO_BDEV);
     if (bdev)
         on_bio(disk_dev(FIELD(char *, bdev, BDEV_DISK)), req_class(FIELD(u32, bio, BIO_OPF)),
-               FIELD(u32, bio, BIO_SIZE) >> 9);
+               FIELD(u32, bio, BIO_SIZE) >> 9, (u64)bio);
     return 0;
 }
 #else
 TRACEPOINT_PROBE(block, block_bio_queue)
 {
     set_busy(1);
-    on_bio(args->dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector);
+    on_bio(args->dev, op_class(args->rwbs[0], args->rwbs[1]), args->nr_sector, 0);
     set_busy(0);
     return 0;
 }

@@ -46,6 +46,7 @@ struct blk_mq_hw_ctx {
 
 struct request {
     struct request_queue *q;
+    struct bio *bio;
     struct blk_mq_hw_ctx *mq_hctx;
     int tag;
     int internal_tag;
@@ -102,6 +103,9 @@ struct config {
     u32 devs[SLOT_DEVS];
     u32 focus;      /* the request size whose latency is kept apart (FOCUS_BYTES) */
     u32 latency;    /* 1: time the requests and count the depth (LATENCY) */
+    u32 only;       /* ONLY_*: count only the requests whose first bio was submitted so */
+    u32 pad;
+    u64 cgroup;     /* with ONLY_CGROUP: the cgroup v2 id (its directory's inode number) */
 };
 
 const volatile struct config cfg = {};
@@ -135,6 +139,9 @@ MAP(BPF_MAP_TYPE_ARRAY, inflight, u32, u64, 1, __uint(map_flags, BPF_F_MMAPABLE)
 MAP(BPF_MAP_TYPE_HASH, starts, struct start_key, struct start_val, START_MAX);
 MAP(BPF_MAP_TYPE_ARRAY, stamps, u32, struct stamp, STAMP_SLOTS);
 MAP(BPF_MAP_TYPE_ARRAY, qstamps, u32, struct qstamp, STAMP_SLOTS);
+/* with a filter (cfg.only): the bios submitted by the workload or its cgroup, by address,
+ * from block_bio_queue until the completion of the request they start */
+MAP(BPF_MAP_TYPE_LRU_HASH, mine_bios, u64, u8, MINE_BIOS);
 
 struct mine_cache {
     u32 tgid;
@@ -226,6 +233,23 @@ static __always_inline void add_at(void *map, u32 i, u64 delta)
     u64 *v = bpf_map_lookup_elem(map, &i);
     if (v)
         __sync_fetch_and_add(v, delta);
+}
+
+/* with a filter: whether request *rq* is the workload's (its first bio was); *done*: its
+ * completion, which forgets the bio */
+static __always_inline bool passes(struct request *rq, bool done)
+{
+    if (!cfg.only)
+        return true;
+    struct bio *bio = rq->bio;
+    if (!bio)
+        return false;
+    u64 key = (u64)bio;
+    if (!bpf_map_lookup_elem(&mine_bios, &key))
+        return false;
+    if (done)
+        bpf_map_delete_elem(&mine_bios, &key);
+    return true;
 }
 
 /* a request's name for its stamp (iotune.h stamp_name) */
@@ -346,7 +370,7 @@ int BPF_PROG(block_rq_issue, struct request *rq)
     if (bpf_core_field_offset(struct bio, bi_bdev) == 0xffffffff)
         return 0;
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (!row)
+    if (!row || !passes(rq, false))
         return 0;
     u32 op = req_class(rq->cmd_flags), bytes = rq->__data_len;
     bump(row, dev, op, bytes, 1, true);
@@ -370,7 +394,7 @@ SEC("tp_btf/block_rq_requeue")
 int BPF_PROG(block_rq_requeue, struct request *rq)
 {
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (!row)
+    if (!row || !passes(rq, false))
         return 0;
     bump(row, dev, req_class(rq->cmd_flags), rq->__data_len, (u64)-1, false);
     if (cfg.latency && row <= cfg.slot_devs)
@@ -421,7 +445,7 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
     u32 dev = rq_dev(rq), row = traced(dev);
-    if (!row)
+    if (!row || !passes(rq, true))
         return 0;
     count_done(row, dev, req_class(rq->cmd_flags), nr_bytes >> 9, rq->__sector);
     if (cfg.latency && row <= cfg.slot_devs)
@@ -463,7 +487,16 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
     u32 op = req_class(bio->bi_opf), nr_sector = bio->bi_iter.bi_size >> 9;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct owner_key k = {.dev = dev, .op = op};
-    bool mine = is_workload(tgid);
+    bool mine = cfg.only == ONLY_CGROUP ? bpf_get_current_cgroup_id() == cfg.cgroup
+                                        : is_workload(tgid);
+    if (cfg.only) { /* a bio's address is reused: forget what it was before */
+        u64 key = (u64)bio;
+        u8 one = 1;
+        if (mine)
+            bpf_map_update_elem(&mine_bios, &key, &one, BPF_ANY);
+        else
+            bpf_map_delete_elem(&mine_bios, &key);
+    }
     struct owner_val zero = {}, *val;
     if (mine && row <= cfg.slot_devs) {
         /* the workload's bios: a plain array by device and op, as for the sizes */

@@ -138,17 +138,35 @@ def _request(
     duration: float | None,
     command: tuple[str, ...],
     latency: bool = True,
+    pid: int | None = None,
+    cgroup: str | None = None,
 ) -> TraceRequest:
     """The drives and the backend, as a tracer's request; says on stderr what is traced."""
+    from iotune.trace import only
     from iotune.trace.runner import TraceRequest
     from iotune.trace.targets import select
 
+    if pid is not None and cgroup is not None:
+        raise UsageError("--pid and --cgroup are two filters: name one", hint="e.g. --pid 4242")
+    if pid is not None and command:
+        raise UsageError(
+            "--pid names a running process, not a COMMAND's",
+            hint="trace it with --duration S, or run the COMMAND under --cgroup PATH",
+        )
+    if pid is not None:
+        only.check_pid(pid)
+    if cgroup is not None:
+        only.cgroup_id(cgroup)
     targets = select(SysTree("/"), device_list, target)
     chosen = _backend(backend)
     out_dir = Path(out) if out else Path("results") / f"trace-{time.strftime('%Y%m%d-%H%M%S')}"
     if not STATE.json:
         what = " ".join(command) if command else f"{duration:g} s"
-        click.echo(f"iotune: tracing {', '.join(targets.disks)} ({chosen}) during {what}", err=True)
+        whose = f", only pid {pid}'s requests" if pid else ""
+        whose += f", only cgroup {cgroup}'s requests" if cgroup else ""
+        click.echo(
+            f"iotune: tracing {', '.join(targets.disks)} ({chosen}{whose}) during {what}", err=True
+        )
     return TraceRequest(
         targets=targets,
         backend=chosen,
@@ -159,6 +177,9 @@ def _request(
         command=list(command) or None,
         quiet_stdout=STATE.json,
         latency=latency,
+        only_pid=pid,
+        only_cgroup=cgroup,
+        meta={"only": only.describe(pid, cgroup)},
     )
 
 
@@ -205,6 +226,17 @@ def _request(
     help="Time each request (p50/p99 per drive and step) and count the drives' queue depth; "
     "--no-latency counts sizes only, at less cost per request.",
 )
+@click.option(
+    "--pid",
+    type=int,
+    help="Count only the requests of process PID and the processes it starts (a drive "
+    "shared with others; BTF tracepoints).",
+)
+@click.option(
+    "--cgroup",
+    metavar="PATH",
+    help="Count only the requests of the processes in the cgroup v2 at PATH.",
+)
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
 @click.option(
     "--run",
@@ -223,6 +255,8 @@ def trace_cmd(
     interval: float,
     backend: str,
     latency: bool,
+    pid: int | None,
+    cgroup: str | None,
     out: str | None,
     run_preset: str | None,
     command: tuple[str, ...],
@@ -263,10 +297,11 @@ def trace_cmd(
     custom = bool(run_kw.get("model") or run_kw.get("ds_config"))
     if run_preset or (custom and not command):
         workload = bool(command) or duration is not None or bool(device_list or target)
-        if not latency:
+        if not latency or pid is not None or cgroup is not None:
             raise UsageError(
-                "--no-latency is for a trace of drives or a command, not of --run",
-                hint="iotune trace --devices nvme0n1 --no-latency --duration 30",
+                "--no-latency, --pid and --cgroup are for a trace of drives or a command, "
+                "not of --run",
+                hint="iotune trace --devices nvme0n1 --pid 4242 --duration 30",
             )
         _trace_run(run_preset, workload, focus_size, interval, backend, out=out, **run_kw)
         return
@@ -281,7 +316,9 @@ def trace_cmd(
     focus = _workload_focus(run_kw, focus_size, interval, duration, command)
     if script is not None and not _given("focus_size"):
         focus = script.focus
-    req = _request(device_list, target, backend, focus, interval, out, duration, command, latency)
+    req = _request(
+        device_list, target, backend, focus, interval, out, duration, command, latency, pid, cgroup
+    )
     try:
         result = script.trace(req) if script is not None else Tracer(req).run()
     except KeyboardInterrupt:

@@ -119,14 +119,25 @@ def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
 
 
 def open_tracer(
-    backend: str, devs: list[int], owners: bool, focus: int, latency: bool = True
+    backend: str,
+    devs: list[int],
+    owners: bool,
+    focus: int,
+    latency: bool = True,
+    only: str | None = None,
+    cgroup: int = 0,
 ) -> Any:
     """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*; *focus*: the request
-    size whose latency it keeps apart; *latency* False: requests are not timed."""
+    size whose latency it keeps apart; *latency* False: requests are not timed; *only*
+    ("workload", "cgroup" with its id *cgroup*): only those requests are counted."""
     if backend == "libbpf":
         from iotune.trace.libbpf import LibbpfTracer
 
-        return LibbpfTracer(devs, owners=owners, focus=focus, latency=latency)
+        return LibbpfTracer(
+            devs, owners=owners, focus=focus, latency=latency, only=only, cgroup=cgroup
+        )
     from iotune.trace.bpf import ReqSizeTracer
 
-    return ReqSizeTracer(devs, owners=owners, focus=focus, latency=latency)
+    return ReqSizeTracer(
+        devs, owners=owners, focus=focus, latency=latency, only=only, cgroup=cgroup
+    )

@@ -40,6 +40,8 @@ DEPTH_SLOTS = 1024
 INFLIGHT_WORDS = 8
 #: the request size the tracers' latency keeps apart unless told otherwise (DeepSpeed's AIO)
 FOCUS_DEFAULT = 524288
+#: a filter (bpf/iotune.h ONLY_*): the workload's process tree, or one cgroup v2
+ONLY = {None: 0, "workload": 1, "cgroup": 2}
 
 
 class SizeKey(ctypes.Structure):  # struct size_key in bpf/iotune.h
@@ -271,7 +273,15 @@ class ReqSizeTracer(MapReader):
         btf: bool | None = None,
         focus: int = FOCUS_DEFAULT,
         latency: bool = True,
+        only: str | None = None,
+        cgroup: int = 0,
     ) -> None:
+        if only is not None:
+            # the filter reads the request's first bio: BTF programs only; the workload's
+            # set is the owners' machinery
+            if btf is False or nested:
+                raise ValueError("a filter needs the BTF programs")
+            btf, owners = True, True
         if btf and nested:
             raise ValueError("nested counting is done by the classic programs: not with btf=True")
         # before the programs attach: what runs between attaching and the first sample
@@ -299,6 +309,8 @@ class ReqSizeTracer(MapReader):
             f"-DOWNERS={1 if owners else 0}",
             f"-DFOCUS_BYTES={int(focus)}U",
             f"-DLATENCY={1 if latency else 0}",
+            f"-DONLY={ONLY[only]}",
+            f"-DONLY_CGROUP_ID={int(cgroup)}ULL",
         ]
         self.owners_enabled = owners
         self.latency_enabled = latency
@@ -320,6 +332,10 @@ class ReqSizeTracer(MapReader):
                 self.probes = "tp_btf"
             except (BtfError, IotuneError) as exc:
                 self.close()  # what attached before the failure
+                if only is not None:
+                    raise IotuneError(
+                        f"--pid and --cgroup need BTF tracepoint programs: {exc}", hint=HINT_DOCTOR
+                    ) from exc
                 if btf:
                     raise IotuneError(f"BTF tracepoints: {exc}", hint=HINT_DOCTOR) from exc
                 self.fallback = str(exc)

@@ -305,6 +305,7 @@ BTF_FIELDS = {
     "RQ_CMD_FLAGS": ("request", "cmd_flags"),
     "RQ_DATA_LEN": ("request", "__data_len"),
     "RQ_SECTOR": ("request", "__sector"),
+    "RQ_BIO": ("request", "bio"),
     "Q_DISK": ("request_queue", "disk"),
     "GD_MAJOR": ("gendisk", "major"),
     "GD_FIRST_MINOR": ("gendisk", "first_minor"),

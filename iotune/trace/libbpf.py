@@ -28,6 +28,7 @@ from iotune.trace.bpf import (
     FOCUS_DEFAULT,
     MAP_TYPES,
     NO_ROW,
+    ONLY,
     OWNER_OPS,
     SLOT_DEVS,
     SLOT_SECTORS,
@@ -52,6 +53,9 @@ class Config(ctypes.Structure):  # struct config in bpf/reqsize.core.bpf.c (its 
         ("devs", ctypes.c_uint32 * SLOT_DEVS),
         ("focus", ctypes.c_uint32),
         ("latency", ctypes.c_uint32),
+        ("only", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("cgroup", ctypes.c_uint64),
     ]
 
 
@@ -181,13 +185,18 @@ class LibbpfTracer(MapReader):
         owners: bool = False,
         focus: int = FOCUS_DEFAULT,
         latency: bool = True,
+        only: str | None = None,
+        cgroup: int = 0,
     ) -> None:
         import numpy  # noqa: F401 - before the attach, as the bcc tracer does
 
         so = lib()
         check_object()
+        # a filter reads the bios' submitters: the owners' programs
+        owners = owners or only is not None
         self.owners_enabled = owners
         self.latency_enabled = latency
+        self._only = (ONLY[only], int(cgroup))
         self.rows = list(devs or [])[:SLOT_DEVS]
         self._views = {}
         self._links: dict[str, Any] = {}  # label -> struct bpf_link * (None: switched off)
@@ -230,7 +239,12 @@ class LibbpfTracer(MapReader):
             if so.bpf_map__set_max_entries(self._map(so, name), max(1, size)) != 0:
                 raise _err(f"sizing {name}")
         cfg = Config(
-            slot_devs=n, filter=1 if devs else 0, focus=focus, latency=self.latency_enabled
+            slot_devs=n,
+            filter=1 if devs else 0,
+            focus=focus,
+            latency=self.latency_enabled,
+            only=self._only[0],
+            cgroup=self._only[1],
         )
         for i, d in enumerate(self.rows):
             cfg.devs[i] = d

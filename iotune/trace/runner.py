@@ -25,6 +25,7 @@ from iotune import proc
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import latency, model
+from iotune.trace import only as filt
 from iotune.trace.acks import AckSender
 from iotune.trace.backend import bpf_time, open_tracer, traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
@@ -61,6 +62,8 @@ class TraceRequest:
     # helper processes (ZenFlow's optimizer process) which must not outlive them
     own_group: bool = False
     latency: bool = True  # time each request and count the drives' depth
+    only_pid: int | None = None  # count only this process tree's requests (iotune.trace.only)
+    only_cgroup: str | None = None  # or only this cgroup v2's
 
 
 @dataclass
@@ -214,7 +217,13 @@ class Tracer:
             if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
                 devs = list(self.devs.values())
-                self.bpf = open_tracer(req.backend, devs, bool(req.command), req.focus, req.latency)
+                only = "workload" if req.only_pid else "cgroup" if req.only_cgroup else None
+                cg = filt.cgroup_id(req.only_cgroup) if req.only_cgroup else 0
+                self.bpf = open_tracer(
+                    req.backend, devs, bool(req.command), req.focus, req.latency, only, cg
+                )
+                for pid in filt.descendants(req.only_pid) if req.only_pid else []:
+                    self.bpf.add_workload(pid)
                 self.probes, self.probes_fallback = self.bpf.probes, self.bpf.fallback
             self.missed_start = self.bpf.misses() if self.bpf is not None else {}
             cpu0 = time.process_time()
@@ -355,6 +364,8 @@ class Tracer:
                     "exact": None,
                     "summary": "bio-based: requests are counted on its members",
                 }
+            elif req.only_pid or req.only_cgroup:
+                entry["check"] = filt.check(ops, kernel, req.only_pid, req.only_cgroup)
             elif traces_requests(req.backend):
                 done = {
                     op: (
