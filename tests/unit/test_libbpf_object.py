@@ -4,6 +4,7 @@ hash is not the sidecar's. The constants the programs and the readers share agre
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import re
 import shutil
@@ -49,5 +50,10 @@ def test_the_programs_and_the_readers_share_their_constants() -> None:
         assert int(defines[name], 0) == getattr(bpf, name), name
     fields = re.search(r"struct config \{(.*?)\};", src, re.S)
     assert fields is not None
-    members = re.findall(r"u32 (\w+)(?:\[(\w+)\])?;", fields.group(1))
-    assert [m for m, _ in members] == [f[0] for f in libbpf.Config._fields_]
+    members = re.findall(r"(u32|u64) (\w+)(?:\[(\w+)\])?;", fields.group(1))
+    assert [m for _, m, _ in members] == [f[0] for f in libbpf.Config._fields_]
+    # each member's width, as ctypes lays it out: the .rodata the loader checks by size
+    sizes = {"u32": 4, "u64": 8}
+    for (kind, name, count), field in zip(members, libbpf.Config._fields_, strict=True):
+        want = sizes[kind] * (getattr(bpf, count) if count else 1)
+        assert ctypes.sizeof(field[1]) == want, (name, field[0])
