@@ -107,7 +107,9 @@ def test_the_traced_counts_agree_with_the_kernel_on_both_volumes(saved: dict[str
     checks = {c["device"]: c for c in saved["first"]["diskstats_check"]}
     assert set(checks) == {saved["offload_dev"], saved["ck_dev"]}
     for c in checks.values():
-        assert c["summary"].startswith("exact"), c
+        # exact, or short only by completions the kernel counted that fired no event (its
+        # own loss on a loop device under load, 6.18: the issues add up, each request sized)
+        assert c["exact"] or (c["unseen_completions"] and c["summary"].startswith("consistent")), c
 
 
 def test_saves_leave_the_steps_io_as_modelled(saved: dict[str, Any]) -> None:
