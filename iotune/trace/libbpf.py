@@ -26,7 +26,6 @@ from iotune.trace.bpf import (
     BTF_EVENTS,
     DONE_OPS,
     FOCUS_DEFAULT,
-    MAP_TYPES,
     NO_ROW,
     ONLY,
     OWNER_OPS,
@@ -35,6 +34,7 @@ from iotune.trace.bpf import (
     MapReader,
     lat_arrays,
 )
+from iotune.trace.maps import MAP_TYPES
 
 log = logging.getLogger("iotune.trace")
 
