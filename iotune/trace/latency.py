@@ -52,13 +52,18 @@ def percentile(hist: Sequence[int] | Any, q: float) -> float | None:
     n = sum(counts)
     if not n:
         return None
-    rank = max(1, -(-round(q * n * 1000) // 100000))
+    return slot_value(rank_slot(counts, q))
+
+
+def rank_slot(counts: Sequence[int], q: float) -> int:
+    """The slot of a histogram (non-empty) that holds the request of rank ceil(q/100 x n)."""
+    rank = max(1, -(-round(q * sum(counts) * 1000) // 100000))
     seen = 0
     for slot, c in enumerate(counts):
         seen += c
         if seen >= rank:
-            return slot_value(slot)
-    return slot_value(len(counts) - 1)
+            return slot
+    return len(counts) - 1
 
 
 def sparse(hist: Sequence[int] | Any) -> dict[str, int]:
@@ -160,25 +165,14 @@ def interval(
         else {
             "issues": issued,
             "mean": round(sum(d * c for d, c in enumerate(depth)) / issued, 3),
-            "p50": _depth_rank(depth, 50.0),
-            "p99": _depth_rank(depth, 99.0),
+            "p50": rank_slot(depth, 50.0),
+            "p99": rank_slot(depth, 99.0),
             "max": max(d for d, c in enumerate(depth) if c),
             **({"histogram": sparse(depth)} if hist else {}),
         },
         "reissued": words[2],
     }
     return out
-
-
-def _depth_rank(depth: Sequence[int], q: float) -> int:
-    n = sum(depth)
-    rank = max(1, -(-round(q * n * 1000) // 100000))
-    seen = 0
-    for d, c in enumerate(depth):
-        seen += c
-        if seen >= rank:
-            return d
-    return len(depth) - 1
 
 
 def journal(lat: Mapping[int, Snapshot]) -> dict[str, Any]:
