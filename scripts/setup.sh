@@ -174,6 +174,6 @@ case "$mode" in
         exec iotune trace --run "$preset" --nvme-path "$nvme" "$@"
         ;;
     test)
-        exec "$venv/bin/python" -m pytest -m "unit or root or vm" "$@"
+        exec "$venv/bin/python" -m pytest -m "unit or root or vm" --durations=40 "$@"
         ;;
 esac
