@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from iotune import __version__
-from iotune.cli import devices, doctor, raid, report, study, sweep, trace, train
+from iotune.cli import ckpt_sweep, devices, doctor, raid, report, study, sweep, trace, train
 from iotune.cli.options import STATE
 from iotune.errors import IotuneError
 
@@ -74,6 +74,9 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
       iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
       iotune sweep-threads
                        CPU Adam step time over OpenMP threads
+      iotune sweep-checkpoint
+                       tune DeepSpeed's fast checkpoint writer on the checkpoint
+                       volume, against torch.save and the volume's ceiling
       iotune presets   the training experiments (1B-16B x offload strategy x
                        accumulation, and tiny CPU ones) with their estimated needs
       iotune estimate  NVMe space and bytes read/written per step, predicted
@@ -103,6 +106,7 @@ for _command in (
     raid.raid_group,
     sweep.sweep_aio,
     sweep.sweep_threads,
+    ckpt_sweep.sweep_checkpoint,
     trace.trace_cmd,
     train.presets_group,
     train.estimate_cmd,

@@ -29,7 +29,8 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         Path(name).unlink(missing_ok=True)
 
 
-def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
+    """The DeepSpeed config at *path* to merge into ({} where there is none yet)."""
     existing: dict[str, Any] = {}
     if path.exists():
         try:
@@ -42,7 +43,11 @@ def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(
                 f"{path} does not hold a JSON object", hint="a DeepSpeed config is an object"
             )
-    merged = merge_aio(existing, aio)
+    return existing
+
+
+def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:
+    merged = merge_aio(read_config(path), aio)
     report = validate(merged)
     if report["errors"]:
         raise IotuneError(

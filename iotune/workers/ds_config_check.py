@@ -1,6 +1,7 @@
 """Worker: read a DeepSpeed JSON config with DeepSpeed's own code and report what the runtime
 will use: the "aio" section through deepspeed.runtime.swap_tensor.aio_config.get_aio_config
-(which silently ignores unknown keys: reported as "ignored"), and "zero_optimization"
+(which silently ignores unknown keys: reported as "ignored"), "checkpoint.writer" through
+deepspeed.runtime.model_checkpointing.config, and "zero_optimization"
 through DeepSpeedZeroConfig (pydantic: wrong types and values are errors)."""
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
                 out["errors"].append(
                     f"aio.{k} = {v!r}: expected {type(AIO_DEFAULT_DICT[k]).__name__}"
                 )
+    writer = (cfg.get("checkpoint") or {}).get("writer")
+    if writer is not None:
+        from deepspeed.runtime.model_checkpointing.config import get_checkpoint_writer_config
+
+        try:
+            out["writer_used"] = get_checkpoint_writer_config(cfg["checkpoint"])
+        except AssertionError as exc:  # DeepSpeed checks the writer's values with assert
+            out["errors"].append(f"checkpoint.writer: {exc}")
     if "zero_optimization" in cfg:
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 

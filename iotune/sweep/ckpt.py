@@ -1,0 +1,294 @@
+"""`iotune sweep-checkpoint`: DeepSpeed's fast checkpoint writer (FastPersist) tuned on the
+checkpoint volume, against torch.save and the volume's own write ceiling.
+
+Each point is one real save: DeepSpeed's FastFileWriter (``deepspeed.io``, what the
+``fast`` and ``decoupled`` writers use) serialises a ZeRO-3 optimizer state of N
+parameters (the fp32 master and Adam's two moments, in sub-groups as ZeRO-3 keeps them:
+12 bytes a parameter) with ``torch.save`` into the volume, and the save ends with the
+writer's own fsync, so its time is the time to durability. The knobs are the writer's
+(``checkpoint.writer``: ``io_buffer_size``, ``io_buffer_double``) and the aio handle's it
+writes through (``aio``: ``block_size``, ``queue_depth``, ``intra_op_parallelism``). They are
+searched a knob at a time from DeepSpeed's defaults, each stage keeping the fastest save so
+far (a grid of them all would be hundreds of saves). ``torch.save`` of the same state is
+timed once, to its return (what the step waits for) and to its fsync (durable).
+
+The search is a pure function of the records so far (:func:`next_point`): a run that is
+interrupted resumes where it stopped (``--resume``). Pure, apart from the record files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from iotune.records import append_record, read_records
+from iotune.units import GIB, binary_size
+
+POINTS = "ckpt_points.jsonl"
+RESULT = "ckpt.json"
+#: what ZeRO-3 keeps per parameter of a rank's partition: fp32 master, exp_avg, exp_avg_sq
+STATE_BYTES_PER_PARAM = 12
+#: the share of the volume's write ceiling the tuned writer should reach
+GOAL_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One setting of the fast writer: its own two knobs and its aio handle's."""
+
+    io_buffer_size: int = 64 * 2**20  # CHECKPOINT_IO_BUFFER_SIZE_DEFAULT
+    io_buffer_double: bool = True
+    block_size: int = 2**20  # AIO_BLOCK_SIZE_DEFAULT
+    queue_depth: int = 8
+    threads: int = 1  # intra_op_parallelism
+    single_submit: bool = False
+    overlap_events: bool = True
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def writer_section(self) -> dict[str, Any]:
+        return {
+            "type": "fast",
+            "io_buffer_size": self.io_buffer_size,
+            "io_buffer_double": self.io_buffer_double,
+        }
+
+    def aio_section(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "queue_depth": self.queue_depth,
+            "intra_op_parallelism": self.threads,
+            "single_submit": self.single_submit,
+            "overlap_events": self.overlap_events,
+        }
+
+    def label(self) -> str:
+        buf = (
+            f"{binary_size(self.io_buffer_size)} {'double' if self.io_buffer_double else 'single'}"
+        )
+        return f"{buf}, {binary_size(self.block_size)} blocks, qd {self.queue_depth}, {self.threads} thread(s)"
+
+
+DEFAULTS = Knobs()
+#: the order the search takes the knobs in: the buffer first (it decides how much each
+#: drain gives the handle), then how the handle splits and queues it
+STAGES = ("io_buffer_size", "io_buffer_double", "block_size", "queue_depth", "threads")
+KNOB_WORDS = {
+    "io_buffer_size": "io_buffer_size",
+    "io_buffer_double": "io_buffer_double",
+    "block_size": "aio block_size",
+    "queue_depth": "aio queue_depth",
+    "threads": "aio intra_op_parallelism",
+}
+
+
+@dataclass(frozen=True)
+class Space:
+    io_buffer_size: tuple[int, ...] = (16 * 2**20, 64 * 2**20, 256 * 2**20, GIB)
+    io_buffer_double: tuple[bool, ...] = (True, False)
+    block_size: tuple[int, ...] = (256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20)
+    queue_depth: tuple[int, ...] = (8, 32, 128)
+    threads: tuple[int, ...] = (1, 4, 8)
+
+    def size(self) -> int:
+        """The most saves the search can take (fewer where a stage's value is the best's)."""
+        return 1 + sum(len(getattr(self, s)) - 1 for s in STAGES)
+
+    def to_json(self) -> dict[str, list[Any]]:
+        return {f.name: list(getattr(self, f.name)) for f in fields(self)}
+
+    @staticmethod
+    def from_json(d: dict[str, list[Any]]) -> Space:
+        return Space(**{k: tuple(v) for k, v in d.items()})
+
+
+def knobs_of(rec: dict[str, Any]) -> Knobs:
+    return Knobs(**{f.name: rec[f.name] for f in fields(Knobs)})
+
+
+def fast_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("writer") == "fast"]
+
+
+def fastest(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fast writer's save that was durable soonest, among those that succeeded."""
+    ok = [r for r in fast_records(records) if r.get("status") == "ok"]
+    return min(ok, key=lambda r: r["durable_s"]) if ok else None
+
+
+def next_point(space: Space, records: Sequence[dict[str, Any]]) -> tuple[str, Knobs] | None:
+    """The next save to time, and the stage it belongs to; None when the search is done.
+
+    DeepSpeed's defaults first; then, knob by knob in STAGES' order, each value of the
+    space on the fastest save so far."""
+    fast = fast_records(records)
+    done = {r["key"] for r in fast}
+    if DEFAULTS.key() not in done:
+        return "default", DEFAULTS
+    for i, stage in enumerate(STAGES):
+        # the fastest of the stages before this one: a later stage's find does not reopen it
+        best = fastest([r for r in fast if r.get("stage") in ("default", *STAGES[:i])])
+        base = knobs_of(best) if best is not None else DEFAULTS
+        for value in getattr(space, stage):
+            k = replace(base, **{stage: value})
+            if k.key() not in done:
+                return stage, k
+    return None
+
+
+def run_search(
+    space: Space,
+    records: list[dict[str, Any]],
+    measure: Callable[[str, Knobs], dict[str, Any]],
+    out: Path,
+    on_point: Callable[[dict[str, Any], int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Time saves until :func:`next_point` has none left; each record is appended to
+    OUT/ckpt_points.jsonl as soon as it exists (an interrupt loses none)."""
+    while (nxt := next_point(space, records)) is not None:
+        stage, k = nxt
+        rec = {"writer": "fast", "stage": stage, "key": k.key(), **asdict(k), **measure(stage, k)}
+        append_record(out / POINTS, rec)
+        records.append(rec)
+        if on_point:
+            on_point(rec, len(fast_records(records)))
+    return records
+
+
+def load_points(out: Path) -> list[dict[str, Any]]:
+    return list(read_records(out / POINTS)) if (out / POINTS).exists() else []
+
+
+def _rate(rec: dict[str, Any] | None) -> float | None:
+    if rec is None or rec.get("status") != "ok" or not rec.get("durable_s"):
+        return None
+    return float(rec["bytes"]) / float(rec["durable_s"])
+
+
+def stage_gains(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stage that moved the best: the knob, from and to, and the speed-up it gave
+    (the stage's fastest save against the fastest before it)."""
+    out = []
+    seen: list[dict[str, Any]] = []
+    for stage in ("default", *STAGES):
+        before = fastest(seen)
+        seen += [r for r in fast_records(records) if r.get("stage") == stage]
+        after = fastest(seen)
+        if stage == "default" or before is None or after is None or after is before:
+            continue
+        if after[stage] != before[stage]:
+            out.append(
+                {
+                    "knob": stage,
+                    "from": before[stage],
+                    "to": after[stage],
+                    "speedup": before["durable_s"] / after["durable_s"],
+                }
+            )
+    return out
+
+
+def _value(knob: str, v: Any) -> str:
+    if knob in ("io_buffer_size", "block_size"):
+        return binary_size(int(v))
+    if knob == "io_buffer_double":
+        return "double" if v else "single"
+    return str(v)
+
+
+def why_default(default: dict[str, Any], ceiling: float | None) -> str:
+    """Where DeepSpeed's default setting spent its save: filling the pinned buffer (a copy
+    in memory) or waiting on the drive (the handle's writes), from the writer's own
+    statistics."""
+    total = float(default["durable_s"])
+    fill, wait = float(default.get("fill_s") or 0.0), float(default.get("aio_write_s") or 0.0)
+    k = knobs_of(default)
+    inflight = k.queue_depth * k.threads
+    text = (
+        f"the default spent {fill:.2f} s of its {total:.2f} s filling its "
+        f"{_value('io_buffer_size', k.io_buffer_size)} buffer, {wait:.2f} s waiting on "
+        f"writes of {binary_size(k.block_size)} blocks with at most {inflight} in flight, and "
+        f"{max(0.0, total - fill - wait):.2f} s in torch.save's own serialization (pickling "
+        "and the zip records' CRC32), which no knob of the writer shortens"
+    )
+    rate = _rate(default)
+    if ceiling and rate:
+        text += f"; it reached {100 * rate / ceiling:.0f}% of the volume's write ceiling"
+    return text
+
+
+def summarize(records: Sequence[dict[str, Any]], ceiling: dict[str, Any] | None) -> dict[str, Any]:
+    """The result: the default, the best, torch.save, the goal, and why in words."""
+    fast = fast_records(records)
+    default = next((r for r in fast if r["key"] == DEFAULTS.key()), None)
+    best = fastest(records)
+    torch_rec = next((r for r in records if r.get("writer") == "torch"), None)
+    ceil_bw = float(ceiling["bw_bytes_s"]) if ceiling and ceiling.get("bw_bytes_s") else None
+    lines: list[str] = []
+    if default is not None and default.get("status") == "ok":
+        lines.append(why_default(default, ceil_bw))
+    gains = stage_gains(records)
+    for g in gains:
+        lines.append(
+            f"{KNOB_WORDS[g['knob']]} {_value(g['knob'], g['from'])} -> "
+            f"{_value(g['knob'], g['to'])}: {g['speedup']:.2f}x faster to durable"
+        )
+    if best is not None and not gains:
+        lines.append("no knob beat DeepSpeed's defaults on this volume")
+    best_bw = _rate(best)
+    share = best_bw / ceil_bw if best_bw and ceil_bw else None
+    torch_ok = torch_rec is not None and torch_rec.get("status") == "ok"
+    goal: dict[str, Any] = {
+        "share_of_ceiling": None if share is None else round(share, 4),
+        "share_target": GOAL_SHARE,
+        "beats_torch_to_durable": (
+            best["durable_s"] < torch_rec["durable_s"] if best and torch_rec and torch_ok else None
+        ),
+    }
+    goal["met"] = bool(share is not None and share >= GOAL_SHARE and goal["beats_torch_to_durable"])
+    if best is not None and torch_ok and torch_rec is not None:
+        lines.append(
+            f"torch.save: the step waits {torch_rec['blocked_s']:.2f} s, durable at "
+            f"{torch_rec['durable_s']:.2f} s; the tuned fast writer: durable at "
+            f"{best['durable_s']:.2f} s (the step waits for all of it)"
+        )
+    return {
+        "default": default,
+        "best": best,
+        "torch": torch_rec,
+        "ceiling": ceiling,
+        "gains": gains,
+        "goal": goal,
+        "why": lines,
+        "config": (
+            {
+                "checkpoint": {"writer": knobs_of(best).writer_section()},
+                "aio": knobs_of(best).aio_section(),
+            }
+            if best is not None
+            else None
+        ),
+    }
+
+
+def merge_checkpoint(existing: dict[str, Any], best: Knobs) -> tuple[dict[str, Any], str | None]:
+    """*existing* with the tuned writer in its ``checkpoint.writer`` (other keys kept, a
+    ``decoupled`` setting too) and the tuned aio handle in ``aio`` where it has none. The
+    offload's swaps read the same ``aio`` section: one already there is kept, and the note
+    says what the writer would have had."""
+    merged: dict[str, Any] = json.loads(json.dumps(existing))
+    ck = merged.setdefault("checkpoint", {})
+    ck["writer"] = {**(ck.get("writer") or {}), **best.writer_section()}
+    note = None
+    if "aio" in merged and merged["aio"] != best.aio_section():
+        note = (
+            f"kept the config's \"aio\" section, which the offload's swaps read too; the "
+            f"writer's best was {json.dumps(best.aio_section())}"
+        )
+    else:
+        merged["aio"] = best.aio_section()
+    return merged, note
