@@ -86,11 +86,12 @@ def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> di
             f"--aio-config {aio_config} has no write point",
             hint="a sweep-aio run with --ops write (or read,write) on the checkpoint volume",
         )
+    keep = ("block_size", "queue_depth", "threads", "io_size", "bw_bytes_s")
     return {
         "status": "ok",
         "bw_bytes_s": best["bw_bytes_s"],
         "source": f"sweep-aio {aio_config}",
-        "best": best,
+        "best": {k: best.get(k) for k in keep},
     }
 
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU tier: `iotune sweep-checkpoint` on the GPU machine's disk, with DeepSpeed's own writer
+# factory (its buffer pinned by CUDA), in one call of at most 10 minutes. From the repository
+# root with .whl/, .debs/ and .bpf/ carried (benchmarks/gpu_carry.sh fills them):
+#     . benchmarks/gpu_env.sh; . benchmarks/gpu_libbpf.sh; bash benchmarks/gpu_ckpt_sweep.sh
+# First the volume's swept write bandwidth (`sweep-aio --ops write --no-fio`: this machine has
+# no fio), then the writer's search for PARAMS (default 1B: the 1B preset's optimizer state,
+# 12 GB) with that sweep as its ceiling, its best merged into a DeepSpeed config.
+# $OUT gets ckpt_sweep.tgz: both runs' records, their JSON and output.
+set -u
+params="${PARAMS:-1B}"
+out=/tmp/gpu-res/ckpt_sweep
+trap 'tar czf "${OUT:-/tmp}/ckpt_sweep.tgz" -C /tmp/gpu-res ckpt_sweep' EXIT
+ck=/var/tmp/ckpt
+mkdir -p "$out" "$ck"
+export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda
+start=$SECONDS
+iot() { python3 -m iotune "$@"; }
+{
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    nproc; free -g | head -2; lsblk -d -o NAME,SIZE,ROTA,MODEL; uname -r; df -h /var/tmp
+    cat /sys/block/vda/queue/scheduler /sys/block/vda/queue/max_sectors_kb
+} > "$out/machine.txt" 2>&1
+python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder; AsyncIOBuilder().load()
+from deepspeed.ops.op_builder.utils import UtilsBuilder; UtilsBuilder().load()' > "$out/build.txt" 2>&1
+echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
+iot --json sweep-aio --target "$ck" --ops write --no-fio --strategy grid --block-size 1M,8M \
+    --queue-depth 32,128 --threads 1,8 --single-submit false --overlap-events true \
+    --io-size 2G --repeats 2 --out "$out/aio" > "$out/aio.json" 2> "$out/aio.err"
+echo "=== sweep-aio: exit $? at $((SECONDS - start)) s" >&2
+echo '{"train_micro_batch_size_per_gpu": 1}' > "$out/ds_config.json"
+iot sweep-checkpoint --target "$ck" --params "$params" --aio-config "$out/aio" \
+    --out "$out/ckpt" --write-config "$out/ds_config.json" > "$out/ckpt.txt" 2> "$out/ckpt.err"
+echo "=== sweep-checkpoint: exit $? at $((SECONDS - start)) s" >&2
+cat "$out/ckpt.txt" >&2
+tail -5 "$out/ckpt.err" >&2
