@@ -7,8 +7,9 @@ parameters (the fp32 master and Adam's two moments, in sub-groups as ZeRO-3 keep
 12 bytes a parameter) with ``torch.save`` into the volume, and the save ends with the
 writer's own fsync, so its time is the time to durability. The knobs are the writer's
 (``checkpoint.writer``: ``io_buffer_size``, ``io_buffer_double``) and the aio handle's it
-writes through (``aio``: ``block_size``, ``queue_depth``, ``intra_op_parallelism``). They are
-searched a knob at a time from DeepSpeed's defaults, each stage keeping the fastest save so
+writes through (``aio``: ``block_size``, ``queue_depth``, ``intra_op_parallelism``), and
+torch.save's own CRC32 of every zip record, which the writer cannot skip but a training
+script can (``torch.serialization.set_crc32_options(False)``). They are searched a knob at a time from DeepSpeed's defaults, each stage keeping the fastest save so
 far (a grid of them all would be hundreds of saves). ``torch.save`` of the same state is
 timed once, to its return (what the step waits for) and to its fsync (durable).
 
@@ -39,6 +40,9 @@ GOAL_SHARE = 0.8
 class Knobs:
     """One setting of the fast writer: its own two knobs and its aio handle's."""
 
+    crc32: bool = (
+        True  # torch.save's CRC32 of each zip record (torch.serialization.set_crc32_options)
+    )
     io_buffer_size: int = 64 * 2**20  # CHECKPOINT_IO_BUFFER_SIZE_DEFAULT
     io_buffer_double: bool = True
     block_size: int = 2**20  # AIO_BLOCK_SIZE_DEFAULT
@@ -70,14 +74,16 @@ class Knobs:
         buf = (
             f"{binary_size(self.io_buffer_size)} {'double' if self.io_buffer_double else 'single'}"
         )
-        return f"{buf}, {binary_size(self.block_size)} blocks, qd {self.queue_depth}, {self.threads} thread(s)"
+        crc = "" if self.crc32 else ", no CRC32"
+        return f"{buf}, {binary_size(self.block_size)} blocks, qd {self.queue_depth}, {self.threads} thread(s){crc}"
 
 
 DEFAULTS = Knobs()
 #: the order the search takes the knobs in: the buffer first (it decides how much each
 #: drain gives the handle), then how the handle splits and queues it
-STAGES = ("io_buffer_size", "io_buffer_double", "block_size", "queue_depth", "threads")
+STAGES = ("crc32", "io_buffer_size", "io_buffer_double", "block_size", "queue_depth", "threads")
 KNOB_WORDS = {
+    "crc32": "torch.save's CRC32",
     "io_buffer_size": "io_buffer_size",
     "io_buffer_double": "io_buffer_double",
     "block_size": "aio block_size",
@@ -88,6 +94,7 @@ KNOB_WORDS = {
 
 @dataclass(frozen=True)
 class Space:
+    crc32: tuple[bool, ...] = (True, False)
     io_buffer_size: tuple[int, ...] = (16 * 2**20, 64 * 2**20, 256 * 2**20, GIB)
     io_buffer_double: tuple[bool, ...] = (True, False)
     block_size: tuple[int, ...] = (256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20)
@@ -197,6 +204,8 @@ def _value(knob: str, v: Any) -> str:
         return binary_size(int(v))
     if knob == "io_buffer_double":
         return "double" if v else "single"
+    if knob == "crc32":
+        return "on" if v else "off"
     return str(v)
 
 
@@ -272,6 +281,7 @@ def summarize(records: Sequence[dict[str, Any]], ceiling: dict[str, Any] | None)
             if best is not None
             else None
         ),
+        "script": crc_advice(best),
     }
 
 
@@ -292,3 +302,15 @@ def merge_checkpoint(existing: dict[str, Any], best: Knobs) -> tuple[dict[str, A
     else:
         merged["aio"] = best.aio_section()
     return merged, note
+
+
+def crc_advice(best: dict[str, Any] | None) -> str | None:
+    """What the training script must do for the best save, where DeepSpeed's config cannot
+    say it: torch.save's CRC32 off."""
+    if best is None or best.get("crc32", True):
+        return None
+    return (
+        "torch.serialization.set_crc32_options(False) in the training script before its saves "
+        "(torch 2.6 and newer; DeepSpeed's config has no key for it, and torch.load reads "
+        "such files)"
+    )

@@ -28,6 +28,7 @@ def points_table(result: dict[str, Any]) -> Table:
     )
     for col in (
         "STAGE",
+        "CRC32",
         "BUFFER",
         "BLOCK",
         "QD",
@@ -47,6 +48,7 @@ def points_table(result: dict[str, Any]) -> Table:
         rate = r["bytes"] / r["durable_s"] if ok else None
         t.add_row(
             r["stage"],
+            "on" if k.crc32 else "off",
             f"{binary_size(k.io_buffer_size)} {'x2' if k.io_buffer_double else 'x1'}",
             binary_size(k.block_size),
             str(k.queue_depth),
@@ -90,6 +92,8 @@ def print_result(con: Console, result: dict[str, Any]) -> None:
                 f"torch.save): {verdict}, {100 * goal['share_of_ceiling']:.0f}% of the ceiling",
                 soft_wrap=True,
             )
+    if result.get("script"):
+        con.print(f"  and {result['script']}", soft_wrap=True)
     written = result.get("written")
     if written:
         con.print(f"  wrote the writer into {written['path']}")

@@ -166,6 +166,13 @@ def save(p: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         else:
             from deepspeed.io.constants import AIO_FILL_BUFFER_SEC_KEY, AIO_WRITE_SEC_KEY
 
+            crc = getattr(torch.serialization, "set_crc32_options", None)
+            if crc is not None:
+                crc(bool(p.get("crc32", True)))
+            elif not p.get("crc32", True):
+                raise RuntimeError(
+                    f"torch {torch.__version__} always computes the CRC32 (2.6 can skip it)"
+                )
             writer, release, pinned = _fast_writer(p, path)
             released = False
             try:

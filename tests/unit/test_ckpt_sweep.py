@@ -27,10 +27,11 @@ SPACE = Space(
 
 
 def drive(k: Knobs) -> float:
-    """A made-up volume: bigger buffers and more in flight help, a single buffer hurts."""
+    """A made-up volume: bigger buffers, more in flight and no CRC32 help, a single buffer
+    hurts."""
     inflight = min(k.queue_depth * k.threads, 32)
     t: float = 10.0 / (1 + k.io_buffer_size / (256 << 20)) / (inflight / 8) ** 0.5
-    return t * (1.0 if k.io_buffer_double else 1.6)
+    return t * (1.0 if k.io_buffer_double else 1.6) * (1.0 if k.crc32 else 0.7)
 
 
 def measure(stage: str, k: Knobs) -> dict[str, Any]:
@@ -59,7 +60,9 @@ def test_the_search_starts_at_deepspeeds_defaults_and_keeps_the_fastest_per_knob
     assert len({r["key"] for r in recs}) == len(recs)
     best = ckpt.fastest(recs)
     assert best is not None
-    want = Knobs(io_buffer_size=256 << 20, io_buffer_double=True, queue_depth=32, threads=1)
+    want = Knobs(
+        crc32=False, io_buffer_size=256 << 20, io_buffer_double=True, queue_depth=32, threads=1
+    )
     assert ckpt.knobs_of(best) == replace(DEFAULTS, **{k: v for k, v in asdict(want).items()})
     # the fastest of all the saves, and no knob of its stage faster
     assert best["durable_s"] == min(r["durable_s"] for r in recs)
@@ -99,14 +102,16 @@ def test_the_result_names_each_knob_that_helped_and_the_goal(tmp_path: Path) -> 
     ceiling = {"bw_bytes_s": 12_000_000 / 4.0}
     res = ckpt.summarize(recs, ceiling)
     knobs = [g["knob"] for g in res["gains"]]
-    assert knobs == ["io_buffer_size", "queue_depth"]
+    assert knobs == ["crc32", "io_buffer_size", "queue_depth"]
     assert all(g["speedup"] > 1 for g in res["gains"])
     assert res["why"][0].startswith(
         "the default spent 0.80 s of its 8.00 s filling its 64 MiB buffer, 4.80 s waiting on "
         "writes of 1 MiB blocks with at most 8 in flight, and 2.40 s in torch.save's own"
     )
     assert res["why"][0].endswith("it reached 50% of the volume's write ceiling")
-    assert "io_buffer_size 64 MiB -> 256 MiB" in res["why"][1]
+    assert res["why"][1] == "torch.save's CRC32 on -> off: 1.43x faster to durable"
+    assert "io_buffer_size 64 MiB -> 256 MiB" in res["why"][2]
+    assert res["script"] is not None and "set_crc32_options(False)" in res["script"]
     best_s = res["best"]["durable_s"]
     assert res["goal"]["share_of_ceiling"] == pytest.approx(4.0 / best_s, rel=1e-3)
     assert res["goal"]["beats_torch_to_durable"] is (best_s < 6.0)
