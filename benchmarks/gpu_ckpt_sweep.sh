@@ -8,10 +8,12 @@
 # 12 GB) with that sweep as its ceiling, its best merged into a DeepSpeed config.
 # GRID: sweep-checkpoint's knob options (default: its own); the search stops after
 # CKPT_TIMEOUT seconds (default 420, so that the call returns its records: --resume goes on).
-# $OUT/ckpt_sweep gets both runs' records, their JSON and output.
+# $OUT gets ckpt_sweep.tgz: both runs' records, their JSON and output (one file: a call
+# returns only so many).
 set -u
 params="${PARAMS:-1B}"
-out="${OUT:-/tmp}/ckpt_sweep"
+out=/tmp/gpu-res/ckpt_sweep
+trap 'tar czf "${OUT:-/tmp}/ckpt_sweep.tgz" -C /tmp/gpu-res ckpt_sweep' EXIT
 ck=/var/tmp/ckpt
 mkdir -p "$out" "$ck"
 export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda

@@ -259,6 +259,16 @@ def summarize(records: Sequence[dict[str, Any]], ceiling: dict[str, Any] | None)
         ),
     }
     goal["met"] = bool(share is not None and share >= GOAL_SHARE and goal["beats_torch_to_durable"])
+    if best is not None and ceil_bw and best.get("aio_write_s"):
+        writing = float(best["bytes"]) / float(best["aio_write_s"])
+        serial = (
+            float(best["durable_s"]) - float(best["aio_write_s"]) - float(best.get("fill_s") or 0.0)
+        )
+        lines.append(
+            f"the best's writes alone ran at {100 * writing / ceil_bw:.0f}% of the ceiling; "
+            f"{serial:.2f} s of its save is torch.save's work between the writes, which the "
+            "writer does not overlap"
+        )
     if best is not None and torch_ok and torch_rec is not None:
         lines.append(
             f"torch.save: the step waits {torch_rec['blocked_s']:.2f} s, durable at "
