@@ -221,8 +221,8 @@ def why_default(default: dict[str, Any], ceiling: float | None) -> str:
         f"the default spent {fill:.2f} s of its {total:.2f} s filling its "
         f"{_value('io_buffer_size', k.io_buffer_size)} buffer, {wait:.2f} s waiting on "
         f"writes of {binary_size(k.block_size)} blocks with at most {inflight} in flight, and "
-        f"{max(0.0, total - fill - wait):.2f} s in torch.save's own serialization (pickling "
-        "and the zip records' CRC32), which no knob of the writer shortens"
+        f"{max(0.0, total - fill - wait):.2f} s in torch.save's own work between the writes "
+        "(pickling, and the zip records' CRC32 while it is on)"
     )
     rate = _rate(default)
     if ceiling and rate:
