@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -175,6 +176,13 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     help="The checkpoint array's RAID level.",
 )
 @click.option(
+    "--checkpoint-sweep",
+    metavar="RUN",
+    type=click.Path(),
+    help="A sweep-checkpoint run of the checkpoint volume: each writer's save on it "
+    "(torch, fast with DeepSpeed's defaults and tuned, decoupled).",
+)
+@click.option(
     "--checkpoint-share",
     default="5%",
     show_default=True,
@@ -204,6 +212,7 @@ def estimate_cmd(
     checkpoint_drive: str | None,
     checkpoint_level: str,
     checkpoint_share: str,
+    checkpoint_sweep: str | None,
 ) -> None:
     """Predict NVMe space and bytes read/written per step for PRESET, from DeepSpeed's swap logic.
 
@@ -278,7 +287,13 @@ def estimate_cmd(
             chunk=chunk,
         )
     ckp = None
+    if checkpoint_sweep and checkpoint_every is None:
+        raise UsageError(
+            "--checkpoint-sweep plans checkpoints, and --checkpoint-every says how often",
+            hint="--checkpoint-every 100 --checkpoint-sweep RUN",
+        )
     if checkpoint_every is not None:
+        from iotune.sweep.ckpt import load_result
         from iotune.train.checkpoint import save_volume
         from iotune.train.ckplan import checkpoint_plan, parse_share
         from iotune.train.datasheet import parse_drive
@@ -296,6 +311,7 @@ def estimate_cmd(
             checkpoint_every,
             int(checkpoint_level),
             target_share,
+            load_result(Path(checkpoint_sweep)) if checkpoint_sweep else None,
         )
     if STATE.json:
         emit_json(

@@ -324,3 +324,23 @@ def crc_advice(best: dict[str, Any] | None) -> str | None:
         "(torch 2.6 and newer; DeepSpeed's config has no key for it, and torch.load reads "
         "such files)"
     )
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    """A sweep-checkpoint run's result (RUN/ckpt.json), for ``estimate --checkpoint-sweep``."""
+    from iotune.errors import UsageError
+
+    f = path / RESULT if path.is_dir() else path
+    try:
+        doc: dict[str, Any] = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"{path} holds no sweep-checkpoint result ({f.name}: {getattr(exc, 'strerror', None) or exc})",
+            hint="the run directory of 'iotune sweep-checkpoint' (its --out)",
+        ) from exc
+    if not doc.get("best"):
+        raise UsageError(
+            f"the sweep-checkpoint run {path} has no successful save of the fast writer",
+            hint="run it again (--resume), or on another volume",
+        )
+    return doc

@@ -134,6 +134,63 @@ def narrowest(plans: list[SavePlan], share: float) -> tuple[SavePlan | None, str
     )
 
 
+def writer_rows(
+    save_bytes: float,
+    on_nvme: bool,
+    every: int,
+    step_s: float,
+    sweep: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """Each DeepSpeed writer's save of *save_bytes* every *every* steps on the checkpoint
+    volume that *sweep* (``iotune sweep-checkpoint``'s result) measured: what the step
+    waits for, when the save is durable, and the share of the training the waits take.
+    Its per-byte times are scaled to this save. ``torch``: torch.save returns before its
+    writeback ends; ``fast``: the writer ends with its fsync, with DeepSpeed's defaults and
+    with the sweep's best; ``decoupled``: the best's save in a process of its own, which the
+    step waits for only when the next save comes before it is durable. With the optimizer
+    state on NVMe every writer copies the swap files, and none is planned apart (None)."""
+    if on_nvme or sweep is None:
+        return []
+    interval = every * step_s
+    per = save_bytes
+
+    def scaled(rec: dict[str, Any] | None, key: str) -> float | None:
+        if not rec or rec.get("status") != "ok" or not rec.get("bytes"):
+            return None
+        return float(rec[key]) * per / float(rec["bytes"])
+
+    rows = []
+    torch_rec, default, best = sweep.get("torch"), sweep.get("default"), sweep.get("best")
+    for writer, rec, how in (
+        ("torch", torch_rec, "torch.save, DeepSpeed's default"),
+        ("fast", default, "FastPersist with DeepSpeed's defaults"),
+        ("fast", best, "FastPersist as tuned (" + _label(best) + ")"),
+        ("decoupled", best, "FastPersist as tuned, in its own process"),
+    ):
+        durable = scaled(rec, "durable_s")
+        waits = scaled(rec, "blocked_s")
+        if durable is None or waits is None:
+            continue
+        if writer == "decoupled":
+            waits = max(0.0, durable - interval)
+        rows.append(
+            {
+                "writer": writer,
+                "how": how,
+                "waits_s": round(waits, 3),
+                "durable_s": round(durable, 3),
+                "share": round(waits / (interval + waits), 4),
+            }
+        )
+    return rows
+
+
+def _label(best: dict[str, Any] | None) -> str:
+    from iotune.sweep.ckpt import knobs_of
+
+    return knobs_of(best).label() if best else "-"
+
+
 def checkpoint_plan(
     save_bytes: float,
     on_nvme: bool,
@@ -144,14 +201,18 @@ def checkpoint_plan(
     every: int,
     level: int,
     share: float,
+    sweep: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``estimate --checkpoint-every``: the offload side from the drives plan (its
     --target-step answer, else its widest RAID0) or the prediction on the swept or run
-    volume; the checkpoint side from *drive*'s datasheet, derated as the plan derates."""
-    if drive is None:
+    volume; the checkpoint side from *drive*'s datasheet, derated as the plan derates, and
+    each writer on the volume *sweep* measured (:func:`writer_rows`)."""
+    if drive is None and sweep is None:
         raise UsageError(
-            "--checkpoint-every needs the checkpoint drives: their datasheet",
-            hint="--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives)",
+            "--checkpoint-every needs the checkpoint drives: their datasheet, or a sweep of "
+            "the checkpoint volume",
+            hint="--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives), "
+            "or --checkpoint-sweep RUN (iotune sweep-checkpoint)",
         )
     derate = 1.0
     if plan is not None:
@@ -168,8 +229,22 @@ def checkpoint_plan(
             "--checkpoint-every needs the step's time, which nothing given predicts",
             hint="add --baseline RUN (a run of this model), with --drive SPEC or --aio-config SWEEP",
         )
-    plans = plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate)
+    writers = writer_rows(save_bytes, on_nvme, every, step_s, sweep)
+    plans = (
+        plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate)
+        if drive is not None
+        else []
+    )
     best, answer = narrowest(plans, share)
+    if drive is None:
+        fit = [w for w in writers if w["share"] <= share]
+        answer = (
+            f"on the swept volume, {', '.join(sorted({w['writer'] for w in fit}))} keep(s) a save "
+            f"every {every} step(s) under {100 * share:g}% of the training"
+            if fit
+            else f"no writer keeps a save every {every} step(s) under {100 * share:g}% on the "
+            "swept volume: save less often, or plan a wider array (--checkpoint-drive)"
+        )
     return {
         "save_bytes": round(save_bytes),
         "every": every,
@@ -177,7 +252,17 @@ def checkpoint_plan(
         "step_s": round(step_s, 3),
         "offload": offload,
         "offload_read_bytes_s": round(read) if on_nvme and read else None,
-        "drive": drive.to_json(),
+        "drive": drive.to_json() if drive is not None else None,
+        "writers": writers,
+        "writers_volume": (sweep or {}).get("target"),
+        "writers_note": (
+            "with the optimizer state on NVMe every writer copies the swap files "
+            "(shutil.copytree): the writer only writes the small files beside them"
+            if on_nvme
+            else None
+            if sweep is not None
+            else "each writer: --checkpoint-sweep RUN (iotune sweep-checkpoint on the checkpoint volume)"
+        ),
         "write_derate": derate,
         "plans": [pl.to_json() for pl in plans],
         "share_target": share,

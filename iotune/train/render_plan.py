@@ -305,28 +305,50 @@ def _print_endurance(con: Console, plan: dict[str, Any]) -> None:
 
 
 def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
-    """estimate --checkpoint-every: a save's time and share on each width, and the answer."""
-    t = Table(
-        box=None,
-        pad_edge=False,
-        header_style="bold",
-        title=f"a save every {ck['every']} step(s) on a {ck['level'].upper()} of W drives "
-        f"(GiB = 2^30 bytes)",
-    )
-    for col in ("W", "MEMBER GiB", "READ s", "WRITE s", "SAVE s", "BOUND BY", "SHARE"):
-        t.add_column(col, justify="left" if col == "BOUND BY" else "right")
-    for r in ck["plans"]:
-        t.add_row(
-            str(r["width"]),
-            f"{r['member_write_bytes'] / GIB:.2f}",
-            "-" if r["read_s"] is None else f"{r['read_s']:.2f}",
-            f"{r['write_s']:.2f}",
-            f"{r['save_s']:.2f}",
-            r["bound_by"],
-            f"{100 * r['share']:.1f}%",
+    """estimate --checkpoint-every: a save's time and share on each width, each writer's
+    on the swept volume, and the answer."""
+    if ck["plans"]:
+        t = Table(
+            box=None,
+            pad_edge=False,
+            header_style="bold",
+            title=f"a save every {ck['every']} step(s) on a {ck['level'].upper()} of W drives "
+            f"(GiB = 2^30 bytes)",
         )
-    con.print(t)
+        for col in ("W", "MEMBER GiB", "READ s", "WRITE s", "SAVE s", "BOUND BY", "SHARE"):
+            t.add_column(col, justify="left" if col == "BOUND BY" else "right")
+        for r in ck["plans"]:
+            t.add_row(
+                str(r["width"]),
+                f"{r['member_write_bytes'] / GIB:.2f}",
+                "-" if r["read_s"] is None else f"{r['read_s']:.2f}",
+                f"{r['write_s']:.2f}",
+                f"{r['save_s']:.2f}",
+                r["bound_by"],
+                f"{100 * r['share']:.1f}%",
+            )
+        con.print(t)
+    if ck.get("writers"):
+        w = Table(
+            box=None,
+            pad_edge=False,
+            header_style="bold",
+            title=f"each writer, a save every {ck['every']} step(s) on {ck['writers_volume']} "
+            "(iotune sweep-checkpoint, scaled to this save)",
+        )
+        for col in ("WRITER", "HOW", "STEP WAITS s", "DURABLE s", "SHARE"):
+            w.add_column(col, justify="left" if col in ("WRITER", "HOW") else "right")
+        for r in ck["writers"]:
+            w.add_row(
+                r["writer"],
+                r["how"],
+                f"{r['waits_s']:.2f}",
+                f"{r['durable_s']:.2f}",
+                f"{100 * r['share']:.1f}%",
+            )
+        con.print(w)
     read = ck["offload_read_bytes_s"]
+    drive = ck.get("drive")
     con.print(
         f"  each save: {ck['save_bytes'] / GIB:.2f} GiB"
         + (
@@ -334,8 +356,14 @@ def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
             if read
             else ""
         )
-        + f"; the step {ck['step_s']:.2f} s; the drives: {ck['drive']['name']} "
-        f"(write derated x {ck['write_derate']:.2f})",
+        + f"; the step {ck['step_s']:.2f} s"
+        + (
+            f"; the drives: {drive['name']} (write derated x {ck['write_derate']:.2f})"
+            if drive
+            else ""
+        ),
         soft_wrap=True,
     )
+    if ck.get("writers_note"):
+        con.print(f"  writers: {ck['writers_note']}", soft_wrap=True)
     con.print(f"  answer: {ck['answer']}", soft_wrap=True)

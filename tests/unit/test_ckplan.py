@@ -4,13 +4,15 @@ against hand-worked figures, and its bad input."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.train.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves
+from iotune.train.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves, writer_rows
 from iotune.train.datasheet import DriveSpec
 
 GB = 1e9
@@ -54,7 +56,9 @@ def test_the_narrowest_width_under_the_share_and_why_none_is() -> None:
 
 
 def test_the_plan_needs_a_step_time_and_the_drives() -> None:
-    with pytest.raises(UsageError, match="needs the checkpoint drives"):
+    with pytest.raises(
+        UsageError, match="needs the checkpoint drives: their datasheet, or a sweep"
+    ):
         checkpoint_plan(GB, True, None, 10.0, GB, None, 1, 6, 0.05)
     with pytest.raises(UsageError, match="needs the step's time"):
         checkpoint_plan(GB, True, None, None, None, _drive(), 1, 6, 0.05)
@@ -83,3 +87,50 @@ def test_estimate_prints_the_checkpoint_plan_from_the_study() -> None:
         cli_mod.cli, [*args[1:3], "--checkpoint-every", "5"], prog_name="iotune"
     )
     assert bad.exit_code == 2 and "needs the checkpoint drives" in bad.output
+
+
+def _sweep() -> dict[str, Any]:
+    """sweep-checkpoint's result, in the shape of its H100 record (6 GB saves)."""
+    from iotune.sweep.ckpt import Knobs
+
+    best = {
+        **asdict(Knobs(crc32=False, io_buffer_size=16 << 20, block_size=8 << 20)),
+        "status": "ok",
+    }
+    return {
+        "target": "/var/tmp/ckpt",
+        "torch": {"status": "ok", "bytes": 6 * GB, "blocked_s": 3.45, "durable_s": 6.02},
+        "default": {"status": "ok", "bytes": 6 * GB, "blocked_s": 8.61, "durable_s": 8.61},
+        "best": {**best, "bytes": 6 * GB, "blocked_s": 4.49, "durable_s": 4.49},
+    }
+
+
+def test_each_writer_scaled_from_the_sweep_of_the_checkpoint_volume() -> None:
+    torch, default, tuned, dec = writer_rows(12 * GB, False, 10, 1.0, _sweep())
+    assert torch["writer"] == "torch"
+    assert (torch["waits_s"], torch["durable_s"]) == (6.9, 12.04)
+    assert torch["share"] == pytest.approx(6.9 / 16.9, abs=1e-4)
+    assert default["how"] == "FastPersist with DeepSpeed's defaults"
+    assert default["waits_s"] == default["durable_s"] == 17.22
+    assert tuned["writer"] == "fast" and tuned["durable_s"] == 8.98 and "no CRC32" in tuned["how"]
+    # decoupled: the step waits only where the next save comes before this one is durable
+    assert dec["writer"] == "decoupled"
+    assert (dec["waits_s"], dec["durable_s"], dec["share"]) == (0.0, 8.98, 0.0)
+    (dec5,) = [
+        r for r in writer_rows(12 * GB, False, 5, 1.0, _sweep()) if r["writer"] == "decoupled"
+    ]
+    assert dec5["waits_s"] == pytest.approx(3.98)
+    # the optimizer state on NVMe: every writer copies the swap files, none planned apart
+    assert writer_rows(12 * GB, True, 10, 1.0, _sweep()) == []
+
+
+def test_a_sweep_alone_plans_the_writers_without_a_datasheet() -> None:
+    ck = checkpoint_plan(12 * GB, False, None, 1.0, None, None, 10, 6, 0.05, _sweep())
+    assert ck["plans"] == [] and ck["drive"] is None
+    assert [r["writer"] for r in ck["writers"]] == ["torch", "fast", "fast", "decoupled"]
+    assert (
+        ck["answer"]
+        == "on the swept volume, decoupled keep(s) a save every 10 step(s) under 5% of the training"
+    )
+    on_nvme = checkpoint_plan(12 * GB, True, None, 1.0, 2 * GB, _drive(), 10, 6, 0.05, _sweep())
+    assert on_nvme["writers"] == [] and "shutil.copytree" in on_nvme["writers_note"]

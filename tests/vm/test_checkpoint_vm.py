@@ -56,9 +56,11 @@ def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
     assert stripe == 2 * p["chunk_bytes"]
     assert p["amplification"] >= 2.0, p
     assert p["excess_bytes"] <= 8 * stripe, p
-    # at most a stripe read back for each file's tail: far below the save
-    assert p["member_read_bytes"] <= 16 * stripe, p
-    assert p["member_read_bytes"] <= p["saved_bytes"] // 8, p
+    # at most a stripe read back for each file's tail (and xfs's few metadata blocks): a
+    # save of a dozen files reads back a few stripes, whatever its size (1.3 and 3.1 MiB seen
+    # on the lab's 22 MB saves, whose share of the save says nothing)
+    s = _saves(saving)[1]
+    assert p["member_read_bytes"] <= (s["files"] + 4) * stripe, (s["files"], p)
     written = [m["write"] for m in p["per_member"].values()]
     # parity rotates: each member holds a quarter of the stripes' chunks, data and parity
     assert max(written) - min(written) <= 2 * p["chunk_bytes"], p["per_member"]
