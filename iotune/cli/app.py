@@ -1,8 +1,10 @@
 """The `iotune` group: global options, the error-to-exit-code mapping, the entry point, and the
-commands of every family registered on the group."""
+commands of every family registered on the group, each imported when it is used: a command
+imports its own family's module only (``--help`` imports them all)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
@@ -11,13 +13,42 @@ from typing import Any
 import click
 
 from iotune import __version__
-from iotune.cli import ckpt_sweep, devices, doctor, raid, report, study, sweep, trace, train
 from iotune.cli.options import STATE
 from iotune.errors import IotuneError
 
+#: each command's name and where it is defined, in the order --help lists them
+COMMANDS = {
+    "devices": "devices:devices_cmd",
+    "doctor": "doctor:doctor_cmd",
+    "raid": "raid:raid_group",
+    "sweep-aio": "sweep:sweep_aio",
+    "sweep-threads": "sweep:sweep_threads",
+    "sweep-checkpoint": "ckpt_sweep:sweep_checkpoint",
+    "trace": "trace:trace_cmd",
+    "presets": "train:presets_group",
+    "estimate": "train:estimate_cmd",
+    "run": "train:run_cmd",
+    "study": "study:study_cmd",
+    "report": "report:report_cmd",
+}
+
 
 class IotuneGroup(click.Group):
-    """Every failure ends as one error line and a hint; tracebacks only with --debug."""
+    """Every failure ends as one error line and a hint; tracebacks only with --debug. The
+    commands are imported as they are asked for (:data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module, attr = where.split(":")
+        command = getattr(importlib.import_module(f"iotune.cli.{module}"), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"iotune.cli.{module}.{attr} is not a command")
+        return command
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
@@ -97,24 +128,6 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
     STATE.debug = debug
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="iotune: %(name)s: %(message)s", stream=sys.stderr)
-
-
-# each family's module defines its commands; the group only lists them
-for _command in (
-    devices.devices_cmd,
-    doctor.doctor_cmd,
-    raid.raid_group,
-    sweep.sweep_aio,
-    sweep.sweep_threads,
-    ckpt_sweep.sweep_checkpoint,
-    trace.trace_cmd,
-    train.presets_group,
-    train.estimate_cmd,
-    train.run_cmd,
-    study.study_cmd,
-    report.report_cmd,
-):
-    cli.add_command(_command)
 
 
 def main() -> None:
