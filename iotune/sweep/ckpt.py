@@ -102,8 +102,11 @@ class Space:
     threads: tuple[int, ...] = (1, 4, 8)
 
     def size(self) -> int:
-        """The most saves the search can take (fewer where a stage's value is the best's)."""
-        return 1 + sum(len(getattr(self, s)) - 1 for s in STAGES)
+        """The saves the search takes: the defaults, then each stage's values but the
+        default's (no stage before it changes its knob, so its base still has that)."""
+        return 1 + sum(
+            len(getattr(self, s)) - (getattr(DEFAULTS, s) in getattr(self, s)) for s in STAGES
+        )
 
     def to_json(self) -> dict[str, list[Any]]:
         return {f.name: list(getattr(self, f.name)) for f in fields(self)}

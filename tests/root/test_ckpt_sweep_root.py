@@ -60,17 +60,20 @@ def test_each_save_is_a_real_checkpoint_and_the_best_goes_into_the_config(
     assert (
         len({p["key"] for p in pts})
         == len(pts)
-        <= ckpt.Space.from_json(json.loads((run / "spec.json").read_text())["space"]).size()
+        == ckpt.Space.from_json(json.loads((run / "spec.json").read_text())["space"]).size()
     )
-    # every save loaded back equal to the state, with torch.save's bytes to the byte:
-    # 12 bytes a parameter and the zip records around them
+    # every save loaded back equal to the state: 12 bytes a parameter and the zip records
+    # around them
     torch_rec = res["torch"]
     assert torch_rec["status"] == "ok" and torch_rec["verified"] is True
     assert 12 * N < torch_rec["bytes"] < 12 * N + 64 * 1024
     for p in pts:
         assert p["status"] == "ok", p
         assert p["verified"] is True
-        assert p["bytes"] == torch_rec["bytes"]
+        # the same bytes at every point; beside torch.save's, only the zip's folder name
+        # differs (the file's stem there, "archive" in a stream), in each record's two headers
+        assert p["bytes"] == pts[0]["bytes"]
+        assert 12 * N < p["bytes"] < 12 * N + 64 * 1024
         assert p["buffer"] == "locked by the aio op (no GPU)"
         assert 0 < p["fill_s"] + p["aio_write_s"] <= p["durable_s"]
     best = res["best"]
