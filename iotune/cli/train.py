@@ -301,11 +301,15 @@ def estimate_cmd(
         target_share = parse_share(checkpoint_share)
         spec_text = checkpoint_drive or drive
         on_nvme = p.strategy.optimizer == "nvme"
+        step_s = pred.step_s if pred else None
+        if step_s is None and base is not None and base.kind == "ram" and not on_nvme:
+            # the state in RAM and a RAM run of the model: its own step is the step
+            step_s = base.forward_backward_s + (base.optimizer_s or 0.0)
         ckp = checkpoint_plan(
             save_volume(e, on_nvme).write,
             on_nvme,
             plan,
-            pred.step_s if pred else None,
+            step_s,
             bw.read if bw else None,
             parse_drive(spec_text) if spec_text else None,
             checkpoint_every,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,3 +135,32 @@ def test_a_sweep_alone_plans_the_writers_without_a_datasheet() -> None:
     )
     on_nvme = checkpoint_plan(12 * GB, True, None, 1.0, 2 * GB, _drive(), 10, 6, 0.05, _sweep())
     assert on_nvme["writers"] == [] and "shutil.copytree" in on_nvme["writers_note"]
+
+
+def test_estimate_plans_each_writer_from_the_h100_sweep(tmp_path: Path) -> None:
+    top = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    args = [
+        "--json",
+        "estimate",
+        "opt_ram_1b",
+        *("--baseline", str(top / "gpu-study-grid-h100/study-1b/runs/opt_ram_1b")),
+        *("--checkpoint-every", "10", "--checkpoint-sweep", str(top / "gpu-ckpt-sweep-h100/ckpt")),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    ck = json.loads(r.output)["checkpoints"]
+    assert [w["writer"] for w in ck["writers"]] == ["torch", "fast", "fast", "decoupled"]
+    # the RAM run's own step, 12 bytes a parameter a save
+    assert ck["save_bytes"] == 12 * json.loads(r.output)["params"]
+    assert 1.0 < ck["step_s"] < 3.0
+    assert ck["writers"][3]["waits_s"] == 0.0 < ck["writers"][3]["durable_s"]
+    # bad input: one line and a hint
+    for extra, message in (
+        (["--checkpoint-sweep", str(tmp_path)], "holds no sweep-checkpoint result"),
+        ([], "--checkpoint-sweep plans checkpoints, and --checkpoint-every says how often"),
+    ):
+        bad = [a for a in args[:-4] if a != "--json"] + (
+            ["--checkpoint-every", "10", *extra] if extra else ["--checkpoint-sweep", str(tmp_path)]
+        )
+        rb = CliRunner().invoke(cli_mod.cli, bad, prog_name="iotune")
+        assert rb.exit_code == 2 and message in rb.output, rb.output
