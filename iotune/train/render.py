@@ -280,8 +280,26 @@ def parity_lines(result: dict[str, Any]) -> list[str]:
             f"{p['member_read_bytes'] / 2**20:.1f} MiB back"
             + (" (read-modify-write)" if p["read_modify_write"] else "")
         )
+        out += [f"  {line}" for line in member_sizes(p)]
         if p.get("advice"):
             out.append(f"advice: {p['advice']}")
+    return out
+
+
+def member_sizes(p: dict[str, Any], top: int = 3) -> list[str]:
+    """Each member's writes of a save by exact request size: the sizes that carried the most
+    bytes, with their counts, and how many other sizes there were."""
+    out = []
+    for name, m in p["per_member"].items():
+        sizes = {int(k): int(v) for k, v in (m.get("sizes") or {}).items()}
+        ranked = sorted(sizes.items(), key=lambda kv: (-kv[0] * kv[1], kv[0]))
+        shown = ", ".join(f"{binary_size(size)} x{n:,}" for size, n in ranked[:top])
+        rest = f" and {len(ranked) - top} other size(s)" if len(ranked) > top else ""
+        out.append(
+            f"{name}: wrote {m['write'] / 2**20:.1f} MiB in {sum(sizes.values()):,} requests"
+            + (f" ({shown}{rest})" if shown else "")
+            + f", read {m['read'] / 2**20:.1f} MiB"
+        )
     return out
 
 

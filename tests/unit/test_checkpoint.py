@@ -145,6 +145,27 @@ def test_parity_is_measured_against_full_stripes() -> None:
     assert parity_traffic("raid0", 512 * KIB, full, saved) is None
 
 
+def test_each_members_writes_are_shown_by_exact_size() -> None:
+    from iotune.train.checkpoint import parity_traffic
+    from iotune.train.render import member_sizes
+
+    members = {
+        "nvme1n1": {
+            "read": MIB,
+            "write": 48 * MIB + 20 * KIB,
+            "write_sizes": {512 * KIB: 96, 4 * KIB: 3, 8 * KIB: 1, 12 * KIB: 2},
+        },
+        **{f"nvme{i}n1": {"read": 0, "write": 0, "write_sizes": {}} for i in (2, 3, 4)},
+    }
+    p = parity_traffic("raid6", 512 * KIB, members, 96 * MIB)
+    assert p is not None
+    assert member_sizes(p) == [
+        "nvme1n1: wrote 48.0 MiB in 102 requests (512 KiB x96, 12 KiB x2, 4 KiB x3 and 1 "
+        "other size(s)), read 1.0 MiB",
+        *(f"nvme{i}n1: wrote 0.0 MiB in 0 requests, read 0.0 MiB" for i in (2, 3, 4)),
+    ]
+
+
 def test_the_report_shows_a_runs_saves_beside_the_model() -> None:
     from iotune.report.tables import checkpoint_table
     from iotune.study.record import checkpoint_summary
