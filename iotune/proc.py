@@ -49,6 +49,8 @@ PACKAGES: dict[str, str] = {
     "modprobe": "kmod",
     "udevadm": "udev",
     "nvidia-smi": "nvidia-utils",
+    "ip": "iproute2",
+    "nvme": "nvme-cli",
 }
 
 STDERR_TAIL_CHARS = 2000

@@ -50,8 +50,9 @@ if [ "$mode" = test ]; then
     # vm tier: a QEMU guest booting a distribution kernel (which has md and nvme modules);
     # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace;
     # the latency tests: bcc's biolatency, built with libbpf (libbpf-tools);
-    # the report test opens report.html in headless chromium
-    pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace libbpf-tools chromium)
+    # the report test opens report.html in headless chromium; the fabrics test connects the
+    # guest's own NVMe-oF target with nvme-cli
+    pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace libbpf-tools chromium nvme-cli)
     case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
 fi
 

@@ -46,7 +46,7 @@ def devices_table(devs: list[BlockDevice]) -> Table:
         model = d.model or ("loop: " + d.backing_file if d.backing_file else "-")
         table.add_row(
             d.path,
-            d.transport.value,
+            d.transport_text,
             model,
             d.serial or "-",
             d.firmware or "-",
@@ -60,6 +60,38 @@ def devices_table(devs: list[BlockDevice]) -> Table:
             _state_text(d),
         )
     return table
+
+
+def fabrics_table(devs: list[BlockDevice]) -> Table | None:
+    """The namespaces reached over NVMe-oF: transport, target, subsystem, state, paths and
+    the network link (None where there are none)."""
+    rows = [d for d in devs if d.fabric is not None]
+    if not rows:
+        return None
+    t = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title="NVMe over Fabrics (link: the interface the route to the target leaves by)",
+        title_justify="left",
+    )
+    for col in ("DEVICE", "TRANSPORT", "TARGET", "SUBSYSTEM NQN", "STATE", "PATHS", "LINK"):
+        t.add_column(col, overflow="fold")
+    for d in rows:
+        f = d.fabric
+        if f is None:
+            continue
+        live = sum(p.live for p in f.paths)
+        t.add_row(
+            d.name,
+            f.transport,
+            f.target,
+            f.nqn or "-",
+            Text(f.state, style="green" if f.state == "live" else "bold red"),
+            f"{live}/{len(f.paths)} live ({', '.join(p.controller for p in f.paths)})",
+            f.link_text(),
+        )
+    return t
 
 
 def drive_health(devs: list[BlockDevice]) -> dict[str, Health]:
@@ -114,7 +146,10 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
     or cannot be opened with O_EXCL. Sizes are binary (GiB); MAX KB is the queue's
     max_sectors_kb (largest request the kernel will issue) with the hardware limit.
     NVMe drives add their health log: data written and read, the share of their rated
-    life used, spare capacity, power-on hours, media errors.
+    life used, spare capacity, power-on hours, media errors. Namespaces reached over NVMe
+    over Fabrics (TCP, RDMA, FC, loop) show their transport, target address, subsystem NQN,
+    controller state, live paths and the network link; one with no live path is shown as
+    such (and refused by raid create), as is a drive this host's own target exports.
     """
     host = LiveHost()
     names = [host.disk_name(w) for w in device]
@@ -136,6 +171,9 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
     if devs:
         con = console()
         con.print(devices_table(devs))
+        fabrics = fabrics_table(devs)
+        if fabrics is not None:
+            con.print(fabrics)
         if health:
             con.print(health_table(health))
         busy = [d for d in devs if d.in_use]

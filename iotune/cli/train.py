@@ -144,6 +144,12 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     help="Each drive's PCIe link for --drives (default: the datasheet's, or the swept drive's).",
 )
 @click.option(
+    "--network-link",
+    metavar="RATE",
+    help="For NVMe-oF drives: the network link in front of all of them (100G, 25GbE); "
+    "default: the swept drives' own, where they are fabrics namespaces.",
+)
+@click.option(
     "--memory-bw",
     type=float,
     metavar="GIB_S",
@@ -207,6 +213,7 @@ def estimate_cmd(
     target_step: str | None,
     link: str | None,
     memory_bw: float | None,
+    network_link: str | None,
     chunk: str | None,
     checkpoint_every: int | None,
     checkpoint_drive: str | None,
@@ -267,6 +274,10 @@ def estimate_cmd(
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
     advice = advise(p, cfg, e, aio_config=aio_config)
     plan = None
+    if network_link and not (drives or drive or target_step is not None):
+        raise UsageError(
+            "--network-link bounds a drives plan", hint="--drives 1,2,4 --network-link 100G"
+        )
     if drives or drive or target_step is not None:
         from iotune.train.planner import plan_storage
 
@@ -285,6 +296,7 @@ def estimate_cmd(
             link=link,
             memory_bw=memory_bw,
             chunk=chunk,
+            network=network_link,
         )
     ckp = None
     if checkpoint_sweep and checkpoint_every is None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from iotune.probes.fabrics import Fabric, read_fabric, target_exports
 from iotune.probes.host import Host, Signature
 from iotune.probes.mounts import Mount, read_mounts, read_swaps
 from iotune.probes.sysfs import SysTree
@@ -44,6 +45,8 @@ class Use(enum.StrEnum):
     ROOT = "root"
     BOOT = "boot"
     BUSY = "busy"
+    EXPORTED = "exported"  # a namespace of this host's NVMe-oF target (nvmet)
+    NOT_LIVE = "not live"  # an NVMe-oF namespace none of whose controllers is live
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,12 @@ class BlockDevice:
     backing_file: str | None = None
     signatures: tuple[Signature, ...] = ()
     in_use: tuple[UseReason, ...] = field(default=())
+    fabric: Fabric | None = None  # NVMe over Fabrics: the paths, the subsystem, the link
+
+    @property
+    def transport_text(self) -> str:
+        """nvme, or nvme-tcp (nvme-rdma, ...) for a namespace reached over a fabric."""
+        return f"nvme-{self.fabric.transport}" if self.fabric else self.transport.value
 
     @property
     def busy(self) -> bool:
@@ -266,6 +275,7 @@ def read_disk(host: Host, name: str) -> BlockDevice:
         holders=tuple(sorted(holders)),
         slaves=tuple(tree.listdir(f"{base}/slaves")),
         backing_file=backing,
+        fabric=read_fabric(tree, name, host.route_iface) if transport is Transport.NVME else None,
     )
 
 
@@ -298,6 +308,7 @@ def _use_reasons(
     system_disks: dict[str, set[str]],
     signatures: list[Signature],
     excl_error: str | None,
+    exports: dict[str, list[str]],
 ) -> tuple[UseReason, ...]:
     reasons: list[UseReason] = []
     own = {d.devno: d.name} | {p.devno: p.name for p in d.partitions}
@@ -325,6 +336,18 @@ def _use_reasons(
             reasons.append(UseReason(kind, f"backs the {mountpoint} filesystem"))
     if excl_error:
         reasons.append(UseReason(Use.BUSY, f"cannot be opened exclusively (O_EXCL): {excl_error}"))
+    for where in exports.get(d.name, []):
+        reasons.append(
+            UseReason(Use.EXPORTED, f"exported by this host's NVMe-oF target as {where}")
+        )
+    if d.fabric is not None and d.fabric.state != "live":
+        paths = ", ".join(f"{p.controller} {p.state}" for p in d.fabric.paths)
+        reasons.append(
+            UseReason(
+                Use.NOT_LIVE,
+                f"no live path to nvme-{d.fabric.transport} {d.fabric.target} ({paths})",
+            )
+        )
     return tuple(reasons)
 
 
@@ -345,6 +368,7 @@ def find_block_devices(host: Host, *, include_empty: bool = False) -> list[Block
         disks[name] = d
     mounts = read_mounts(tree)
     swaps = read_swaps(tree)
+    exports = target_exports(tree)
     system_disks: dict[str, set[str]] = {}
     for m in mounts:
         if m.mountpoint in ("/", "/boot", "/boot/efi"):
@@ -361,6 +385,6 @@ def find_block_devices(host: Host, *, include_empty: bool = False) -> list[Block
             for p in d.partitions:
                 sigs += host.signatures(p.name)
             excl = host.exclusive_open_error(d.name)
-        reasons = _use_reasons(d, mounts, swaps, system_disks, sigs, excl)
+        reasons = _use_reasons(d, mounts, swaps, system_disks, sigs, excl, exports)
         result.append(replace(d, signatures=tuple(sigs), in_use=reasons))
     return result

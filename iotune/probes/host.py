@@ -1,6 +1,6 @@
-"""The facts about a host that are not plain sysfs reads: udev properties, on-disk signatures
-and exclusive opens. :class:`LiveHost` asks the running system (pyudev, ``wipefs``,
-``open(O_EXCL)``); :class:`RecordedHost` answers from a recorded tree's ``probes.json``.
+"""The facts about a host that are not plain sysfs reads: udev properties, on-disk signatures,
+exclusive opens and routes. :class:`LiveHost` asks the running system (pyudev, ``wipefs``,
+``open(O_EXCL)``, ``ip route get``); :class:`RecordedHost` answers from a recorded tree's ``probes.json``.
 Both resolve what a user types for a drive to its kernel name through their tree.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from iotune import proc
-from iotune.errors import DeviceNotFound, UsageError
+from iotune.errors import DeviceNotFound, ToolMissing, UsageError
 from iotune.probes.sysfs import SysTree
 
 PROBES_FILE = "probes.json"
@@ -68,6 +68,10 @@ class Host:
         """None if /dev/NAME opens with O_EXCL, else the reason it does not."""
         raise NotImplementedError
 
+    def route_iface(self, address: str) -> str | None:
+        """The network interface the route to *address* leaves by (NVMe-oF targets)."""
+        return None
+
 
 class LiveHost(Host):
     def __init__(self, tree: SysTree | None = None) -> None:
@@ -109,6 +113,25 @@ class LiveHost(Host):
         os.close(fd)
         return None
 
+    def route_iface(self, address: str) -> str | None:
+        try:
+            done = proc.run(["ip", "-j", "route", "get", address], check=False, timeout=10)
+        except ToolMissing:  # no iproute2: the link is not named, nothing else changes
+            return None
+        return parse_route_json(done.stdout) if done.returncode == 0 else None
+
+
+def parse_route_json(text: str) -> str | None:
+    """``ip -j route get ADDR``'s interface: ``[{"dst": ..., "dev": "eth0", ...}]``."""
+    try:
+        routes = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(routes, list) and routes and isinstance(routes[0], dict):
+        dev = routes[0].get("dev")
+        return str(dev) if dev else None
+    return None
+
 
 class RecordedHost(Host):
     """A tree recorded from a real host by ``tests/tools/record_tree.py``."""
@@ -129,6 +152,10 @@ class RecordedHost(Host):
 
     def exclusive_open_error(self, name: str) -> str | None:
         value = self._data.get("exclusive", {}).get(name)
+        return str(value) if value else None
+
+    def route_iface(self, address: str) -> str | None:
+        value = self._data.get("routes", {}).get(address)
         return str(value) if value else None
 
 

@@ -241,6 +241,9 @@ def plan_create(
         notes.append(
             "RAID5/6 start with a background resync; the volume is usable meanwhile, slower"
         )
+    mixed = fabric_note(disks)
+    if mixed:
+        notes.append(mixed)
     return Plan(
         request=req,
         device=dev,
@@ -254,6 +257,22 @@ def plan_create(
         steps=tuple(steps),
         wipes=tuple(wipes),
         notes=tuple(notes),
+    )
+
+
+def fabric_note(disks: Sequence[BlockDevice]) -> str | None:
+    """The warning for an array of local drives and NVMe-oF namespaces together: each request
+    is striped over all of them, so the array goes at its slowest member's pace, named by
+    its path (the slowest link; one that reports no speed counts as slowest)."""
+    remote = [d for d in disks if d.fabric is not None]
+    if not remote or len(remote) == len(disks):
+        return None
+    slowest = min(remote, key=lambda d: (d.fabric.link_bytes_s() or 0.0) if d.fabric else 0.0)
+    where = slowest.fabric.describe() if slowest.fabric else "?"
+    return (
+        f"warning: {len(disks) - len(remote)} local drive(s) and {len(remote)} NVMe-oF "
+        "namespace(s) in one array: every request is striped over all of them, so the array "
+        f"goes at its slowest member's pace; the slowest path: {slowest.path} over {where}"
     )
 
 

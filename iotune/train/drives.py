@@ -100,7 +100,7 @@ class DrivePlan:
     drives: int
     read_bw: float
     write_bw: float
-    bound_by: str  # what sets the bandwidth: drives, PCIe link, RAID0 chunk, SLC cache, memory
+    bound_by: str  # drives, PCIe link, RAID0 chunk, SLC cache, memory, network link
     prediction: Prediction
     io_s: float | None  # the step's waiting on the drives
     compute_s: float | None  # the rest: forward + backward, CPU Adam
@@ -157,6 +157,8 @@ class DriveInputs:
     #: left, bytes (a datasheet gives its capacity and its rated writes for a new drive)
     capacity: float | None = None
     writes_left: float | None = None
+    #: the network link in front of NVMe-oF drives: one link for all K of them
+    network: Limit | None = None
 
 
 def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tuple[float, str]:
@@ -177,6 +179,8 @@ def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tupl
         found.append((inputs.raid.busy * per, "RAID0 chunk"))
     if inputs.memory is not None:
         found.append((inputs.memory.value, "memory"))
+    if inputs.network is not None:
+        found.append((inputs.network.value, "network link"))
     # the tightest; on a tie the first named (the drives before what stands in front)
     return min(found, key=lambda t: t[0])
 

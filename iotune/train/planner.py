@@ -16,6 +16,7 @@ One drive's bandwidth comes from the first of:
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,39 @@ def _health(disks: list[str]) -> tuple[str, Health, float] | None:
     return None
 
 
+def parse_network(text: str) -> float:
+    """--network-link: '100G', '25GbE', '200Gb/s', '400 Gbit' → bytes/s (10^9 bits a Gb)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*G(?:b|bit|bps|bE|b/s|bit/s)?\s*", text, re.I)
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(
+            f"--network-link {text!r} is not a link rate",
+            hint="--network-link 100G (Gb/s: 25GbE, 100G, 200Gb/s)",
+        )
+    return float(m.group(1)) * 1e9 / 8
+
+
+def swept_network(aio_config: str | None) -> Limit | None:
+    """The network link in front of the swept drives where they are NVMe-oF namespaces: the
+    slowest link of theirs that reports a speed."""
+    from iotune.probes.fabrics import read_fabric
+    from iotune.probes.host import LiveHost
+    from iotune.probes.sysfs import SysTree
+
+    disks = _swept_disks(aio_config)
+    try:
+        host = LiveHost()
+        fabrics = [read_fabric(SysTree("/"), n, host.route_iface) for n in disks]
+    except (OSError, ValueError, IotuneError):
+        return None
+    known = [f for f in fabrics if f is not None and f.link_bytes_s()]
+    if not known:
+        return None
+    f = min(known, key=lambda x: x.link_bytes_s() or 0.0)
+    return Limit(
+        f"network link {f.link_text()}", f.link_bytes_s() or 0.0, "B/s", f"sysfs, {f.describe()}"
+    )
+
+
 def _swept_disks(aio_config: str | None) -> list[str]:
     from iotune.probes.sysfs import SysTree
     from iotune.trace.targets import resolve_path
@@ -180,6 +214,7 @@ def plan_storage(
     link: str | None,
     memory_bw: float | None,
     chunk: str | None,
+    network: str | None = None,
 ) -> dict[str, Any]:
     """--drives / --target-step: the plan as one document, with what it was made from."""
     spec = parse_drive(drive) if drive else None
@@ -217,6 +252,11 @@ def plan_storage(
             hint="--memory-bw 95 (dual-channel DDR5-6400: 102.4 GB/s)",
         )
     mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
+    net = (
+        Limit(f"network link {network}", parse_network(network), "B/s", "--network-link")
+        if network
+        else swept_network(aio_config)
+    )
     aio = cfg.get("aio") or p.aio or {}
     raid = Raid(
         parse_size(chunk, what="--chunk") if chunk else DEFAULT_CHUNK,
@@ -243,7 +283,15 @@ def plan_storage(
                 )
             )
     inputs = DriveInputs(
-        one, spec, lim, mem, raid, _study_steps(p), capacity=capacity, writes_left=writes_left
+        one,
+        spec,
+        lim,
+        mem,
+        raid,
+        _study_steps(p),
+        capacity=capacity,
+        writes_left=writes_left,
+        network=net,
     )
     plans = plan_drives(p, e, inputs, adam, base, ks)
     label = "datasheet" if one.pattern == "datasheet" else "measured"
@@ -251,7 +299,7 @@ def plan_storage(
         Limit(f"one drive, read ({label})", one.read, "B/s", one.source),
         Limit(f"one drive, write ({label})", one.write, "B/s", one.source),
     ]
-    limits += [x for x in (lim, mem) if x is not None]
+    limits += [x for x in (lim, mem, net) if x is not None]
     fixed = next((pl for pl in plans if pl.compute_s is not None), None)
     if fixed is not None:
         for t in fixed.prediction.terms:

@@ -1,0 +1,195 @@
+"""NVMe over Fabrics: what stands between a namespace and its drive when the drive is not in
+this host's PCIe slots. Read from sysfs, as the kernel's NVMe host driver publishes it:
+
+- each controller, ``/sys/class/nvme/nvmeN``: ``transport`` (pcie, tcp, rdma, fc, loop),
+  ``address`` (``traddr=...,trsvcid=...[,src_addr=...][,host_iface=...]``), ``subsysnqn`` and
+  ``state`` (live, connecting, resetting, deleting, dead, new);
+- a namespace's controllers: with native multipath the block device is the subsystem's
+  head, and its paths (``nvmeXcYnZ``, hidden) are listed in ``/sys/block/HEAD/multipath/``;
+  without it, ``device`` is the one controller;
+- the network link: the interface the route to the target address leaves by (the host's
+  routing, :meth:`iotune.probes.host.Host.route_iface`) and its ``/sys/class/net/IF/speed``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iotune.probes.sysfs import SysTree
+
+#: transports over a network or another host's driver; "pcie" is a local drive
+FABRICS = frozenset({"tcp", "rdma", "fc", "loop"})
+#: the kernel module each transport needs on the host side
+MODULES = {"tcp": "nvme-tcp", "rdma": "nvme-rdma", "fc": "nvme-fc", "loop": "nvme-loop"}
+
+
+@dataclass(frozen=True)
+class FabricPath:
+    controller: str
+    transport: str
+    traddr: str | None
+    trsvcid: str | None
+    state: str
+    src_addr: str | None = None
+    host_iface: str | None = None
+
+    @property
+    def target(self) -> str:
+        if self.traddr is None:
+            return "-"
+        host = f"[{self.traddr}]" if ":" in self.traddr and self.trsvcid else self.traddr
+        return f"{host}:{self.trsvcid}" if self.trsvcid else host
+
+    @property
+    def live(self) -> bool:
+        return self.state == "live"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """A namespace reached over a fabric: its paths, the subsystem, the network link."""
+
+    transport: str
+    nqn: str | None
+    paths: tuple[FabricPath, ...]
+    iface: str | None = None
+    link_mbps: int | None = None  # the interface's speed, Mb/s; None where it has none
+
+    @property
+    def state(self) -> str:
+        """live where a path is live; else the first path's state (connecting, ...)."""
+        live = [p for p in self.paths if p.live]
+        return "live" if live else (self.paths[0].state if self.paths else "gone")
+
+    @property
+    def target(self) -> str:
+        return ", ".join(dict.fromkeys(p.target for p in self.paths)) or "-"
+
+    def link_text(self) -> str:
+        if self.iface is None:
+            return "-"
+        return f"{self.iface} {self.link_mbps / 1000:g} Gb/s" if self.link_mbps else self.iface
+
+    def link_bytes_s(self) -> float | None:
+        """The link's rate in bytes/s (Mb/s as the kernel reports it: 10^6 bits)."""
+        return self.link_mbps * 1e6 / 8 if self.link_mbps else None
+
+    def describe(self) -> str:
+        return f"nvme-{self.transport} {self.target} ({self.link_text()})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "transport": self.transport,
+            "nqn": self.nqn,
+            "state": self.state,
+            "target": self.target,
+            "paths": [
+                {
+                    "controller": p.controller,
+                    "traddr": p.traddr,
+                    "trsvcid": p.trsvcid,
+                    "state": p.state,
+                    "src_addr": p.src_addr,
+                    "host_iface": p.host_iface,
+                }
+                for p in self.paths
+            ],
+            "iface": self.iface,
+            "link_mbps": self.link_mbps,
+        }
+
+
+def parse_address(text: str | None) -> dict[str, str]:
+    """``traddr=10.0.0.2,trsvcid=4420,src_addr=10.0.0.1`` → its keys and values."""
+    out: dict[str, str] = {}
+    for part in (text or "").replace("\n", ",").split(","):
+        key, sep, value = part.strip().partition("=")
+        if sep and key:
+            out[key] = value.strip()
+    return out
+
+
+def controllers_of(tree: SysTree, disk: str) -> list[str]:
+    """The controllers (``nvme3``) behind a namespace's block device, one per path."""
+    base = f"/sys/block/{disk}"
+    paths = tree.listdir(f"{base}/multipath")
+    found: list[str] = []
+    for p in paths or [disk]:
+        dev = f"/sys/block/{p}/device"
+        if not tree.exists(dev):
+            continue
+        name = Path(tree.realpath(dev)).name
+        if re.fullmatch(r"nvme\d+", name):
+            found.append(name)
+        else:  # a head without multipath/: its subsystem lists the controllers
+            found += [c for c in tree.listdir(dev) if re.fullmatch(r"nvme\d+", c)]
+    return sorted(dict.fromkeys(found), key=lambda c: int(c[4:]))
+
+
+def read_path(tree: SysTree, controller: str) -> FabricPath:
+    base = f"/sys/class/nvme/{controller}"
+    addr = parse_address(tree.read(f"{base}/address"))
+    return FabricPath(
+        controller=controller,
+        transport=(tree.read(f"{base}/transport") or "?").strip(),
+        traddr=addr.get("traddr"),
+        trsvcid=addr.get("trsvcid"),
+        state=(tree.read(f"{base}/state") or "gone").strip(),
+        src_addr=addr.get("src_addr"),
+        host_iface=addr.get("host_iface"),
+    )
+
+
+def link_speed(tree: SysTree, iface: str) -> int | None:
+    """The interface's speed in Mb/s; None for a link that reports none (lo, virtual NICs
+    report -1 or fail the read)."""
+    try:
+        v = tree.read_int(f"/sys/class/net/{iface}/speed")
+    except ValueError:
+        return None
+    return v if v is not None and v > 0 else None
+
+
+def read_fabric(tree: SysTree, disk: str, route_iface: Any = None) -> Fabric | None:
+    """The fabric behind *disk*; None for a local (PCIe) namespace or not NVMe at all.
+    *route_iface*(traddr) names the interface the route to an address leaves by."""
+    if not disk.startswith("nvme"):
+        return None
+    paths = tuple(read_path(tree, c) for c in controllers_of(tree, disk))
+    fabric = tuple(p for p in paths if p.transport in FABRICS)
+    if not fabric:
+        return None
+    first = fabric[0]
+    nqn = tree.read(f"/sys/class/nvme/{first.controller}/subsysnqn")
+    iface = first.host_iface
+    if iface is None and first.traddr and first.transport in ("tcp", "rdma") and route_iface:
+        iface = route_iface(first.traddr)
+    return Fabric(
+        transport=first.transport,
+        nqn=nqn,
+        paths=fabric,
+        iface=iface,
+        link_mbps=link_speed(tree, iface) if iface else None,
+    )
+
+
+#: where configfs shows this host's own NVMe-oF target (the nvmet module)
+NVMET = "/sys/kernel/config/nvmet"
+
+
+def target_exports(tree: SysTree) -> dict[str, list[str]]:
+    """The disks this host's NVMe-oF target exports, by kernel name: each as
+    ``NQN namespace N`` (enabled namespaces whose device_path names a /dev node)."""
+    out: dict[str, list[str]] = {}
+    for nqn in tree.listdir(f"{NVMET}/subsystems"):
+        for ns in tree.listdir(f"{NVMET}/subsystems/{nqn}/namespaces"):
+            base = f"{NVMET}/subsystems/{nqn}/namespaces/{ns}"
+            path = tree.read(f"{base}/device_path") or ""
+            if tree.read(f"{base}/enable") != "1" or not path.startswith("/dev/"):
+                continue
+            name = Path(tree.realpath(path)).name if tree.is_link(path) else Path(path).name
+            out.setdefault(name, []).append(f"{nqn} namespace {ns}")
+    return out
