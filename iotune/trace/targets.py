@@ -2,7 +2,8 @@
 
 A path resolves file → filesystem → partition → disk, or → md array → its member drives
 (md RAID is bio-based: its requests are issued on the members, so the array's figures are
-the sum over its members). dm devices (LVM, crypt) are followed to their slaves likewise.
+the sum over its members). dm devices (LVM, crypt) are followed to their slaves likewise, and
+an NVMe multipath head (a namespace over fabrics) to its paths.
 """
 
 from __future__ import annotations
@@ -66,11 +67,16 @@ def _name_from_devno(tree: SysTree, major: int, minor: int, path: str) -> str:
 
 
 def expand(tree: SysTree, name: str) -> Targets:
-    """Leaf disks under *name* (through md/dm slaves), with the md arrays on the way."""
+    """Leaf disks under *name* (through md/dm slaves, and an NVMe multipath head's paths),
+    with the md arrays on the way."""
     disk = disk_of(tree, name)
     if disk is None:
         raise DeviceNotFound(name)
-    slaves = tree.listdir(f"/sys/block/{disk}/slaves")
+    # an NVMe namespace shared over fabrics is a bio-based head: its requests are its
+    # paths' (nvmeXcYnZ, hidden), listed in multipath/
+    slaves = tree.listdir(f"/sys/block/{disk}/slaves") or tree.listdir(
+        f"/sys/block/{disk}/multipath"
+    )
     if not slaves:
         return Targets(disks=(disk,))
     disks: list[str] = []

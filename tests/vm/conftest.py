@@ -4,6 +4,7 @@ Drives (serial → state after set-up):
   IOT0 blank · IOT1 ext4 holding keep.txt (formatted on the host) · IOT2 member of
   /dev/md/held (RAID1) · IOT3 ext4 mounted at /tmp/iot3 · IOT4, IOT5 blank (128 MiB)
   IOT6..IOT9 blank (256 MiB, for the raid tests) · IOT10 a stale ext4 signature (256 MiB)
+  FAB0, FAB1 blank (64 MiB), exported over NVMe/TCP by the fabrics tests
 Tests that build arrays leave their drives blank again.
 """
 
@@ -44,6 +45,9 @@ DRIVES = [
     Drive("IOT5"),
     *(Drive(f"IOT{i}", size_mib=256) for i in range(6, 10)),
     Drive("IOT10", size_mib=256, prepare="ext4"),
+    # exported by the guest's own NVMe-oF target (tests/vm/test_fabrics_vm.py)
+    Drive("FAB0", size_mib=64),
+    Drive("FAB1", size_mib=64),
 ]
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 

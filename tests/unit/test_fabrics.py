@@ -1,0 +1,160 @@
+"""NVMe over Fabrics from sysfs (pure): a tree laid out as the kernel's NVMe host driver lays
+it for a multipath head over TCP with two paths, one of them down, and for the target's
+configfs; the vm tier reads the real thing (tests/vm/test_fabrics_vm.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from iotune.probes.fabrics import (
+    controllers_of,
+    parse_address,
+    read_fabric,
+    target_exports,
+)
+from iotune.probes.sysfs import SysTree
+from iotune.raid.plan import fabric_note
+from iotune.train.planner import parse_network
+
+pytestmark = pytest.mark.unit
+
+NQN = "nqn.2026-11.io.iotune:fabric"
+
+
+def _put(root: Path, rel: str, text: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text + "\n")
+
+
+def _link(root: Path, rel: str, target: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, p)
+
+
+def fabric_tree(root: Path) -> SysTree:
+    """nvme1n1: the head of a namespace shared by controllers nvme1 (tcp, live) and nvme2
+    (tcp, connecting); its paths nvme1c1n1 and nvme1c2n1; a 25 Gb/s eth0; and the target
+    side exporting nvme0n1 as namespace 1."""
+    sub = "sys/devices/virtual/nvme-subsystem/nvme-subsys1"
+    for c, state, addr in (
+        ("nvme1", "live", "traddr=10.0.0.2,trsvcid=4420,src_addr=10.0.0.1"),
+        ("nvme2", "connecting", "traddr=10.0.0.3,trsvcid=4420"),
+    ):
+        ctl = f"sys/devices/virtual/nvme-fabrics/ctl/{c}"
+        _put(root, f"{ctl}/transport", "tcp")
+        _put(root, f"{ctl}/address", addr)
+        _put(root, f"{ctl}/subsysnqn", NQN)
+        _put(root, f"{ctl}/state", state)
+        _link(root, f"sys/class/nvme/{c}", f"../../devices/virtual/nvme-fabrics/ctl/{c}")
+        _link(root, f"{sub}/{c}", f"../../nvme-fabrics/ctl/{c}")
+        path = f"nvme1c{c[4:]}n1"
+        _put(root, f"{ctl}/{path}/hidden", "1")
+        _link(root, f"{ctl}/{path}/device", f"../../{c}")
+        _link(root, f"sys/block/{path}", f"../devices/virtual/nvme-fabrics/ctl/{c}/{path}")
+        _link(root, f"{sub}/nvme1n1/multipath/{path}", f"../../../../nvme-fabrics/ctl/{c}/{path}")
+    _link(root, f"{sub}/nvme1n1/device", "../../nvme-subsys1")
+    _link(root, "sys/block/nvme1n1", "../devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1")
+    _put(root, "sys/class/net/eth0/speed", "25000")
+    _put(root, "sys/class/net/lo/speed", "-1")  # a read that fails on the real lo
+    ns = f"sys/kernel/config/nvmet/subsystems/{NQN}/namespaces"
+    _put(root, f"{ns}/1/device_path", "/dev/nvme0n1")
+    _put(root, f"{ns}/1/enable", "1")
+    _put(root, f"{ns}/2/device_path", "/dev/nvme9n1")
+    _put(root, f"{ns}/2/enable", "0")
+    return SysTree(root)
+
+
+def test_a_multipath_head_over_tcp_with_one_path_down(tmp_path: Path) -> None:
+    tree = fabric_tree(tmp_path)
+    assert controllers_of(tree, "nvme1n1") == ["nvme1", "nvme2"]
+    f = read_fabric(tree, "nvme1n1", {"10.0.0.2": "eth0"}.get)
+    assert f is not None
+    assert (f.transport, f.nqn, f.state) == ("tcp", NQN, "live")
+    assert [(p.controller, p.state, p.target) for p in f.paths] == [
+        ("nvme1", "live", "10.0.0.2:4420"),
+        ("nvme2", "connecting", "10.0.0.3:4420"),
+    ]
+    assert f.target == "10.0.0.2:4420, 10.0.0.3:4420"
+    assert (f.iface, f.link_mbps, f.link_text()) == ("eth0", 25000, "eth0 25 Gb/s")
+    assert f.link_bytes_s() == 25e9 / 8
+    assert f.describe() == "nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420 (eth0 25 Gb/s)"
+    # a path's own controller: the hidden path device names it
+    assert controllers_of(tree, "nvme1c2n1") == ["nvme2"]
+
+
+def test_no_live_path_and_a_local_drive(tmp_path: Path) -> None:
+    tree = fabric_tree(tmp_path)
+    (tmp_path / "sys/devices/virtual/nvme-fabrics/ctl/nvme1/state").write_text("resetting\n")
+    f = read_fabric(tree, "nvme1n1")
+    assert f is not None and f.state == "resetting" and f.iface is None
+    # a PCIe namespace: no fabric; a loop device: not NVMe at all
+    _put(tmp_path, "sys/devices/pci0000:00/0000:00:04.0/nvme/nvme0/transport", "pcie")
+    _link(tmp_path, "sys/class/nvme/nvme0", "../../devices/pci0000:00/0000:00:04.0/nvme/nvme0")
+    _link(tmp_path, "sys/devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1/device", "../../nvme0")
+    _link(tmp_path, "sys/block/nvme0n1", "../devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1")
+    assert controllers_of(tree, "nvme0n1") == ["nvme0"]
+    assert read_fabric(tree, "nvme0n1") is None
+    assert read_fabric(tree, "loop0") is None
+
+
+def test_the_targets_exports_and_addresses(tmp_path: Path) -> None:
+    tree = fabric_tree(tmp_path)
+    assert target_exports(tree) == {"nvme0n1": [f"{NQN} namespace 1"]}
+    assert target_exports(SysTree(tmp_path / "none")) == {}
+    assert parse_address("traddr=fe80::1,trsvcid=4420,host_iface=eth1\n") == {
+        "traddr": "fe80::1",
+        "trsvcid": "4420",
+        "host_iface": "eth1",
+    }
+    assert parse_address(None) == {}
+
+
+def test_a_mixed_array_names_its_slowest_path(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from iotune.probes.blockdev import BlockDevice, QueueLimits, Transport
+
+    tree = fabric_tree(tmp_path)
+    q = QueueLimits(None, None, None, None, None, None)
+    local = BlockDevice(
+        "nvme0n1", "/dev/nvme0n1", "259:0", Transport.NVME, "m", "s", "f", 1 << 30,
+        512, 512, False, False, None, None, q,
+    )  # fmt: skip
+    fast = replace(
+        local,
+        name="nvme1n1",
+        path="/dev/nvme1n1",
+        fabric=read_fabric(tree, "nvme1n1", {"10.0.0.2": "eth0"}.get),
+    )
+    slow = replace(fast, name="nvme3n1", path="/dev/nvme3n1", fabric=read_fabric(tree, "nvme1n1"))
+    assert fabric_note([local, local]) is None
+    assert fabric_note([fast, slow]) is None  # all over the fabric: no mix
+    note = fabric_note([local, fast, slow])
+    assert note is not None and note.startswith(
+        "warning: 1 local drive(s) and 2 NVMe-oF namespace(s)"
+    )
+    # the path that reports no link speed counts as the slowest
+    assert note.endswith(
+        "the slowest path: /dev/nvme3n1 over nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420 (-)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "gbit"),
+    [("100G", 100), ("25GbE", 25), ("200Gb/s", 200), ("400 Gbit", 400), ("12.5g", 12.5)],
+)
+def test_the_network_links_rate(text: str, gbit: float) -> None:
+    assert parse_network(text) == gbit * 1e9 / 8
+
+
+def test_a_rate_that_is_not_one_is_refused() -> None:
+    from iotune.errors import UsageError
+
+    for bad in ("fast", "0G", "100MB"):
+        with pytest.raises(UsageError, match="is not a link rate"):
+            parse_network(bad)

@@ -1,0 +1,84 @@
+"""The kernel's own NVMe-oF target (nvmet) in the vm guest, through configfs, as its
+documentation sets one up: a subsystem with one namespace per drive, open to any host, on a
+TCP port; ``detach``/``attach`` take the subsystem off the port and put it back (the host's
+controller loses its connection, then finds it again). Run inside the guest:
+
+    python nvmet_target.py up NQN ADDR PORT /dev/nvme1n1 /dev/nvme2n1
+    python nvmet_target.py detach|attach NQN PORT
+    python nvmet_target.py down NQN PORT
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CFG = Path("/sys/kernel/config")
+NVMET = CFG / "nvmet"
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def up(nqn: str, addr: str, port: str, devices: list[str]) -> None:
+    subprocess.run(["modprobe", "-a", "nvmet", "nvmet-tcp", "nvme-tcp"], check=True)
+    if not NVMET.is_dir():
+        subprocess.run(["mount", "-t", "configfs", "none", str(CFG)], check=True)
+    sub = NVMET / "subsystems" / nqn
+    sub.mkdir()
+    _write(sub / "attr_allow_any_host", "1")
+    for i, dev in enumerate(devices, 1):
+        ns = sub / "namespaces" / str(i)
+        ns.mkdir()
+        _write(ns / "device_path", dev)
+        _write(ns / "enable", "1")
+    p = NVMET / "ports" / port
+    p.mkdir()
+    _write(p / "addr_trtype", "tcp")
+    _write(p / "addr_adrfam", "ipv4")
+    _write(p / "addr_traddr", addr)
+    _write(p / "addr_trsvcid", "4420")
+    attach(nqn, port)
+
+
+def attach(nqn: str, port: str) -> None:
+    os.symlink(NVMET / "subsystems" / nqn, NVMET / "ports" / port / "subsystems" / nqn)
+
+
+def detach(nqn: str, port: str) -> None:
+    (NVMET / "ports" / port / "subsystems" / nqn).unlink()
+
+
+def down(nqn: str, port: str) -> None:
+    link = NVMET / "ports" / port / "subsystems" / nqn
+    if link.is_symlink():
+        link.unlink()
+    if (NVMET / "ports" / port).is_dir():
+        (NVMET / "ports" / port).rmdir()
+    sub = NVMET / "subsystems" / nqn
+    for ns in sorted((sub / "namespaces").iterdir()) if sub.is_dir() else []:
+        _write(ns / "enable", "0")
+        ns.rmdir()
+    if sub.is_dir():
+        sub.rmdir()
+
+
+def main() -> None:
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "up":
+        up(args[0], args[1], args[2], args[3:])
+    elif cmd == "attach":
+        attach(args[0], args[1])
+    elif cmd == "detach":
+        detach(args[0], args[1])
+    elif cmd == "down":
+        down(args[0], args[1])
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()

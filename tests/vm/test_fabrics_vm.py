@@ -1,0 +1,157 @@
+"""NVMe over Fabrics in the vm guest: the kernel's own target (nvmet-tcp) exports two emulated
+drives on 127.0.0.1, nvme-cli connects them, and iotune sees two namespaces over TCP: in
+`devices` (transport, target, subsystem, state, paths, link), in `raid create` (a RAID0 over
+both; a namespace without a live path refused), and in `trace` (each request counted on the
+namespace's path, exact against the kernel's counters)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.vm.conftest import Session
+
+pytestmark = pytest.mark.beside_study
+
+NQN = "nqn.2026-11.io.iotune:fabric"
+PORT = "1"
+TARGET = str(Path(__file__).resolve().parent / "nvmet_target.py")
+BACKING = ("FAB0", "FAB1")
+K = 1024
+
+
+def _namespaces(vm: Session) -> list[str]:
+    """The fabric namespaces' block devices (heads), from sysfs in the guest."""
+    script = (
+        "import glob, os\n"
+        "for d in sorted(glob.glob('/sys/block/nvme*n*')):\n"
+        "    if os.path.exists(d + '/hidden') and open(d + '/hidden').read().strip() == '1':\n"
+        "        continue\n"
+        "    ctl = glob.glob(d + '/device/nvme*/subsysnqn') + glob.glob(d + '/device/subsysnqn')\n"
+        f"    if any(open(c).read().strip() == {NQN!r} for c in ctl):\n"
+        "        print(os.path.basename(d))\n"
+    )
+    out = vm.guest.run([sys.executable, "-c", script]).check().stdout
+    return out.split()
+
+
+def _devices(vm: Session, *names: str) -> dict[str, Any]:
+    doc = vm.iotune_json("devices", "--all", *(f"/dev/{n}" for n in names))
+    return {d["name"]: d for d in doc["devices"]}
+
+
+def _wait_state(vm: Session, name: str, live: bool, seconds: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        d: dict[str, Any] = _devices(vm, name)[name]
+        if (d["fabric"]["state"] == "live") == live:
+            return d
+        assert time.monotonic() < deadline, d["fabric"]
+        time.sleep(2)
+
+
+@pytest.fixture(scope="module")
+def fabric(vm: Session) -> Iterator[list[str]]:
+    backing = [vm.dev(s) for s in BACKING]
+    py = sys.executable
+    vm.guest.run([py, TARGET, "up", NQN, "127.0.0.1", PORT, *backing]).check()
+    vm.guest.run(
+        ["nvme", "connect", "-t", "tcp", "-a", "127.0.0.1", "-s", "4420", "-n", NQN]
+    ).check()
+    deadline = time.monotonic() + 60
+    while len(names := _namespaces(vm)) < 2:
+        assert time.monotonic() < deadline, names
+        time.sleep(1)
+    yield names
+    vm.guest.run(["nvme", "disconnect", "-n", NQN])
+    vm.guest.run([py, TARGET, "down", NQN, PORT]).check()
+
+
+def test_devices_shows_each_namespace_over_tcp_and_the_drives_it_exports(
+    vm: Session, fabric: list[str]
+) -> None:
+    devs = _devices(vm, *fabric, *(vm.dev(s).removeprefix("/dev/") for s in BACKING))
+    for name in fabric:
+        d = devs[name]
+        f = d["fabric"]
+        assert d["transport"] == "nvme" and f["transport"] == "tcp"
+        assert (f["nqn"], f["state"], f["target"]) == (NQN, "live", "127.0.0.1:4420")
+        assert len(f["paths"]) == 1 and f["paths"][0]["state"] == "live"
+        assert f["iface"] == "lo" and f["link_mbps"] is None  # loopback reports no speed
+        assert d["in_use"] == [], d["in_use"]
+    # the drives behind the target are in use: exported, never to be put in an array
+    for i, serial in enumerate(BACKING, 1):
+        d = devs[vm.dev(serial).removeprefix("/dev/")]
+        assert d["fabric"] is None
+        assert {
+            "kind": "exported",
+            "detail": f"exported by this host's NVMe-oF target as {NQN} namespace {i}",
+        } in d["in_use"]
+    text = vm.guest.iotune("devices", "--all").check().stdout
+    assert "NVMe over Fabrics" in text and "nvme-tcp" in text
+
+
+def test_a_raid0_over_two_tcp_namespaces_is_traced_exactly_on_their_paths(
+    vm: Session, fabric: list[str]
+) -> None:
+    devs = [f"/dev/{n}" for n in fabric]
+    # with a local drive beside them: planned, with the warning naming the slower path
+    mixed = vm.guest.iotune(
+        "--json", "raid", "create", devs[0], vm.dev("IOT0"), "--name", "mix", "--dry-run"
+    ).check()
+    notes = json.loads(mixed.stdout)["plan"]["notes"]
+    assert any(
+        f"the slowest path: {devs[0]} over nvme-tcp 127.0.0.1:4420 (lo)" in n for n in notes
+    ), notes
+    done = vm.iotune_json(
+        "raid", "create", *devs, "--name", "fab", "--chunk", "64K", "--fs", "none", "--yes"
+    )
+    assert done["applied"] is True
+    try:
+        r = vm.guest.iotune(
+            "--json", "trace", "--target", "/dev/md/fab", "--out", "/tmp/trace-fab", "--",
+            "dd", "if=/dev/zero", "of=/dev/md/fab", "bs=128K", "count=32", "oflag=direct",
+            timeout=600,
+        ).check()  # fmt: skip
+        traced = json.loads(r.stdout)
+    finally:
+        vm.iotune_json("raid", "destroy", "fab", "--yes")
+    by = {d["name"]: d for d in traced["devices"]}
+    paths = [n for n, d in by.items() if not d["stacked"]]
+    # each head's one path (nvmeXcYnZ) takes the requests; the heads and md are bio-based
+    assert len(paths) == 2 and all("c" in n.removeprefix("nvme") for n in paths), sorted(by)
+    assert {n for n, d in by.items() if d["stacked"]} >= set(fabric)
+    for n in paths:
+        w = by[n]["write"]
+        # 32 writes of 128 KiB over two members in 64 KiB chunks: 32 chunk writes each
+        assert w["sizes"] == {str(64 * K): 32}, (n, w["sizes"])
+        chk = by[n]["check"]
+        assert chk["exact"] or chk["summary"].startswith("consistent: "), chk
+    (array,) = traced["arrays"]
+    assert array["write"]["bytes"] == 32 * 128 * K
+
+
+def test_a_namespace_without_a_live_path_is_shown_and_refused(
+    vm: Session, fabric: list[str]
+) -> None:
+    py = sys.executable
+    vm.guest.run([py, TARGET, "detach", NQN, PORT]).check()
+    try:
+        d = _wait_state(vm, fabric[0], live=False)
+        assert d["fabric"]["state"] in ("connecting", "resetting"), d["fabric"]
+        (reason,) = [r for r in d["in_use"] if r["kind"] == "not live"]
+        assert reason["detail"].startswith("no live path to nvme-tcp 127.0.0.1:4420 ("), reason
+        r = vm.guest.iotune(
+            "raid", "create", *(f"/dev/{n}" for n in fabric), "--name", "gone", "--yes"
+        )
+        assert r.rc == 1 and "refusing to build /dev/md/gone" in r.stderr, r.stderr
+        assert "no live path to nvme-tcp 127.0.0.1:4420" in r.stderr
+    finally:
+        vm.guest.run([py, TARGET, "attach", NQN, PORT]).check()
+    assert _wait_state(vm, fabric[0], live=True)["in_use"] == []
