@@ -39,6 +39,14 @@ def main() -> None:
         "udev": {n: host.udev_properties(n) for n in names},
         "signatures": {n: to_jsonable(host.signatures(n)) for n in names + parts},
         "exclusive": {n: host.exclusive_open_error(n) for n in names},
+        # the route to each NVMe-oF target address: the interface the fabric's link is
+        "routes": {
+            p.traddr: host.route_iface(p.traddr)
+            for d in devs
+            if d.fabric is not None
+            for p in d.fabric.paths
+            if p.traddr
+        },
     }
     (dest / PROBES_FILE).write_text(json.dumps(probes, indent=1, sort_keys=True) + "\n")
     print(f"recorded {len(names)} disks into {dest}")

@@ -158,3 +158,22 @@ def test_a_rate_that_is_not_one_is_refused() -> None:
     for bad in ("fast", "0G", "100MB"):
         with pytest.raises(UsageError, match="is not a link rate"):
             parse_network(bad)
+
+
+def test_a_network_link_bounds_the_drives_plan() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    args = ["--json", "estimate", "opt_nvme_16b", "--baseline", "study"]
+    args += ["--drive", "samsung-980-pro-2tb", "--drives", "1,2,8", "--network-link", "25G"]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    rows = {p["drives"]: p for p in json.loads(r.output)["drives"]["plans"]}
+    # one drive reads 5.02 GiB/s and writes 3.51: a 25 Gb/s link (2.91 GiB/s) binds them all
+    assert all(p["bound_by"] == "network link" for p in rows.values())
+    assert rows[8]["read_bw_bytes_s"] == rows[1]["read_bw_bytes_s"] == round(25e9 / 8)
+    no = CliRunner().invoke(cli_mod.cli, ["estimate", "opt_nvme_16b", "--network-link", "25G"])
+    assert no.exit_code == 2 and "--network-link bounds a drives plan" in no.output
