@@ -51,6 +51,8 @@ PACKAGES: dict[str, str] = {
     "nvidia-smi": "nvidia-utils",
     "ip": "iproute2",
     "nvme": "nvme-cli",
+    "ssh": "openssh-client",
+    "pdsh": "pdsh",
 }
 
 STDERR_TAIL_CHARS = 2000

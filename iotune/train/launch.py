@@ -124,6 +124,50 @@ def plan_launch(
     )
 
 
+def node_problems(hosts: tuple[tuple[str, int], ...], timeout_s: float = 20.0) -> list[str]:
+    """Each node of the hostfile that DeepSpeed's pdsh launcher could not log in to, with
+    ssh's own reason ("Connection refused": no sshd; "Could not resolve hostname"; a key
+    that is not accepted), asked as pdsh will ask: ``ssh -o BatchMode=yes HOST true``."""
+    from iotune import proc
+    from iotune.errors import CommandTimeout, last_line
+
+    out = []
+    for host, _ in hosts:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+        argv += ["-o", "StrictHostKeyChecking=accept-new", host, "true"]
+        try:
+            done = proc.run(argv, check=False, timeout=timeout_s)
+        except CommandTimeout:
+            out.append(f"{host}: no answer from ssh in {timeout_s:g} s")
+            continue
+        if done.returncode != 0:
+            out.append(f"{host}: {last_line(done.stderr) or f'ssh exited {done.returncode}'}")
+    return out
+
+
+def check_nodes(launch: Launch) -> None:
+    """Over pdsh (DeepSpeed's default multi-node launcher), every node must take an ssh
+    login without a password before anything is trained: the first that does not is named
+    with ssh's reason, in one line."""
+    from iotune.errors import IotuneError, ToolMissing
+
+    if not launch.hosts or launch.node_rank is not None or launch.launcher != "pdsh":
+        return
+    import shutil
+
+    if shutil.which("pdsh") is None:
+        raise ToolMissing("pdsh", "pdsh")
+    problems = node_problems(launch.hosts)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise IotuneError(
+            f"node {problems[0]}{more}: DeepSpeed's pdsh launcher logs in to every node "
+            "of the hostfile with ssh",
+            hint="each node needs sshd and this user's key (ssh -o BatchMode=yes NODE true "
+            "must work), or run the same command on each node with --node-rank",
+        )
+
+
 def place(
     paths: list[Path],
     ranks: int,

@@ -104,9 +104,11 @@ def make_request(
     from iotune.records import load_aio
     from iotune.train.custom import pick_preset
     from iotune.train.data import check_inputs
-    from iotune.train.launch import plan_launch
+    from iotune.train.launch import check_nodes, plan_launch
 
     launch = plan_launch(ranks, hostfile, node_rank, master_addr, launcher)
+    if launch is not None:
+        check_nodes(launch)
     preset = pick_preset(
         name,
         model,
