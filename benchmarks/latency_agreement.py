@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import statistics
 import subprocess
@@ -39,36 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
 from iotune.trace import latency as lt
+from tests.tools.biolatency import BIOLATENCY, buckets, ours
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
-BIOLATENCY = "/usr/sbin/biolatency"
 JOBS = (
     ("randread", "4k", 1, "psync"),
     ("randread", "4k", 32, "libaio"),
     ("read", "512k", 8, "libaio"),
 )
-
-
-def buckets(text: str, disk: str) -> dict[int, int]:
-    out: dict[int, int] = {}
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"\s*disk = (\S+)", line)
-        if m:
-            current = m.group(1)
-            continue
-        m = re.match(r"\s*(\d+) -> (\d+)\s*:\s*(\d+)", line)
-        if m and current == disk:
-            out[(int(m.group(2)) + 1).bit_length() - 2] = int(m.group(3))
-    return out
-
-
-def ours(slots: dict[int, int]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for slot, n in slots.items():
-        b = max(0, int(lt.slot_value(slot) // 1000).bit_length() - 1)
-        out[b] = out.get(b, 0) + n
-    return out
 
 
 def job(
@@ -118,7 +95,7 @@ def job(
     for cls in lt.CLASSES:
         for k, v in ((lat["read"][cls] or {}).get("histogram") or {}).items():
             slots[int(k)] = slots.get(int(k), 0) + v
-    mine, theirs = ours(slots), buckets(text, disk)
+    (mine, _), theirs = ours(slots), buckets(text, disk)
     n = sum(theirs.values())
     l1 = sum(abs(mine.get(b, 0) - theirs.get(b, 0)) for b in set(mine) | set(theirs))
     busy = [i for i, s in enumerate(samples) if s]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import signal
 import subprocess
@@ -23,8 +22,8 @@ import pytest
 
 from iotune.trace import latency as lt
 from tests.root.conftest import IOTUNE, sh
+from tests.tools.biolatency import BIOLATENCY, buckets, ours
 
-BIOLATENCY = "/usr/sbin/biolatency"
 SECONDS = 2
 
 
@@ -33,43 +32,6 @@ def biolatency() -> str:
     if not os.access(BIOLATENCY, os.X_OK):
         pytest.fail(f"{BIOLATENCY} is missing: scripts/setup.sh test installs libbpf-tools")
     return BIOLATENCY
-
-
-def _buckets(text: str, disk: str) -> dict[int, int]:
-    """biolatency -D's histogram of *disk*: bucket k counts [2^k, 2^(k+1)) µs (k=0: 0-1)."""
-    out: dict[int, int] = {}
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"\s*disk = (\S+)", line)
-        if m:
-            current = m.group(1)
-            continue
-        m = re.match(r"\s*(\d+) -> (\d+)\s*:\s*(\d+)", line)
-        if m and current == disk:
-            high, n = int(m.group(2)), int(m.group(3))
-            out[(high + 1).bit_length() - 2] = n
-    return out
-
-
-def _ours(slots: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Our slots in biolatency's buckets (each slot by its middle, in whole µs as biolatency
-    divides), and per bucket the requests of slots that straddle one of its edges: where the
-    two histograms may rightly differ."""
-    got: dict[int, int] = {}
-    edge: dict[int, int] = {}
-    for slot, n in slots.items():
-        us = int(lt.slot_value(slot) // 1000)
-        b = max(0, us.bit_length() - 1)
-        got[b] = got.get(b, 0) + n
-        low, high = lt.slot_bounds(slot)
-        lo_b, hi_b = (
-            max(0, (low // 1000).bit_length() - 1),
-            max(0, ((high - 1) // 1000).bit_length() - 1),
-        )
-        if lo_b != hi_b:
-            for k in range(lo_b, hi_b + 1):
-                edge[k] = edge.get(k, 0) + n
-    return got, edge
 
 
 def _drive(loop_device: Callable[..., str]) -> str:
@@ -118,7 +80,7 @@ def _job(
     doc = json.loads(p.stdout)
     entry = next(d for d in doc["devices"] if d["name"] == disk)
     op = "read" if "read" in rw else "write"
-    return entry, json.loads(fio_out.read_text())["jobs"][0][op], _buckets(text, disk)
+    return entry, json.loads(fio_out.read_text())["jobs"][0][op], buckets(text, disk)
 
 
 @pytest.mark.parametrize(
@@ -159,10 +121,10 @@ def test_latency_agrees_with_biolatency_fio_and_the_kernel(
     assert lat["depth"]["reissued"] <= unseen and lat["write"] is None
     # bucket by bucket: only the requests of our slots astride a bucket's edge may fall on
     # the other side (and the two programs' clocks read a few hundred ns apart)
-    ours, edge = _ours(slots)
-    for b in sorted(set(ours) | set(theirs)):
-        diff = abs(ours.get(b, 0) - theirs.get(b, 0))
-        assert diff <= edge.get(b, 0) + 0.01 * n + 2, (b, ours, theirs, edge)
+    got, edge = ours(slots)
+    for b in sorted(set(got) | set(theirs)):
+        diff = abs(got.get(b, 0) - theirs.get(b, 0))
+        assert diff <= edge.get(b, 0) + 0.01 * n + 2, (b, got, theirs, edge)
     # fio times each I/O from before it is submitted to after it is reaped: the drive's
     # time is inside it
     fio_p = {q: fio["lat_ns"]["percentile"][f"{q:.6f}"] / 1000 for q in (50.0, 99.0)}
