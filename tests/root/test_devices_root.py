@@ -77,10 +77,12 @@ def test_missing_device_path_is_one_line_usage_error() -> None:
 
 def test_not_root_is_one_line_error() -> None:
     # a real process that drops to uid/gid 65534 after start-up (the interpreter lives
-    # under /root, which the nobody user cannot read)
+    # under /root, which the nobody user cannot read: the command's module, which iotune
+    # imports when the command is asked for, is imported before)
     code = (
         "import os, sys\n"
         "from iotune.cli import main\n"
+        "import iotune.cli.devices\n"
         "os.setgroups([]); os.setegid(65534); os.seteuid(65534)\n"
         "sys.argv = ['iotune', 'devices']\n"
         "main()\n"
