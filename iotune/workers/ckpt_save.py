@@ -114,12 +114,12 @@ def _fast_writer(k: dict[str, Any], path: str) -> tuple[Any, Any, str]:
         writer = factory.create_writer(path, False)
         return writer, factory.release_writer, "pinned by CUDA (DeepSpeed's writer factory)"
     import deepspeed.io.fast_file_writer as ffw
-    from deepspeed.ops.op_builder.utils import UtilsBuilder
 
     # DeepSpeed's CPU accelerator maps UtilsBuilder to a builder that refuses to load; the
-    # writer loads the op (for the legacy serialization, which this save does not use):
-    # the op's own C++ build stands in, as it does on a GPU host
-    ffw.UtilsBuilder = UtilsBuilder  # type: ignore[attr-defined]
+    # writer loads the op at construction for cast_to_byte_tensor, which only the legacy
+    # serialization calls (this save uses the zip format): the op's own C++ build stands
+    # in, built the first time that function is called, never here
+    ffw.UtilsBuilder = _LazyUtils  # type: ignore[attr-defined]
     handle = _aio(k)
     buf = handle.new_cpu_locked_tensor(int(k["io_buffer_size"]), torch.empty(0, dtype=torch.uint8))
     buf.zero_()
@@ -133,6 +133,22 @@ def _fast_writer(k: dict[str, Any], path: str) -> tuple[Any, Any, str]:
         handle.free_cpu_locked_tensor(buf)
 
     return writer, release, "locked by the aio op (no GPU)"
+
+
+class _LazyUtils:
+    """DeepSpeed's utils op builder, loading (building) the op only when a function of it
+    is first called."""
+
+    def load(self) -> _LazyUtils:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from deepspeed.ops.op_builder.utils import UtilsBuilder
+
+            return getattr(UtilsBuilder().load(), name)(*args, **kwargs)
+
+        return call
 
 
 def _forget(path: str) -> None:
