@@ -62,6 +62,15 @@ def devices_table(devs: list[BlockDevice]) -> Table:
     return table
 
 
+def _device_json(d: BlockDevice) -> dict[str, object]:
+    """A drive's record; a fabrics namespace's with its state, target and link as well."""
+    from iotune.records import to_jsonable
+
+    doc: dict[str, object] = to_jsonable(d)
+    doc["fabric"] = d.fabric.to_json() if d.fabric is not None else None
+    return doc
+
+
 def fabrics_table(devs: list[BlockDevice]) -> Table | None:
     """The namespaces reached over NVMe-oF: transport, target, subsystem, state, paths and
     the network link (None where there are none)."""
@@ -166,7 +175,12 @@ def devices_cmd(device: tuple[str, ...], show_all: bool) -> None:
             warn(f"no NVMe drives found (other disks: {listed}); use --all to list every disk")
     health = drive_health(devs)
     if STATE.json:
-        emit_json({"devices": devs, "health": {n: h.to_json() for n, h in health.items()}})
+        emit_json(
+            {
+                "devices": [_device_json(d) for d in devs],
+                "health": {n: h.to_json() for n, h in health.items()},
+            }
+        )
         return
     if devs:
         con = console()

@@ -5,8 +5,8 @@ this host's PCIe slots. Read from sysfs, as the kernel's NVMe host driver publis
   ``address`` (``traddr=...,trsvcid=...[,src_addr=...][,host_iface=...]``), ``subsysnqn`` and
   ``state`` (live, connecting, resetting, deleting, dead, new);
 - a namespace's controllers: with native multipath the block device is the subsystem's
-  head, and its paths (``nvmeXcYnZ``, hidden) are listed in ``/sys/block/HEAD/multipath/``;
-  without it, ``device`` is the one controller;
+  head, and its paths are the hidden ``nvmeXcYnZ`` (listed in ``/sys/block/HEAD/multipath/``
+  from kernel 6.14); without it, ``device`` is the one controller;
 - the network link: the interface the route to the target address leaves by (the host's
   routing, :meth:`iotune.probes.host.Host.route_iface`) and its ``/sys/class/net/IF/speed``.
 """
@@ -112,10 +112,23 @@ def parse_address(text: str | None) -> dict[str, str]:
     return out
 
 
+def mpath_paths(tree: SysTree, disk: str) -> list[str]:
+    """The paths (``nvme1c2n1``: subsystem 1, controller 2, namespace 1) of a multipath head
+    (``nvme1n1``): from its ``multipath/`` links (kernel 6.14 and newer), else by name among
+    the block devices, as every kernel names them. [] for anything else."""
+    listed = tree.listdir(f"/sys/block/{disk}/multipath")
+    if listed:
+        return listed
+    m = re.fullmatch(r"nvme(\d+)n(\d+)", disk)
+    if not m:
+        return []
+    pattern = re.compile(rf"nvme{m.group(1)}c\d+n{m.group(2)}")
+    return [n for n in tree.listdir("/sys/block") if pattern.fullmatch(n)]
+
+
 def controllers_of(tree: SysTree, disk: str) -> list[str]:
     """The controllers (``nvme3``) behind a namespace's block device, one per path."""
-    base = f"/sys/block/{disk}"
-    paths = tree.listdir(f"{base}/multipath")
+    paths = mpath_paths(tree, disk)
     found: list[str] = []
     for p in paths or [disk]:
         dev = f"/sys/block/{p}/device"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iotune.errors import DeviceNotFound, UsageError
+from iotune.probes.fabrics import mpath_paths
 from iotune.probes.sysfs import SysTree
 
 
@@ -74,9 +75,7 @@ def expand(tree: SysTree, name: str) -> Targets:
         raise DeviceNotFound(name)
     # an NVMe namespace shared over fabrics is a bio-based head: its requests are its
     # paths' (nvmeXcYnZ, hidden), listed in multipath/
-    slaves = tree.listdir(f"/sys/block/{disk}/slaves") or tree.listdir(
-        f"/sys/block/{disk}/multipath"
-    )
+    slaves = tree.listdir(f"/sys/block/{disk}/slaves") or mpath_paths(tree, disk)
     if not slaves:
         return Targets(disks=(disk,))
     disks: list[str] = []

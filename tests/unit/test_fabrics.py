@@ -177,3 +177,24 @@ def test_a_network_link_bounds_the_drives_plan() -> None:
     assert rows[8]["read_bw_bytes_s"] == rows[1]["read_bw_bytes_s"] == round(25e9 / 8)
     no = CliRunner().invoke(cli_mod.cli, ["estimate", "opt_nvme_16b", "--network-link", "25G"])
     assert no.exit_code == 2 and "--network-link bounds a drives plan" in no.output
+
+
+def test_a_heads_paths_by_name_where_the_kernel_links_none(tmp_path: Path) -> None:
+    """Kernels before 6.14 have no multipath/ links: the paths are found by their names."""
+    import shutil
+
+    from iotune.probes.fabrics import mpath_paths
+    from iotune.trace.targets import expand
+
+    tree = fabric_tree(tmp_path)
+    assert mpath_paths(tree, "nvme1n1") == ["nvme1c1n1", "nvme1c2n1"]
+    shutil.rmtree(tmp_path / "sys/devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1/multipath")
+    assert mpath_paths(tree, "nvme1n1") == ["nvme1c1n1", "nvme1c2n1"]
+    assert controllers_of(tree, "nvme1n1") == ["nvme1", "nvme2"]
+    assert mpath_paths(tree, "nvme1c1n1") == [] and mpath_paths(tree, "loop0") == []
+    _put(tmp_path, "sys/devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1/dev", "259:1")
+    for p in ("nvme1c1n1", "nvme1c2n1"):
+        _put(tmp_path, f"sys/block/{p}/dev", "259:2")
+    # trace follows the head to its paths, the head itself bio-based
+    t = expand(tree, "nvme1n1")
+    assert (t.disks, t.stacked) == (("nvme1c1n1", "nvme1c2n1"), ("nvme1n1",))
