@@ -75,7 +75,18 @@ def expand(tree: SysTree, name: str) -> Targets:
         raise DeviceNotFound(name)
     # an NVMe namespace shared over fabrics is a bio-based head: its requests are its
     # paths' (nvmeXcYnZ, hidden), listed in multipath/
-    slaves = tree.listdir(f"/sys/block/{disk}/slaves") or mpath_paths(tree, disk)
+    slaves = tree.listdir(f"/sys/block/{disk}/slaves")
+    paths = [] if slaves else mpath_paths(tree, disk)
+    if paths and not all(tree.exists(f"/sys/block/{p}/dev") for p in paths):
+        # the block tracepoints name a request's disk by its device number, which a hidden
+        # path has none of on this kernel: its requests cannot be told apart
+        raise UsageError(
+            f"{disk} is an NVMe multipath head whose paths ({', '.join(paths)}) have no device "
+            "number on this kernel: their requests cannot be counted per drive",
+            hint="load nvme_core with multipath=N (kernel command line nvme_core.multipath=N): "
+            "each namespace is then a disk of its own, traced like a local drive",
+        )
+    slaves = slaves or paths
     if not slaves:
         return Targets(disks=(disk,))
     disks: list[str] = []

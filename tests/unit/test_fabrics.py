@@ -193,6 +193,11 @@ def test_a_heads_paths_by_name_where_the_kernel_links_none(tmp_path: Path) -> No
     assert controllers_of(tree, "nvme1n1") == ["nvme1", "nvme2"]
     assert mpath_paths(tree, "nvme1c1n1") == [] and mpath_paths(tree, "loop0") == []
     _put(tmp_path, "sys/devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1/dev", "259:1")
+    # a kernel whose hidden paths have no device number: refused, with the way out
+    from iotune.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"paths \(nvme1c1n1, nvme1c2n1\) have no device"):
+        expand(tree, "nvme1n1")
     for p in ("nvme1c1n1", "nvme1c2n1"):
         _put(tmp_path, f"sys/block/{p}/dev", "259:2")
     # trace follows the head to its paths, the head itself bio-based

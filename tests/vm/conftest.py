@@ -67,7 +67,9 @@ class Session:
 
 def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Session:
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
-    guest = Guest(workdir, DRIVES, environ=environ)
+    # NVMe-oF namespaces as disks of their own, not multipath heads: on the guest's 6.1 kernel
+    # a head's hidden paths carry no device number for the tracer (iotune trace says so)
+    guest = Guest(workdir, DRIVES, environ=environ, append=("nvme_core.multipath=N",))
     guests.append(guest)
     guest.start(timeout=900)  # it may boot beside another guest's emulated import
     if cancel.is_set():
