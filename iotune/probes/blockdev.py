@@ -380,7 +380,10 @@ def find_block_devices(host: Host, *, include_empty: bool = False) -> list[Block
     for d in disks.values():
         sigs: list[Signature] = []
         excl: str | None = None
-        if d.transport not in (Transport.RAM,) and d.size_bytes > 0:
+        # a namespace whose fabric has no live path queues every read until the link
+        # comes back (minutes): its signatures and exclusive open are not probed
+        down = d.fabric is not None and d.fabric.state != "live"
+        if d.transport not in (Transport.RAM,) and d.size_bytes > 0 and not down:
             sigs = host.signatures(d.name)
             for p in d.partitions:
                 sigs += host.signatures(p.name)
