@@ -318,16 +318,8 @@ def _search(
 
 def _write(path: Path, best: ckpt.Knobs) -> dict[str, Any]:
     """The best writer merged into the DeepSpeed config at *path*, checked by DeepSpeed."""
-    from iotune.sweep.config import read_config, validate
+    from iotune.sweep.config import read_config, write_merged
 
     merged, note = ckpt.merge_checkpoint(read_config(path), best)
-    report = validate(merged)
-    if report["errors"]:
-        raise IotuneError(
-            f"DeepSpeed rejects the merged config: {'; '.join(report['errors'])}",
-            hint=f"{path} was not changed",
-        )
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=2) + "\n")
-    tmp.replace(path)
+    report = write_merged(path, merged)
     return {"path": str(path), "note": note, "writer_used": report.get("writer_used")}

@@ -47,14 +47,21 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def write_config(path: Path, aio: dict[str, Any]) -> dict[str, Any]:
-    merged = merge_aio(read_config(path), aio)
+    return write_merged(path, merge_aio(read_config(path), aio), aio)
+
+
+def write_merged(
+    path: Path, merged: dict[str, Any], aio: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """*merged* into *path* (a whole new file, in one rename) once DeepSpeed's own readers
+    take it, and read *aio* as it is where one is given; DeepSpeed's report."""
     report = validate(merged)
     if report["errors"]:
         raise IotuneError(
             f"DeepSpeed rejects the merged config: {'; '.join(report['errors'])}",
             hint=f"{path} was not changed",
         )
-    if report.get("aio_used") != aio:
+    if aio is not None and report.get("aio_used") != aio:
         raise IotuneError(
             f"DeepSpeed would read aio as {report.get('aio_used')}, not {aio}",
             hint=f"{path} was not changed",
