@@ -13,14 +13,7 @@ from typing import Any
 import click
 
 from iotune.cli.options import STATE, comma_list, json_option, parse_bool, positive_int
-from iotune.errors import (
-    CommandFailed,
-    CommandTimeout,
-    IotuneError,
-    NotRootError,
-    UsageError,
-    last_line,
-)
+from iotune.errors import IotuneError, NotRootError, UsageError
 from iotune.records import append_record
 from iotune.render import console, emit_json, err_console
 from iotune.sweep import ckpt
@@ -36,18 +29,13 @@ def _spec(params: int, sub_group: int, target: str, space: ckpt.Space) -> dict[s
 
 
 def _worker(payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One save (or the ceiling) in a worker process; a failure is the record's status."""
-    from iotune import proc
+    """One save (or the ceiling) in a worker process; a failure is the record's status, as
+    sweep-aio records its points'."""
+    from iotune.sweep.runner import run_worker
 
-    try:
-        return {
-            **proc.run_worker("iotune.workers.ckpt_save", json.dumps(payload), timeout=timeout),
-            "status": "ok",
-        }
-    except CommandTimeout:
-        return {"status": "timeout", "error": f"no result within {timeout:g} s"}
-    except CommandFailed as exc:
-        return {"status": "failed", "error": last_line(exc.stderr_tail) or f"exit {exc.returncode}"}
+    rec: dict[str, Any] = {}
+    run_worker("iotune.workers.ckpt_save", payload, timeout, rec)
+    return rec
 
 
 def _check(target: Path, state_bytes: int, space: ckpt.Space) -> None:
@@ -152,9 +140,9 @@ def sweep_checkpoint(
     Each point saves a ZeRO-3 optimizer state of PARAMS parameters (12 bytes each: the
     fp32 master and Adam's moments) with DeepSpeed's FastFileWriter, the writer of the
     "fast" and "decoupled" engines, timed to its fsync. The knobs are searched one at a
-    time from DeepSpeed's defaults, each keeping the fastest save so far: io_buffer_size,
-    io_buffer_double, then the aio block_size, queue_depth and intra_op_parallelism it
-    writes with. torch.save of the same state is timed too (until it returns, which the
+    time from DeepSpeed's defaults, each keeping the fastest save so far: torch.save's
+    CRC32 of each record, io_buffer_size, io_buffer_double, then the aio block_size,
+    queue_depth and intra_op_parallelism it writes with. torch.save of the same state is timed too (until it returns, which the
     step waits for, and until fsync), against the volume's own write ceiling. The result
     says where the default lost its time and what each knob gained.
 

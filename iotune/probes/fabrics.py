@@ -14,10 +14,12 @@ this host's PCIe slots. Read from sysfs, as the kernel's NVMe host driver publis
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iotune.errors import ProbeError
 from iotune.probes.sysfs import SysTree
 
 #: transports over a network or another host's driver; "pcie" is a local drive
@@ -161,12 +163,14 @@ def link_speed(tree: SysTree, iface: str) -> int | None:
     report -1 or fail the read)."""
     try:
         v = tree.read_int(f"/sys/class/net/{iface}/speed")
-    except ValueError:
+    except ProbeError:  # a speed that is not a number: none to plan with
         return None
     return v if v is not None and v > 0 else None
 
 
-def read_fabric(tree: SysTree, disk: str, route_iface: Any = None) -> Fabric | None:
+def read_fabric(
+    tree: SysTree, disk: str, route_iface: Callable[[str], str | None] | None = None
+) -> Fabric | None:
     """The fabric behind *disk*; None for a local (PCIe) namespace or not NVMe at all.
     *route_iface*(traddr) names the interface the route to an address leaves by."""
     if not disk.startswith("nvme"):

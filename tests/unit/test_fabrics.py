@@ -203,3 +203,12 @@ def test_a_heads_paths_by_name_where_the_kernel_links_none(tmp_path: Path) -> No
     # trace follows the head to its paths, the head itself bio-based
     t = expand(tree, "nvme1n1")
     assert (t.disks, t.stacked) == (("nvme1c1n1", "nvme1c2n1"), ("nvme1n1",))
+
+
+def test_a_link_speed_that_is_no_number_is_none(tmp_path: Path) -> None:
+    from iotune.probes.fabrics import link_speed
+
+    tree = fabric_tree(tmp_path)
+    _put(tmp_path, "sys/class/net/eth1/speed", "unknown")
+    assert link_speed(tree, "eth1") is None
+    assert link_speed(tree, "lo") is None and link_speed(tree, "eth0") == 25000
