@@ -5,6 +5,7 @@ selected tier that ran no test at all."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,10 @@ TIERS = ("unit", "root", "vm", "gpu")
 CI_TIERS = ("unit", "root", "vm")
 _outcomes: dict[str, Counter[str]] = {t: Counter() for t in TIERS}
 _selected: set[str] = set()
+#: wall seconds per test group (see _group) and per tier, summed over setup, call, teardown
+_group_seconds: dict[int, float] = {}
+_tier_seconds: dict[str, float] = {}
+GROUPS = ("first", "beside the study's runs", "the study's own")
 
 
 def _tier(item: pytest.Item) -> str | None:
@@ -51,6 +56,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _selected.add(tier)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    start = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        spent = time.monotonic() - start
+        group = _group(item)
+        _group_seconds[group] = _group_seconds.get(group, 0.0) + spent
+        tier = _tier(item)
+        if tier:
+            _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + spent
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = next((t for t in TIERS if f"tests/{t}/" in report.nodeid), None)
     if tier is None:
@@ -70,6 +89,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", "tiers")
     for line in lines:
         terminalreporter.write_line(line)
+    # where the wall time went: the groups run one after the other, the tiers within them
+    terminalreporter.write_line(
+        "wall seconds by group: "
+        + ", ".join(f"{GROUPS[g]} {_group_seconds[g]:.0f}" for g in sorted(_group_seconds))
+        + "; by tier: "
+        + ", ".join(f"{t} {_tier_seconds[t]:.0f}" for t in TIERS if t in _tier_seconds)
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

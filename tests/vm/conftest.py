@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -147,6 +148,9 @@ RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs"}
 #: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
 #: mid-study (study_lab.lose_a_member), which breaks raid0x2
 RUNS: dict[str, Future[Any]] = {}
+#: each of those runs' start and end (time.monotonic), and how long the tests waited on it
+RUN_TIMES: dict[str, list[float]] = {}
+WAITED: dict[str, float] = {}
 #: the fixtures the selected vm tests use (the member lost mid-study runs only if wanted)
 _wanted: set[str] = set()
 
@@ -180,18 +184,47 @@ def _start_runs(lost: bool = False) -> None:
         go_on()
         return run_checkpoints(early.take(), go_on)
 
+    def timed(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def go() -> Any:
+            RUN_TIMES[name] = [time.monotonic()]
+            try:
+                return fn()
+            finally:
+                RUN_TIMES[name].append(time.monotonic())
+
+        return go
+
     pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
-    RUNS["lab_runs"] = pool.submit(study)
+    RUNS["lab_runs"] = pool.submit(timed("lab_runs", study))
     # before the member lost, which breaks raid0x2, the checkpoints' offload volume
     if "checkpoint_runs" in _wanted:
-        RUNS["checkpoint_runs"] = pool.submit(saves)
+        RUNS["checkpoint_runs"] = pool.submit(timed("checkpoint_runs", saves))
     if lost or "lost_member" in _wanted:
-        RUNS["lost_member"] = pool.submit(lose)
+        RUNS["lost_member"] = pool.submit(timed("lost_member", lose))
     pool.shutdown(wait=False)
 
 
+def _result(name: str) -> Any:
+    """The run *name*'s value, the seconds the tests waited on it counted."""
+    start = time.monotonic()
+    try:
+        return RUNS[name].result()
+    finally:
+        WAITED[name] = WAITED.get(name, 0.0) + time.monotonic() - start
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The RAID0 study's steps, measured and predicted, where its runs ended well."""
+    """The RAID0 study's steps, measured and predicted, where its runs ended well; and the
+    seconds each of the lab's runs took and the tests waited on it."""
+    if RUN_TIMES:
+        terminalreporter.write_line(
+            "vm tier, the lab's runs: "
+            + ", ".join(
+                f"{name} {t[-1] - t[0]:.0f} s (waited on {WAITED.get(name, 0.0):.0f} s)"
+                for name, t in RUN_TIMES.items()
+                if len(t) == 2
+            )
+        )
     done = RUNS.get("lab_runs")
     if done is None or not done.done() or done.exception() is not None:
         return
@@ -269,7 +302,7 @@ def lab_runs(lab: Lab) -> LabRuns:
     """The study's sweeps and runs on the lab (study_lab.run_all), started beside the tests
     marked ``beside_study`` (_StudyBeside) or now."""
     _start_runs()
-    result: LabRuns = RUNS["lab_runs"].result()
+    result: LabRuns = _result("lab_runs")
     return result
 
 
@@ -277,7 +310,7 @@ def lab_runs(lab: Lab) -> LabRuns:
 def lost_member(lab: Lab) -> LostMember:
     """A member of raid0x2 lost mid-study (study_lab.lose_a_member), after the study."""
     _start_runs(lost=True)
-    result: LostMember = RUNS["lost_member"].result()
+    result: LostMember = _result("lost_member")
     return result
 
 
@@ -288,5 +321,5 @@ def checkpoint_runs(lab: Lab) -> CheckpointRuns:
     _start_runs()
     if "checkpoint_runs" not in RUNS:
         raise RuntimeError("the study's runs were started without the checkpoints")
-    result: CheckpointRuns = RUNS["checkpoint_runs"].result()
+    result: CheckpointRuns = _result("checkpoint_runs")
     return result

@@ -129,9 +129,11 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
                     for op, total in (("read", rd), ("write", wr)):
                         # the model's bytes spread evenly; whole parameter files shifted in
                         # or out of a step land on the members their stripes are on (seen:
-                        # 2 MiB more read, 1 MiB more on each of 2 of 4 members)
-                        shifted = abs(rd - est["read"]) if op == "read" else 0
-                        even = (total - (rd - est["read"] if op == "read" else 0)) / len(members)
+                        # 2 MiB more read, 1 MiB more on each of 2 of 4 members), and the
+                        # filesystem's own writes (its journal) on the member its blocks are
+                        # on (seen: 402 KiB more on one of 4)
+                        shifted = abs(total - est[op])
+                        even = est[op] / len(members)
                         off = per[m][op] - even
                         assert abs(off) <= 0.05 * even + shifted, (s, name, m, op, off, even)
             _members_timed(name, doc, members)
