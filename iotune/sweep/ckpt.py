@@ -9,8 +9,12 @@ writer's own fsync, so its time is the time to durability. The knobs are the wri
 (``checkpoint.writer``: ``io_buffer_size``, ``io_buffer_double``) and the aio handle's it
 writes through (``aio``: ``block_size``, ``queue_depth``, ``intra_op_parallelism``), and
 torch.save's own CRC32 of every zip record, which the writer cannot skip but a training
-script can (``torch.serialization.set_crc32_options(False)``). They are searched a knob at a time from DeepSpeed's defaults, each stage keeping the fastest save so
-far (a grid of them all would be hundreds of saves). ``torch.save`` of the same state is
+script can (``torch.serialization.set_crc32_options(False)``), and the writer's copy of each
+record: its ``write`` turns the buffer torch.save hands it into a tensor with
+``numpy.array`` (deepspeed/io/utils.py ``bytes_to_tensor``), a second copy of the whole
+state in fresh memory before the copy into its pinned buffer; ``torch.frombuffer`` reads the
+record where it is. They are searched a knob at a time from DeepSpeed's defaults, each
+stage keeping the fastest save so far (a grid of them all would be hundreds of saves). ``torch.save`` of the same state is
 timed once, to its return (what the step waits for) and to its fsync (durable).
 
 The search is a pure function of the records so far (:func:`next_point`): a run that is
@@ -43,6 +47,7 @@ class Knobs:
     crc32: bool = (
         True  # torch.save's CRC32 of each zip record (torch.serialization.set_crc32_options)
     )
+    record_copy: bool = True  # the writer's numpy copy of each record (io/utils.py)
     io_buffer_size: int = 64 * 2**20  # CHECKPOINT_IO_BUFFER_SIZE_DEFAULT
     io_buffer_double: bool = True
     block_size: int = 2**20  # AIO_BLOCK_SIZE_DEFAULT
@@ -75,15 +80,25 @@ class Knobs:
             f"{binary_size(self.io_buffer_size)} {'double' if self.io_buffer_double else 'single'}"
         )
         crc = "" if self.crc32 else ", no CRC32"
+        crc += "" if self.record_copy else ", records in place"
         return f"{buf}, {binary_size(self.block_size)} blocks, qd {self.queue_depth}, {self.threads} thread(s){crc}"
 
 
 DEFAULTS = Knobs()
 #: the order the search takes the knobs in: the buffer first (it decides how much each
 #: drain gives the handle), then how the handle splits and queues it
-STAGES = ("crc32", "io_buffer_size", "io_buffer_double", "block_size", "queue_depth", "threads")
+STAGES = (
+    "crc32",
+    "record_copy",
+    "io_buffer_size",
+    "io_buffer_double",
+    "block_size",
+    "queue_depth",
+    "threads",
+)
 KNOB_WORDS = {
     "crc32": "torch.save's CRC32",
+    "record_copy": "the writer's copy of each record",
     "io_buffer_size": "io_buffer_size",
     "io_buffer_double": "io_buffer_double",
     "block_size": "aio block_size",
@@ -95,29 +110,38 @@ KNOB_WORDS = {
 @dataclass(frozen=True)
 class Space:
     crc32: tuple[bool, ...] = (True, False)
+    record_copy: tuple[bool, ...] = (True, False)
     io_buffer_size: tuple[int, ...] = (16 * 2**20, 64 * 2**20, 256 * 2**20, GIB)
     io_buffer_double: tuple[bool, ...] = (True, False)
     block_size: tuple[int, ...] = (256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20)
     queue_depth: tuple[int, ...] = (8, 32, 128)
     threads: tuple[int, ...] = (1, 4, 8)
+    #: rounds of the search at most (next_point)
+    rounds: int = 3
 
     def size(self) -> int:
-        """The saves the search takes: the defaults, then each stage's values but the
-        default's (no stage before it changes its knob, so its base still has that)."""
+        """The saves the search's first round takes: the defaults, then each stage's values
+        but the default's (no stage before it changes its knob, so its base still has
+        that). Another round takes at most as many again, each value not yet saved."""
         return 1 + sum(
             len(getattr(self, s)) - (getattr(DEFAULTS, s) in getattr(self, s)) for s in STAGES
         )
 
-    def to_json(self) -> dict[str, list[Any]]:
-        return {f.name: list(getattr(self, f.name)) for f in fields(self)}
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in fields(self)
+        }
 
     @staticmethod
-    def from_json(d: dict[str, list[Any]]) -> Space:
-        return Space(**{k: tuple(v) for k, v in d.items()})
+    def from_json(d: dict[str, Any]) -> Space:
+        args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return Space(**args)
 
 
 def knobs_of(rec: dict[str, Any]) -> Knobs:
-    return Knobs(**{f.name: rec[f.name] for f in fields(Knobs)})
+    """A record's knobs (one made before a knob existed had DeepSpeed's default of it)."""
+    return Knobs(**{f.name: rec.get(f.name, getattr(DEFAULTS, f.name)) for f in fields(Knobs)})
 
 
 def fast_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -130,23 +154,39 @@ def fastest(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ok, key=lambda r: r["durable_s"]) if ok else None
 
 
-def next_point(space: Space, records: Sequence[dict[str, Any]]) -> tuple[str, Knobs] | None:
-    """The next save to time, and the stage it belongs to; None when the search is done.
+def _order(rec: dict[str, Any]) -> tuple[int, int]:
+    """Where a record stands in the search: (round, stage), the defaults first."""
+    if rec.get("stage") == "default":
+        return (0, 0)
+    return (int(rec.get("round", 1)), STAGES.index(rec["stage"]))
+
+
+def next_point(space: Space, records: Sequence[dict[str, Any]]) -> tuple[str, int, Knobs] | None:
+    """The next save to time, its stage and round; None when the search is done.
 
     DeepSpeed's defaults first; then, knob by knob in STAGES' order, each value of the
-    space on the fastest save so far."""
+    space on the fastest save so far; then the same again from the best, while a round
+    finds a faster save (``space.rounds`` at most: a knob's best can depend on another's
+    value, more in flight paying only with a buffer that holds it)."""
     fast = fast_records(records)
     done = {r["key"] for r in fast}
     if DEFAULTS.key() not in done:
-        return "default", DEFAULTS
-    for i, stage in enumerate(STAGES):
-        # the fastest of the stages before this one: a later stage's find does not reopen it
-        best = fastest([r for r in fast if r.get("stage") in ("default", *STAGES[:i])])
-        base = knobs_of(best) if best is not None else DEFAULTS
-        for value in getattr(space, stage):
-            k = replace(base, **{stage: value})
-            if k.key() not in done:
-                return stage, k
+        return "default", 0, DEFAULTS
+    for rnd in range(1, space.rounds + 1):
+        if rnd > 1:
+            before = fastest([r for r in fast if _order(r) < (rnd - 1, 0)])
+            after = fastest([r for r in fast if _order(r) < (rnd, 0)])
+            if before is None or after is None or after["key"] == before["key"]:
+                return None
+        for i, stage in enumerate(STAGES):
+            # the fastest of the stages before this one: a later stage's find does not
+            # reopen it within the round
+            best = fastest([r for r in fast if _order(r) < (rnd, i)])
+            base = knobs_of(best) if best is not None else DEFAULTS
+            for value in getattr(space, stage):
+                k = replace(base, **{stage: value})
+                if k.key() not in done:
+                    return stage, rnd, k
     return None
 
 
@@ -160,8 +200,15 @@ def run_search(
     """Time saves until :func:`next_point` has none left; each record is appended to
     OUT/ckpt_points.jsonl as soon as it exists (an interrupt loses none)."""
     while (nxt := next_point(space, records)) is not None:
-        stage, k = nxt
-        rec = {"writer": "fast", "stage": stage, "key": k.key(), **asdict(k), **measure(stage, k)}
+        stage, rnd, k = nxt
+        rec = {
+            "writer": "fast",
+            "stage": stage,
+            "round": rnd,
+            "key": k.key(),
+            **asdict(k),
+            **measure(stage, k),
+        }
         append_record(out / POINTS, rec)
         records.append(rec)
         if on_point:
@@ -184,12 +231,14 @@ def stage_gains(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     (the stage's fastest save against the fastest before it)."""
     out = []
     seen: list[dict[str, Any]] = []
-    for stage in ("default", *STAGES):
+    fast = fast_records(records)
+    for pos in sorted({_order(r) for r in fast}):
         before = fastest(seen)
-        seen += [r for r in fast_records(records) if r.get("stage") == stage]
+        seen += [r for r in fast if _order(r) == pos]
         after = fastest(seen)
-        if stage == "default" or before is None or after is None or after is before:
+        if pos == (0, 0) or before is None or after is None or after is before:
             continue
+        stage = STAGES[pos[1]]
         if after[stage] != before[stage]:
             out.append(
                 {
@@ -207,7 +256,7 @@ def _value(knob: str, v: Any) -> str:
         return binary_size(int(v))
     if knob == "io_buffer_double":
         return "double" if v else "single"
-    if knob == "crc32":
+    if knob in ("crc32", "record_copy"):
         return "on" if v else "off"
     return str(v)
 
@@ -218,14 +267,22 @@ def why_default(default: dict[str, Any], ceiling: float | None) -> str:
     statistics."""
     total = float(default["durable_s"])
     fill, wait = float(default.get("fill_s") or 0.0), float(default.get("aio_write_s") or 0.0)
+    copy = float(default.get("copy_s") or 0.0)
     k = knobs_of(default)
     inflight = k.queue_depth * k.threads
     text = (
         f"the default spent {fill:.2f} s of its {total:.2f} s filling its "
         f"{_value('io_buffer_size', k.io_buffer_size)} buffer, {wait:.2f} s waiting on "
-        f"writes of {binary_size(k.block_size)} blocks with at most {inflight} in flight, and "
-        f"{max(0.0, total - fill - wait):.2f} s in torch.save's own work between the writes "
-        "(pickling, and the zip records' CRC32 while it is on)"
+        f"writes of {binary_size(k.block_size)} blocks with at most {inflight} in flight, "
+    )
+    if default.get("copy_s") is not None:
+        text += (
+            f"{copy:.2f} s copying each record before that (numpy.array in DeepSpeed's "
+            "io/utils.py bytes_to_tensor), "
+        )
+    text += (
+        f"and {max(0.0, total - fill - wait - copy):.2f} s in torch.save's own work between "
+        "the writes (pickling, and the zip records' CRC32 while it is on)"
     )
     rate = _rate(default)
     if ceiling and rate:
@@ -264,14 +321,20 @@ def summarize(records: Sequence[dict[str, Any]], ceiling: dict[str, Any] | None)
     goal["met"] = bool(share is not None and share >= GOAL_SHARE and goal["beats_torch_to_durable"])
     if best is not None and ceil_bw and best.get("aio_write_s"):
         writing = float(best["bytes"]) / float(best["aio_write_s"])
+        copy = float(best.get("copy_s") or 0.0)
         serial = (
-            float(best["durable_s"]) - float(best["aio_write_s"]) - float(best.get("fill_s") or 0.0)
+            float(best["durable_s"])
+            - float(best["aio_write_s"])
+            - float(best.get("fill_s") or 0.0)
+            - copy
         )
-        lines.append(
+        text = (
             f"the best's writes alone ran at {100 * writing / ceil_bw:.0f}% of the ceiling; "
-            f"{serial:.2f} s of its save is torch.save's work between the writes, which the "
-            "writer does not overlap"
+            f"{serial:.2f} s of its save is torch.save's work between the writes"
         )
+        if copy >= 0.005:
+            text += f", and {copy:.2f} s the writer's copy of each record"
+        lines.append(text + ", which the writer does not overlap")
     if best is not None and torch_ok and torch_rec is not None:
         lines.append(
             f"torch.save: the step waits {torch_rec['blocked_s']:.2f} s, durable at "
@@ -294,7 +357,7 @@ def summarize(records: Sequence[dict[str, Any]], ceiling: dict[str, Any] | None)
             if best is not None
             else None
         ),
-        "script": crc_advice(best),
+        "script": script_advice(best),
     }
 
 
@@ -317,16 +380,26 @@ def merge_checkpoint(existing: dict[str, Any], best: Knobs) -> tuple[dict[str, A
     return merged, note
 
 
-def crc_advice(best: dict[str, Any] | None) -> str | None:
+def script_advice(best: dict[str, Any] | None) -> str | None:
     """What the training script must do for the best save, where DeepSpeed's config cannot
-    say it: torch.save's CRC32 off."""
-    if best is None or best.get("crc32", True):
+    say it: torch.save's CRC32 off, the writer's records read in place."""
+    if best is None:
         return None
-    return (
-        "torch.serialization.set_crc32_options(False) in the training script before its saves "
-        "(torch 2.6 and newer; DeepSpeed's config has no key for it, and torch.load reads "
-        "such files)"
-    )
+    says = []
+    if not best.get("crc32", True):
+        says.append(
+            "torch.serialization.set_crc32_options(False) in the training script before its "
+            "saves (torch 2.6 and newer; torch.load reads such files)"
+        )
+    if not best.get("record_copy", True):
+        says.append(
+            "deepspeed.io.fast_file_writer.bytes_to_tensor = lambda b: torch.frombuffer(b, "
+            "dtype=torch.uint8) in it (the writer then copies each record once, into its "
+            "pinned buffer, not twice)"
+        )
+    if not says:
+        return None
+    return "; ".join(says) + " (DeepSpeed's config has no key for these)"
 
 
 def load_result(path: Path) -> dict[str, Any]:

@@ -23,12 +23,14 @@ def points_table(result: dict[str, Any]) -> Table:
         pad_edge=False,
         header_style="bold",
         title=f"fast writer saves of {result['state_bytes'] / GIB:.2f} GiB "
-        "(GiB = 2^30 bytes; durable = after the writer's fsync)",
+        "(GiB = 2^30 bytes; durable = after the writer's fsync; "
+        "COPY: the writer's copy of each record before its buffer's)",
         title_justify="left",
     )
     for col in (
         "STAGE",
         "CRC32",
+        "COPY",
         "BUFFER",
         "BLOCK",
         "QD",
@@ -36,6 +38,7 @@ def points_table(result: dict[str, Any]) -> Table:
         "DURABLE s",
         "GiB/s",
         "OF CEILING",
+        "COPY s",
         "FILL s",
         "WAIT s",
         "",
@@ -47,8 +50,9 @@ def points_table(result: dict[str, Any]) -> Table:
         ok = r.get("status") == "ok"
         rate = r["bytes"] / r["durable_s"] if ok else None
         t.add_row(
-            r["stage"],
+            r["stage"] + (f" ({r['round']})" if r.get("round", 1) > 1 else ""),
             "on" if k.crc32 else "off",
+            "on" if k.record_copy else "off",
             f"{binary_size(k.io_buffer_size)} {'x2' if k.io_buffer_double else 'x1'}",
             binary_size(k.block_size),
             str(k.queue_depth),
@@ -56,6 +60,7 @@ def points_table(result: dict[str, Any]) -> Table:
             _cell(r.get("durable_s")) if ok else r.get("status", "?"),
             _cell(rate / GIB if rate else None),
             _cell(100 * rate / ceil if rate and ceil else None, "{:.0f}%"),
+            _cell(r.get("copy_s")),
             _cell(r.get("fill_s")),
             _cell(r.get("aio_write_s")),
             "best" if best is not None and r["key"] == best["key"] else "",

@@ -228,10 +228,9 @@ def _checkpoints(
     if ck is not None:
         if ck.writer != "torch" and p.accelerator != "cuda":
             # writer_factory.py pins its I/O buffer: torch.Tensor.pin_memory needs a GPU
-            raise UsageError(
-                f"--checkpoint-writer {ck.writer} needs a GPU: DeepSpeed's FastPersist pins "
-                f"its buffer in page-locked memory (this run is on the {p.accelerator})",
-                hint="--checkpoint-writer torch",
+            req.notes.append(
+                f"--checkpoint-writer {ck.writer} on the {p.accelerator}: DeepSpeed's writer, "
+                "its buffer page-locked by the aio op (torch's pin_memory needs a GPU)"
             )
         need = ck_save_volume(est, on_nvme).write
         if ck.writer != "torch" and on_nvme:

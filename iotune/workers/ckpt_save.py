@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from iotune.workers import die_with_parent, private_stdout
+from iotune.workers.fastpersist import WHY, LazyUtils, RecordCopy
 
 FILE = "iotune-ckpt-{pid}.pt"
 #: the ceiling's settings (block, queue depth, threads): those the writer can take
@@ -119,7 +120,7 @@ def _fast_writer(k: dict[str, Any], path: str) -> tuple[Any, Any, str]:
     # writer loads the op at construction for cast_to_byte_tensor, which only the legacy
     # serialization calls (this save uses the zip format): the op's own C++ build stands
     # in, built the first time that function is called, never here
-    ffw.UtilsBuilder = _LazyUtils  # type: ignore[attr-defined]
+    ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
     handle = _aio(k)
     buf = handle.new_cpu_locked_tensor(int(k["io_buffer_size"]), torch.empty(0, dtype=torch.uint8))
     buf.zero_()
@@ -132,23 +133,7 @@ def _fast_writer(k: dict[str, Any], path: str) -> tuple[Any, Any, str]:
         writer.close()
         handle.free_cpu_locked_tensor(buf)
 
-    return writer, release, "locked by the aio op (no GPU)"
-
-
-class _LazyUtils:
-    """DeepSpeed's utils op builder, loading (building) the op only when a function of it
-    is first called."""
-
-    def load(self) -> _LazyUtils:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            from deepspeed.ops.op_builder.utils import UtilsBuilder
-
-            return getattr(UtilsBuilder().load(), name)(*args, **kwargs)
-
-        return call
+    return writer, release, WHY
 
 
 def _forget(path: str) -> None:
@@ -190,6 +175,7 @@ def save(p: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
                     f"torch {torch.__version__} always computes the CRC32 (2.6 can skip it)"
                 )
             writer, release, pinned = _fast_writer(p, path)
+            copy = RecordCopy(in_place=not p.get("record_copy", True)).install()
             released = False
             try:
                 t0 = time.perf_counter()
@@ -198,6 +184,7 @@ def save(p: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
                 released = True
                 t1 = time.perf_counter()
             finally:
+                copy.remove()
                 # a save cut short (SIGTERM) still closes its writer before the file goes:
                 # its close appends the last partial buffer, which would make the file anew
                 if not released:
@@ -208,6 +195,8 @@ def save(p: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
                 durable_s=t1 - t0,
                 fill_s=stats.get(AIO_FILL_BUFFER_SEC_KEY),
                 aio_write_s=stats.get(AIO_WRITE_SEC_KEY),
+                # the writer's copy of each record (or, in place, the view of it)
+                copy_s=copy.seconds,
                 buffer=pinned,
             )
         out["bytes"] = os.path.getsize(path)

@@ -351,6 +351,11 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "proc_io": _proc_io(),
         }
     )
+    if not cuda and "writer" in spec["ds_config"].get("checkpoint", {}):
+        # DeepSpeed's fast and decoupled writers, their buffer locked by the aio op
+        from iotune.workers import fastpersist
+
+        fastpersist.install()
     swap_dir = rank_swap_dir(spec, local_rank)
     ds_config = with_nvme_path(spec["ds_config"], swap_dir)
     stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))

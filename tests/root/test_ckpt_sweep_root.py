@@ -34,7 +34,8 @@ GRID = [
     "8",
     "--threads",
     "1",
-]  # five saves: the defaults, then CRC32 off, a 1 MiB buffer, a single one, 256 KiB blocks
+]  # six saves in the first round: the defaults, then CRC32 off, the records in place, a
+# 1 MiB buffer, a single one, 256 KiB blocks
 
 
 @pytest.fixture
@@ -51,17 +52,21 @@ def test_each_save_is_a_real_checkpoint_and_the_best_goes_into_the_config(
     run = tmp_path / "run"
     res = json.loads(
         iotune(
-            "--json", "sweep-checkpoint", "--target", str(volume), *GRID,
+            "--json", "sweep-checkpoint", "--target", str(volume), *GRID, "--rounds", "2",
             "--out", str(run), "--write-config", str(cfg),
         ).stdout
     )  # fmt: skip
     pts = res["points"]
     assert pts[0]["stage"] == "default"
-    assert (
-        len({p["key"] for p in pts})
-        == len(pts)
-        == ckpt.Space.from_json(json.loads((run / "spec.json").read_text())["space"]).size()
-    )
+    space = ckpt.Space.from_json(json.loads((run / "spec.json").read_text())["space"])
+    # the first round's saves; a second where it found a faster one than the defaults
+    assert len({p["key"] for p in pts}) == len(pts)
+    assert len([p for p in pts if p["round"] <= 1]) == space.size()
+    assert space.rounds == 2 and {p["round"] for p in pts} <= {0, 1, 2}
+    assert len(pts) <= 2 * space.size()
+    # the records read in place save the same bytes, and load back equal (below)
+    (in_place,) = [p for p in pts if p["stage"] == "record_copy"]
+    assert in_place["record_copy"] is False and in_place["copy_s"] < 0.05, in_place
     # every save loaded back equal to the state: 12 bytes a parameter and the zip records
     # around them
     torch_rec = res["torch"]
@@ -105,7 +110,16 @@ def test_ctrl_c_keeps_the_saves_and_resume_finishes_the_same_search(
 ) -> None:
     run = tmp_path / "run"
     child = subprocess.Popen(
-        [IOTUNE, "sweep-checkpoint", "--target", str(volume), *GRID, "--out", str(run)],
+        [
+            IOTUNE,
+            "sweep-checkpoint",
+            "--target",
+            str(volume),
+            *GRID,
+            *("--rounds", "1"),
+            "--out",
+            str(run),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

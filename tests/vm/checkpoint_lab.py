@@ -1,6 +1,8 @@
 """The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
 (``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
-offloads to the lab's RAID0 of two. One traced run of the study's cut tiny_opt_nvme saves
+offloads to the lab's RAID0 of two. First, on the healthy array, one step of the study's cut
+tiny_opt_nvme saved by each of DeepSpeed's FastPersist writers (``fast``, ``decoupled``: on
+the guest's CPU, their buffer locked by the aio op). Then one traced run saves with torch.save
 after each of three steps; while it makes its second save, one member of the RAID6 is failed
 (``mdadm --fail``, in the guest, the moment the step before the save is recorded); then a run
 resumes from that save, on the degraded array."""
@@ -16,6 +18,8 @@ from typing import Any
 from tests.vm.study_lab import BIN, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
+#: DeepSpeed's writers other than torch.save, each saving one step on the healthy array
+WRITERS = ("fast", "decoupled")
 #: the save made while a member fails
 FAILED_SAVE = 2
 
@@ -62,6 +66,8 @@ class CheckpointRuns:
     resumed: dict[str, Any]
     #: ``iotune raid status ckpt --json`` after the saves
     status: dict[str, Any]
+    #: each of WRITERS' run (``trace --run --json``), one step saved on the healthy array
+    writers: dict[str, dict[str, Any]]
 
 
 def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
@@ -78,6 +84,19 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
     idle = lab.iotune_json("raid", "status", "ckpt")["arrays"][0]
     if idle.get("sync_action") not in (None, "idle"):
         raise RuntimeError(f"the checkpoints' array is still syncing: {idle}")
+    writers = {}
+    for w in WRITERS:
+        go_on()
+        writers[w] = lab.iotune_json(
+            "trace",
+            "--run",
+            "tiny_opt_nvme",
+            *SET_ARGS,
+            *("--nvme-path", "/tmp/raid0x2", "--steps", "1", "--checkpoint-every", "1"),
+            *("--checkpoint-writer", w, "--checkpoint-dir", f"/tmp/ckpt/{w}"),
+            *("--out", str(lab.share / f"ckpt-{w}")),
+            timeout=1500,
+        )
     member = lab.names[CK_SERIALS[1]]
     stdout = lab.share / "ckpt-run.json"
     r = lab.guest.run(
@@ -109,4 +128,5 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         *("--resume-from", f"/tmp/ckpt/ck/step{FAILED_SAVE}", "--out", str(lab.share / "resumed")),
         timeout=1500,
     )
-    return CheckpointRuns(json.loads(stdout.read_text()), failure, member, resumed, status)
+    saving = json.loads(stdout.read_text())
+    return CheckpointRuns(saving, failure, member, resumed, status, writers)

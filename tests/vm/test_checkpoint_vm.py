@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, CheckpointRuns
+from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, WRITERS, CheckpointRuns
 from tests.vm.study_lab import VOLUMES, Lab
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -42,12 +42,12 @@ def test_each_save_is_the_models_copy_read_from_the_raid0(saving: dict[str, Any]
         assert 0 < s["blocked_s"] <= s["durable_s"]
 
 
-def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
-    """The save before the failure: the members wrote twice the save's bytes (two of four
+def _full_stripes(s: dict[str, Any]) -> None:
+    """A save on the healthy array: the members wrote twice the save's bytes (two of four
     members hold data). What they read back is the files' last, partial stripes (a save is a
     dozen files; each ends inside a stripe md completes by reading): a few stripes, not the
     save's worth, and each member's share within a chunk or two of the others'."""
-    p = _saves(saving)[1]["parity"]
+    p = s["parity"]
     assert p is not None
     assert (p["level"], p["members"], p["ideal"]) == ("raid6", 4, 2.0)
     # the save's files, xfs's log and metadata: small writes, whose partial stripes cost
@@ -59,11 +59,37 @@ def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
     # at most a stripe read back for each file's tail (and xfs's few metadata blocks): a
     # save of a dozen files reads back a few stripes, whatever its size (1.3 and 3.1 MiB seen
     # on the lab's 22 MB saves, whose share of the save says nothing)
-    s = _saves(saving)[1]
     assert p["member_read_bytes"] <= (s["files"] + 4) * stripe, (s["files"], p)
     written = [m["write"] for m in p["per_member"].values()]
     # parity rotates: each member holds a quarter of the stripes' chunks, data and parity
     assert max(written) - min(written) <= 2 * p["chunk_bytes"], p["per_member"]
+
+
+def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
+    """The torch.save before the failure."""
+    _full_stripes(_saves(saving)[1])
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_each_fastpersist_writer_saves_the_same_bytes_in_full_stripes(
+    checkpoint_runs: CheckpointRuns, saving: dict[str, Any], writer: str
+) -> None:
+    """DeepSpeed's fast and decoupled writers on the guest's CPU: the same copy of the
+    optimizer state and the same files as torch.save's, traced on both arrays, the RAID6's
+    members writing full stripes of them."""
+    doc = checkpoint_runs.writers[writer]
+    assert doc["steps_done"] == 1, doc.get("error")
+    ck = doc["checkpoints"]
+    assert ck["writer"] == writer
+    assert len(ck["offload_drives"]) == 2 and len(ck["checkpoint_drives"]) == 4
+    (s,) = ck["saves"]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    assert s["swap_copy_bytes"] == 12 * n_s
+    # the writer's zip records are named "archive/..." where torch.save names them by file
+    assert abs(s["bytes"] - _saves(saving)[1]["bytes"]) <= 4 * KIB, (s, _saves(saving)[1])
+    assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
+    assert 0 < s["blocked_s"] <= s["durable_s"]
+    _full_stripes(s)
 
 
 def test_a_member_failed_during_a_save_leaves_it_whole(

@@ -1,0 +1,139 @@
+"""DeepSpeed's FastPersist checkpoint writers (``fast``, ``decoupled``): on a host without a
+GPU, and their copy of each record timed, or skipped.
+
+The writer's ``write`` turns each buffer torch.save hands it into a tensor with
+``bytes_to_tensor`` (deepspeed/io/utils.py), ``torch.from_numpy(numpy.array(...))``: a copy
+of the record in fresh memory, before the writer copies it again into its pinned buffer.
+``RecordCopy`` times that function, or stands ``torch.frombuffer`` in for it, which reads
+the record where it is (the writer only reads it).
+
+DeepSpeed's writer factory (runtime/model_checkpointing/writer_factory.py) page-locks the
+writer's I/O buffer with torch's ``Tensor.pin_memory``, which needs CUDA; and the writer
+loads DeepSpeed's utils op, which its CPU accelerator refuses to build, though only the
+legacy serialization calls it. Without a GPU, ``install()`` has the factory take the same
+buffer from the aio op's own page-locked allocator (``new_cpu_locked_tensor``) of the very
+handle it builds, and the utils op loaded only when first called. The writer, the engines
+and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process it
+spawns: its target is wrapped so that the child installs the same before DeepSpeed's own
+target runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WHY = "locked by the aio op (no GPU)"
+
+
+class LazyUtils:
+    """DeepSpeed's utils op builder, loading (building) the op only when a function of it
+    is first called."""
+
+    def load(self) -> LazyUtils:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from deepspeed.ops.op_builder.utils import UtilsBuilder
+
+            return getattr(UtilsBuilder().load(), name)(*args, **kwargs)
+
+        return call
+
+
+def _setup_for_aio(self: Any, aio_config: dict[str, Any]) -> None:
+    """CheckpointWriterFactory._setup_for_aio with the buffer locked by the handle."""
+    import torch
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+    from deepspeed.runtime.swap_tensor import constants as c
+
+    handle = (
+        AsyncIOBuilder()
+        .load(verbose=False)
+        .aio_handle(
+            block_size=aio_config[c.AIO_BLOCK_SIZE],
+            queue_depth=aio_config[c.AIO_QUEUE_DEPTH],
+            single_submit=aio_config[c.AIO_SINGLE_SUBMIT],
+            overlap_events=aio_config[c.AIO_OVERLAP_EVENTS],
+            intra_op_parallelism=aio_config[c.AIO_INTRA_OP_PARALLELISM],
+        )
+    )
+    buf = handle.new_cpu_locked_tensor(self._io_buffer_size, torch.empty(0, dtype=torch.uint8))
+    buf.zero_()
+    self._io_buffer = buf
+    self._dnvme_handle = handle
+
+
+class RecordCopy:
+    """The writer's ``bytes_to_tensor``, timed: DeepSpeed's own (a copy), or, *in_place*,
+    the record read where it is. ``install`` puts it into the writer's module."""
+
+    def __init__(self, in_place: bool) -> None:
+        self.in_place = in_place
+        self.seconds = 0.0
+        self.records = 0
+        self._own: Any = None
+
+    def __call__(self, buffer: Any) -> Any:
+        import time
+
+        import torch
+
+        t0 = time.perf_counter()
+        try:
+            if not self.in_place:
+                return self._own(buffer)
+            if len(buffer) == 0:  # torch.frombuffer refuses an empty buffer
+                return torch.empty(0, dtype=torch.uint8)
+            import warnings
+
+            with warnings.catch_warnings():
+                # torch's writer hands a read-only view; the writer only reads it
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.frombuffer(buffer, dtype=torch.uint8)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.records += 1
+
+    def install(self) -> RecordCopy:
+        import deepspeed.io.fast_file_writer as ffw
+
+        self._own = ffw.bytes_to_tensor
+        ffw.bytes_to_tensor = self
+        return self
+
+    def remove(self) -> None:
+        import deepspeed.io.fast_file_writer as ffw
+
+        if self._own is not None:
+            ffw.bytes_to_tensor = self._own
+
+
+#: DeepSpeed's own target of the decoupled engine's process, kept by install()
+_ORIGINAL: list[Any] = []
+
+
+def init_decoupled_checkpoint(*args: Any) -> None:
+    """The decoupled engine's process target (pickled by name for the spawned child): the
+    CPU writer installed in the child, then DeepSpeed's own target."""
+    install()
+    _ORIGINAL[0](*args)
+
+
+def install() -> None:
+    """Make DeepSpeed's fast and decoupled writers work on this host's CPU (a no-op where
+    CUDA is available, where DeepSpeed pins the buffer itself)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    import deepspeed.io.fast_file_writer as ffw
+    from deepspeed.runtime.checkpoint_engine import decoupled_checkpoint_engine as dce
+    from deepspeed.runtime.model_checkpointing import writer_factory
+
+    ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
+    writer_factory.CheckpointWriterFactory._setup_for_aio = _setup_for_aio  # type: ignore[method-assign]
+    # the engine reads the module's global when it starts its process
+    if not _ORIGINAL:
+        _ORIGINAL.append(dce.init_decoupled_checkpoint)
+    dce.init_decoupled_checkpoint = init_decoupled_checkpoint
