@@ -15,7 +15,7 @@ buffer from the aio op's own page-locked allocator (``new_cpu_locked_tensor``) o
 handle it builds, and the utils op loaded only when first called. The writer, the engines
 and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process it
 spawns: its target is wrapped so that the child installs the same before DeepSpeed's own
-target runs.
+target runs, and dies with the worker that spawned it.
 """
 
 from __future__ import annotations
@@ -115,25 +115,30 @@ _ORIGINAL: list[Any] = []
 
 def init_decoupled_checkpoint(*args: Any) -> None:
     """The decoupled engine's process target (pickled by name for the spawned child): the
-    CPU writer installed in the child, then DeepSpeed's own target."""
+    child dies with the training worker that spawned it (which leaves without the
+    interpreter's teardown), the CPU writer installed in it, then DeepSpeed's own target."""
+    from iotune.workers import die_with_parent
+
+    die_with_parent()
     install()
     _ORIGINAL[0](*args)
 
 
 def install() -> None:
-    """Make DeepSpeed's fast and decoupled writers work on this host's CPU (a no-op where
-    CUDA is available, where DeepSpeed pins the buffer itself)."""
+    """The decoupled engine's process started with this module's target; and without CUDA
+    (where DeepSpeed pins the buffer itself), DeepSpeed's fast and decoupled writers made to
+    work on this host's CPU."""
     import torch
-
-    if torch.cuda.is_available():
-        return
-    import deepspeed.io.fast_file_writer as ffw
     from deepspeed.runtime.checkpoint_engine import decoupled_checkpoint_engine as dce
-    from deepspeed.runtime.model_checkpointing import writer_factory
 
-    ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
-    writer_factory.CheckpointWriterFactory._setup_for_aio = _setup_for_aio  # type: ignore[method-assign]
     # the engine reads the module's global when it starts its process
     if not _ORIGINAL:
         _ORIGINAL.append(dce.init_decoupled_checkpoint)
     dce.init_decoupled_checkpoint = init_decoupled_checkpoint
+    if torch.cuda.is_available():
+        return
+    import deepspeed.io.fast_file_writer as ffw
+    from deepspeed.runtime.model_checkpointing import writer_factory
+
+    ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
+    writer_factory.CheckpointWriterFactory._setup_for_aio = _setup_for_aio  # type: ignore[method-assign]

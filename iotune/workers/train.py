@@ -351,8 +351,9 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "proc_io": _proc_io(),
         }
     )
-    if not cuda and "writer" in spec["ds_config"].get("checkpoint", {}):
-        # DeepSpeed's fast and decoupled writers, their buffer locked by the aio op
+    if "writer" in spec["ds_config"].get("checkpoint", {}):
+        # DeepSpeed's fast and decoupled writers (on a CPU, their buffer locked by the aio
+        # op; the decoupled one's process dying with this one)
         from iotune.workers import fastpersist
 
         fastpersist.install()
@@ -465,6 +466,11 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         ck = spec.get("checkpoint")
         if ck and step % int(ck["every"]) == 0:
             save_checkpoint(engine, ck, resumed + step, step, events, acc)
+    # the decoupled writer's process, told to end (this worker leaves with os._exit, where
+    # DeepSpeed's destructor would have told it)
+    cleanup = getattr(getattr(engine, "checkpoint_engine", None), "cleanup", None)
+    if callable(cleanup):
+        cleanup()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import deepspeed.comm as ds_comm
 

@@ -32,7 +32,7 @@ def volumes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     devs = LoopDevices(tmp_path_factory.mktemp("ckpt"))
     try:
         off_dev, off = _volume(devs, 2048)
-        ck_dev, ck = _volume(devs, 1024)
+        ck_dev, ck = _volume(devs, 2048)  # three runs' saves: 4 of 0.32 GiB
         _small_dev, small = _volume(devs, 256)
         yield {
             "tmp": devs.tmp,
@@ -204,8 +204,9 @@ def test_fastpersist_writers_save_the_same_bytes_on_a_cpu(
     (s,) = ck["saves"]
     # the swap files' copy as with torch.save; the .pt pickles beside it through the writer:
     # the same zip records, named "archive/..." where torch.save names them by file
+    # ("mp_rank_00_model_states/...": 4,376 and 4,504 bytes fewer seen)
     assert s["swap_copy_bytes"] == 12 * n_s
-    assert abs(s["bytes"] - torch_save["bytes"]) <= 4 * KIB, (s["bytes"], torch_save["bytes"])
+    assert 0 < torch_save["bytes"] - s["bytes"] <= 8 * KIB, (s["bytes"], torch_save["bytes"])
     assert 0 < s["blocked_s"] <= s["durable_s"]
     assert s["bytes"] <= s["checkpoint_write_bytes"] <= s["bytes"] + 4 * MIB, s
 
