@@ -107,7 +107,7 @@ def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> di
     type=click.IntRange(1, 10),
     default=3,
     show_default=True,
-    help="Rounds of the search at most: another round, from the best, while one finds a faster save.",
+    help="Rounds of the search at most: another round, from the best, while one finds a faster save (a resumed run keeps its own).",
 )
 @click.option(
     "--aio-config",
@@ -152,7 +152,7 @@ def sweep_checkpoint(
     CRC32 of each record, the writer's copy of each record (numpy, before its pinned
     buffer's), io_buffer_size, io_buffer_double, then the aio block_size, queue_depth and
     intra_op_parallelism it writes with; then again from the best, while a round finds a
-    faster save (3 rounds at most). torch.save of the same state is timed too (until it returns, which the
+    faster save (--rounds, 3 by default). torch.save of the same state is timed too (until it returns, which the
     step waits for, and until fsync), against the volume's own write ceiling. The result
     says where the default lost its time and what each knob gained.
 
@@ -233,8 +233,12 @@ def sweep_checkpoint(
             records.append(rec)
         _say(
             f"iotune: {space.size()} saves of {state_bytes / 2**30:.2f} GiB on {spec['target']} "
-            f"in the first round (another round, while one finds a faster save); "
-            f"records in {run_dir}"
+            + (
+                "in the first round (another round, while one finds a faster save); "
+                if space.rounds > 1
+                else "; "
+            )
+            + f"records in {run_dir}"
         )
         _search(space, records, base, point_timeout, run_dir)
     except KeyboardInterrupt:

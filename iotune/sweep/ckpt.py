@@ -239,12 +239,13 @@ def stage_gains(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if pos == (0, 0) or before is None or after is None or after is before:
             continue
         stage = STAGES[pos[1]]
-        if after[stage] != before[stage]:
+        was, now = getattr(knobs_of(before), stage), getattr(knobs_of(after), stage)
+        if now != was:
             out.append(
                 {
                     "knob": stage,
-                    "from": before[stage],
-                    "to": after[stage],
+                    "from": was,
+                    "to": now,
                     "speedup": before["durable_s"] / after["durable_s"],
                 }
             )
@@ -267,6 +268,7 @@ def why_default(default: dict[str, Any], ceiling: float | None) -> str:
     statistics."""
     total = float(default["durable_s"])
     fill, wait = float(default.get("fill_s") or 0.0), float(default.get("aio_write_s") or 0.0)
+    wait = min(wait, total)  # DeepSpeed counts its close's last drain twice
     copy = float(default.get("copy_s") or 0.0)
     k = knobs_of(default)
     inflight = k.queue_depth * k.threads
@@ -402,12 +404,17 @@ def script_advice(best: dict[str, Any] | None) -> str | None:
     if not best.get("record_copy", True):
         says.append(
             "deepspeed.io.fast_file_writer.bytes_to_tensor = lambda b: torch.frombuffer(b, "
-            "dtype=torch.uint8) in it (the writer then copies each record once, into its "
-            "pinned buffer, not twice)"
+            "dtype=torch.uint8) (the writer then copies each record once, into its pinned "
+            "buffer, not twice; torch.save hands it no empty record, and torch warns once that "
+            "the record is read-only: the writer only reads it)"
         )
     if not says:
         return None
-    return "; ".join(says) + " (DeepSpeed's config has no key for these)"
+    return (
+        " and ".join(says)
+        + " at the top of the training script (the decoupled writer's process imports it "
+        "again); DeepSpeed's config has no key for these"
+    )
 
 
 def load_result(path: Path) -> dict[str, Any]:

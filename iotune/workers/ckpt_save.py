@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from iotune.workers import die_with_parent, private_stdout
-from iotune.workers.fastpersist import WHY, LazyUtils, RecordCopy
+from iotune.workers.fastpersist import WHY, RecordCopy, install
 
 FILE = "iotune-ckpt-{pid}.pt"
 #: the ceiling's settings (block, queue depth, threads): those the writer can take
@@ -85,55 +85,42 @@ def _aio(k: dict[str, Any]) -> Any:
 
 
 def _fast_writer(k: dict[str, Any], path: str) -> tuple[Any, Any, str]:
-    """(writer, release, how its buffer was pinned)."""
+    """(writer, release, how its buffer was pinned): DeepSpeed's own writer factory, as the
+    fast and decoupled engines build it (on a CPU host, its buffer locked by the aio op:
+    iotune.workers.fastpersist)."""
     import torch
-
-    if torch.cuda.is_available():
-        from deepspeed.runtime.model_checkpointing.data_parallel_writer_factory import (
-            DataParallelWriterConfig,
-        )
-        from deepspeed.runtime.model_checkpointing.writer_factory import CheckpointWriterFactory
-
-        factory = CheckpointWriterFactory(
-            writer_config={
-                "type": "FAST",
-                "io_buffer_size": int(k["io_buffer_size"]),
-                "io_buffer_double": bool(k["io_buffer_double"]),
-                "io_multiplier": 1,
-                "show_statistics": False,
-            },
-            aio_config={
-                "block_size": int(k["block_size"]),
-                "queue_depth": int(k["queue_depth"]),
-                "single_submit": bool(k["single_submit"]),
-                "overlap_events": bool(k["overlap_events"]),
-                "intra_op_parallelism": int(k["threads"]),
-                "use_gds": False,
-            },
-            dp_writer_config=DataParallelWriterConfig(1, 0, 0, 0, True),
-        )
-        writer = factory.create_writer(path, False)
-        return writer, factory.release_writer, "pinned by CUDA (DeepSpeed's writer factory)"
-    import deepspeed.io.fast_file_writer as ffw
-
-    # DeepSpeed's CPU accelerator maps UtilsBuilder to a builder that refuses to load; the
-    # writer loads the op at construction for cast_to_byte_tensor, which only the legacy
-    # serialization calls (this save uses the zip format): the op's own C++ build stands
-    # in, built the first time that function is called, never here
-    ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
-    handle = _aio(k)
-    buf = handle.new_cpu_locked_tensor(int(k["io_buffer_size"]), torch.empty(0, dtype=torch.uint8))
-    buf.zero_()
-    cfg = ffw.FastFileWriterConfig(
-        dnvme_handle=handle, pinned_tensor=buf, double_buffer=bool(k["io_buffer_double"])
+    from deepspeed.runtime.model_checkpointing.data_parallel_writer_factory import (
+        DataParallelWriterConfig,
     )
-    writer = ffw.FastFileWriter(file_path=path, config=cfg)
+    from deepspeed.runtime.model_checkpointing.writer_factory import CheckpointWriterFactory
 
-    def release() -> None:
-        writer.close()
-        handle.free_cpu_locked_tensor(buf)
-
-    return writer, release, WHY
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        install()
+    factory = CheckpointWriterFactory(
+        writer_config={
+            "type": "FAST",
+            "io_buffer_size": int(k["io_buffer_size"]),
+            "io_buffer_double": bool(k["io_buffer_double"]),
+            "io_multiplier": 1,
+            "show_statistics": False,
+        },
+        aio_config={
+            "block_size": int(k["block_size"]),
+            "queue_depth": int(k["queue_depth"]),
+            "single_submit": bool(k["single_submit"]),
+            "overlap_events": bool(k["overlap_events"]),
+            "intra_op_parallelism": int(k["threads"]),
+            "use_gds": False,
+        },
+        dp_writer_config=DataParallelWriterConfig(1, 0, 0, 0, True),
+    )
+    writer = factory.create_writer(path, False)
+    return (
+        writer,
+        factory.release_writer,
+        "pinned by CUDA (DeepSpeed's writer factory)" if cuda else WHY,
+    )
 
 
 def _forget(path: str) -> None:

@@ -11,8 +11,8 @@ DeepSpeed's writer factory (runtime/model_checkpointing/writer_factory.py) page-
 writer's I/O buffer with torch's ``Tensor.pin_memory``, which needs CUDA; and the writer
 loads DeepSpeed's utils op, which its CPU accelerator refuses to build, though only the
 legacy serialization calls it. Without a GPU, ``install()`` has the factory take the same
-buffer from the aio op's own page-locked allocator (``new_cpu_locked_tensor``) of the very
-handle it builds, and the utils op loaded only when first called. The writer, the engines
+buffer from the aio op's page-locked allocator (``new_cpu_locked_tensor``, through the handle
+it builds; the op keeps it for the process's life, as the factory keeps its buffer), and the utils op loaded only when first called. The writer, the engines
 and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process it
 spawns: its target is wrapped so that the child installs the same before DeepSpeed's own
 target runs, and dies with the worker that spawned it.
@@ -20,6 +20,8 @@ target runs, and dies with the worker that spawned it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 WHY = "locked by the aio op (no GPU)"
@@ -59,6 +61,11 @@ def _setup_for_aio(self: Any, aio_config: dict[str, Any]) -> None:
         )
     )
     buf = handle.new_cpu_locked_tensor(self._io_buffer_size, torch.empty(0, dtype=torch.uint8))
+    if buf.data_ptr() == 0:  # the op's allocator gives NULL where mlock fails
+        raise RuntimeError(
+            f"cannot lock {self._io_buffer_size} bytes for the checkpoint writer's buffer "
+            "(RLIMIT_MEMLOCK: ulimit -l; root has CAP_IPC_LOCK)"
+        )
     buf.zero_()
     self._io_buffer = buf
     self._dnvme_handle = handle
@@ -142,3 +149,16 @@ def install() -> None:
 
     ffw.UtilsBuilder = LazyUtils  # type: ignore[attr-defined]
     writer_factory.CheckpointWriterFactory._setup_for_aio = _setup_for_aio  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def writer_ends(engine: Any) -> Iterator[None]:
+    """The decoupled writer's process told to end when the steps do, however they end: the
+    training worker leaves with os._exit (DeepSpeed's destructor, which would tell it, never
+    runs), and a process left waiting for its next save keeps the run from ending."""
+    try:
+        yield
+    finally:
+        ce = getattr(engine, "checkpoint_engine", None)
+        if ce is not None and ce.is_decoupled():
+            ce.cleanup()

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.trace.acks import AckWaiter
-from iotune.workers import die_with_parent, forked, stdout_to_stderr
+from iotune.workers import die_with_parent, fastpersist, forked, stdout_to_stderr
 from iotune.workers.checkpoints import STEP_KEY, save_checkpoint
 from iotune.workers.torch_probe import cpu_bf16
 
@@ -351,11 +351,9 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "proc_io": _proc_io(),
         }
     )
-    if "writer" in spec["ds_config"].get("checkpoint", {}):
+    if "writer" in (spec["ds_config"].get("checkpoint") or {}):
         # DeepSpeed's fast and decoupled writers (on a CPU, their buffer locked by the aio
         # op; the decoupled one's process dying with this one)
-        from iotune.workers import fastpersist
-
         fastpersist.install()
     swap_dir = rank_swap_dir(spec, local_rank)
     ds_config = with_nvme_path(spec["ds_config"], swap_dir)
@@ -412,65 +410,61 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     for _ in range(resumed * ga):  # the batches the checkpoint's steps trained on
         next(it)
     engine.train()
-    for step in range(1, int(spec["steps"]) + 1):
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        acc.synchronize()
-        t0 = time.perf_counter()
-        fwd = bwd = acc_step = 0.0
-        losses = []
-        for micro in range(ga):
-            ids = next(it).to(engine.device)
-            a = time.perf_counter()
-            loss = engine(input_ids=ids, labels=ids).loss
+    with fastpersist.writer_ends(engine):
+        for step in range(1, int(spec["steps"]) + 1):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
             acc.synchronize()
-            b = time.perf_counter()
-            engine.backward(loss)
-            acc.synchronize()
-            c = time.perf_counter()
-            fwd += b - a
-            bwd += c - b
-            losses.append(float(loss.detach().float().item()))
-            if micro < ga - 1:
-                engine.step()  # not a boundary: DeepSpeed only accumulates here
+            t0 = time.perf_counter()
+            fwd = bwd = acc_step = 0.0
+            losses = []
+            for micro in range(ga):
+                ids = next(it).to(engine.device)
+                a = time.perf_counter()
+                loss = engine(input_ids=ids, labels=ids).loss
                 acc.synchronize()
-                acc_step += time.perf_counter() - c
-        s0 = time.perf_counter()
-        swaps.stepping = True
-        engine.step()  # the boundary: gradients reduced, optimizer runs (and swaps)
-        acc.synchronize()
-        swaps.stepping = False
-        s1 = time.perf_counter()
-        rss, rss_peak = _rss()
-        events.emit(
-            {
-                "event": "step",
-                "step": step,
-                "forward_s": round(fwd, 4),
-                "backward_s": round(bwd, 4),
-                "accumulate_s": round(acc_step, 4),
-                "optimizer_s": round(s1 - s0, 4),
-                **swaps.take(),
-                "step_s": round(s1 - t0, 4),
-                "tokens_per_s": round(tokens_per_step / (s1 - t0), 2),
-                "loss": round(sum(losses) / len(losses), 5),
-                "global_step": resumed + step,
-                "peak_accel_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
-                "host_rss_bytes": rss,
-                "host_rss_peak_bytes": rss_peak,
-                "proc_io": _proc_io(),
-                **base,
-                "swap": swap_bytes(swap_dir, rank),
-            }
-        )
-        ck = spec.get("checkpoint")
-        if ck and step % int(ck["every"]) == 0:
-            save_checkpoint(engine, ck, resumed + step, step, events, acc)
-    # the decoupled writer's process, told to end (this worker leaves with os._exit, where
-    # DeepSpeed's destructor would have told it)
-    cleanup = getattr(getattr(engine, "checkpoint_engine", None), "cleanup", None)
-    if callable(cleanup):
-        cleanup()
+                b = time.perf_counter()
+                engine.backward(loss)
+                acc.synchronize()
+                c = time.perf_counter()
+                fwd += b - a
+                bwd += c - b
+                losses.append(float(loss.detach().float().item()))
+                if micro < ga - 1:
+                    engine.step()  # not a boundary: DeepSpeed only accumulates here
+                    acc.synchronize()
+                    acc_step += time.perf_counter() - c
+            s0 = time.perf_counter()
+            swaps.stepping = True
+            engine.step()  # the boundary: gradients reduced, optimizer runs (and swaps)
+            acc.synchronize()
+            swaps.stepping = False
+            s1 = time.perf_counter()
+            rss, rss_peak = _rss()
+            events.emit(
+                {
+                    "event": "step",
+                    "step": step,
+                    "forward_s": round(fwd, 4),
+                    "backward_s": round(bwd, 4),
+                    "accumulate_s": round(acc_step, 4),
+                    "optimizer_s": round(s1 - s0, 4),
+                    **swaps.take(),
+                    "step_s": round(s1 - t0, 4),
+                    "tokens_per_s": round(tokens_per_step / (s1 - t0), 2),
+                    "loss": round(sum(losses) / len(losses), 5),
+                    "global_step": resumed + step,
+                    "peak_accel_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
+                    "host_rss_bytes": rss,
+                    "host_rss_peak_bytes": rss_peak,
+                    "proc_io": _proc_io(),
+                    **base,
+                    "swap": swap_bytes(swap_dir, rank),
+                }
+            )
+            ck = spec.get("checkpoint")
+            if ck and step % int(ck["every"]) == 0:
+                save_checkpoint(engine, ck, resumed + step, step, events, acc)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import deepspeed.comm as ds_comm
 

@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import json
 import os
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -43,19 +44,18 @@ def _warm_up() -> None:
         _WARM.add(module)
 
 
-def _child(argv: list[str], env: dict[str, str], stdin: str, out: str, err: str) -> None:
-    """In the forked child: the command's files as fds 0-2, then iotune's main(); exits as
-    the interpreter would (threads joined, atexit run, streams flushed)."""
+def _child(argv: list[str], env: dict[str, str], stdin: str, out: int, err: int) -> None:
+    """In the forked child: the command's stdin and the pipes as fds 0-2, then iotune's
+    main(); exits as the interpreter would (threads joined, atexit run, streams flushed)."""
     code = 1
     try:
-        for fd, path, mode in (
-            (0, stdin, os.O_RDONLY),
-            (1, out, os.O_WRONLY),
-            (2, err, os.O_WRONLY),
-        ):
-            f = os.open(path, mode)
-            os.dup2(f, fd)
-            os.close(f)
+        f = os.open(stdin, os.O_RDONLY)
+        os.dup2(f, 0)
+        os.close(f)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
         os.environ.update(env)
         sys.argv = list(argv)
         try:
@@ -74,9 +74,7 @@ def _child(argv: list[str], env: dict[str, str], stdin: str, out: str, err: str)
         except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught one
             traceback.print_exc()
             code = 1
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join()
+        threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's own join
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -86,43 +84,57 @@ def _child(argv: list[str], env: dict[str, str], stdin: str, out: str, err: str)
 
 
 def _forked(cmd: dict[str, Any]) -> dict[str, Any]:
-    """An ``iotune`` command run in a child forked from the warm agent."""
+    """An ``iotune`` command run in a child forked from the warm agent; its output read to
+    the end, as subprocess.run reads it: until every process holding its pipes (the
+    command's own children too) has closed them."""
     _warm_up()
-    tmp = tempfile.mkdtemp(prefix="agent-")
-    out, err, inp = (os.path.join(tmp, n) for n in ("out", "err", "in"))
-    for path in (out, err):
-        open(path, "w").close()
+    inp = os.devnull
+    tmp = None
     if cmd.get("input") is not None:
-        with open(inp, "w") as fh:
+        fd, tmp = tempfile.mkstemp(prefix="agent-in-")
+        with os.fdopen(fd, "w") as fh:
             fh.write(cmd["input"])
-    else:
-        inp = os.devnull
+        inp = tmp
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _child(cmd["argv"], cmd.get("env", {}), inp, out, err)
+        os.close(out_r)
+        os.close(err_r)
+        _child(cmd["argv"], cmd.get("env", {}), inp, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
     deadline = time.monotonic() + cmd.get("timeout", 120)
-    rc = None
-    while rc is None:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            rc = os.waitstatus_to_exitcode(status)
-        elif time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            rc = -9
-        else:
-            time.sleep(0.02)
-    with open(out, errors="replace") as fh:
-        stdout = fh.read()
-    with open(err, errors="replace") as fh:
-        stderr = fh.read() if rc != -9 else "timeout"
-    for path in (out, err, inp):
-        if path.startswith(tmp):
-            os.unlink(path)
-    os.rmdir(tmp)
-    return {"rc": rc, "stdout": stdout, "stderr": stderr}
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    sel = selectors.DefaultSelector()
+    for fd in chunks:
+        sel.register(fd, selectors.EVENT_READ)
+    timed_out = False
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(timeout=min(left, 1.0)):
+            data = os.read(key.fd, 65536)
+            if data:
+                chunks[key.fd].append(data)
+            else:
+                sel.unregister(key.fd)
+    sel.close()
+    if timed_out:
+        os.kill(pid, 9)
+    _, status = os.waitpid(pid, 0)
+    for fd in chunks:
+        os.close(fd)
+    if tmp is not None:
+        os.unlink(tmp)
+    stdout, stderr = (b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
+    if timed_out:
+        return {"rc": -9, "stdout": stdout, "stderr": "timeout"}
+    return {"rc": os.waitstatus_to_exitcode(status), "stdout": stdout, "stderr": stderr}
 
 
 def main() -> None:
@@ -164,8 +176,13 @@ def main() -> None:
                     json.dump(res, fh)
                 os.rename(out + ".tmp", out)
                 continue
-            if cmd["argv"][:1] == [IOTUNE]:
-                res = _forked(cmd)
+            # a variable the interpreter reads as it starts would not reach a fork of it
+            starts = any(k.startswith("PYTHON") for k in cmd.get("env", {}))
+            if cmd["argv"][:1] == [IOTUNE] and not starts:
+                try:
+                    res = _forked(cmd)
+                except OSError as exc:
+                    res = {"rc": -2, "stdout": "", "stderr": str(exc)}
                 out = os.path.join(d, "res-" + name[4:])
                 with open(out + ".tmp", "w") as fh:
                     json.dump(res, fh)
