@@ -52,18 +52,16 @@ def test_each_save_is_a_real_checkpoint_and_the_best_goes_into_the_config(
     run = tmp_path / "run"
     res = json.loads(
         iotune(
-            "--json", "sweep-checkpoint", "--target", str(volume), *GRID, "--rounds", "2",
+            "--json", "sweep-checkpoint", "--target", str(volume), *GRID, "--rounds", "1",
             "--out", str(run), "--write-config", str(cfg),
         ).stdout
     )  # fmt: skip
     pts = res["points"]
     assert pts[0]["stage"] == "default"
     space = ckpt.Space.from_json(json.loads((run / "spec.json").read_text())["space"])
-    # the first round's saves; a second where it found a faster one than the defaults
-    assert len({p["key"] for p in pts}) == len(pts)
-    assert len([p for p in pts if p["round"] <= 1]) == space.size()
-    assert space.rounds == 2 and {p["round"] for p in pts} <= {0, 1, 2}
-    assert len(pts) <= 2 * space.size()
+    # one round (the rounds' logic is the unit tier's): each knob's values once
+    assert len({p["key"] for p in pts}) == len(pts) == space.size()
+    assert space.rounds == 1 and {p["round"] for p in pts} == {0, 1}
     # the records read in place save the same bytes, and load back equal (below)
     (in_place,) = [p for p in pts if (p["stage"], p["round"]) == ("record_copy", 1)]
     assert in_place["record_copy"] is False and in_place["copy_s"] < 0.05, in_place

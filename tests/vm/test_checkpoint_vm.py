@@ -61,8 +61,11 @@ def _full_stripes(s: dict[str, Any]) -> None:
     # on the lab's 22 MB saves, whose share of the save says nothing)
     assert p["member_read_bytes"] <= (s["files"] + 4) * stripe, (s["files"], p)
     written = [m["write"] for m in p["per_member"].values()]
-    # parity rotates: each member holds a quarter of the stripes' chunks, data and parity
-    assert max(written) - min(written) <= 2 * p["chunk_bytes"], p["per_member"]
+    # parity rotates: each member holds a quarter of the full stripes' chunks, data and
+    # parity; what the members wrote beyond the full-stripe ideal (the files' last partial
+    # stripes, xfs's log and metadata) lands on the members those stripes are on (1.84 MB
+    # apart seen, on a volume that held two earlier saves)
+    assert max(written) - min(written) <= 2 * p["chunk_bytes"] + p["excess_bytes"], p
 
 
 def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
@@ -74,9 +77,9 @@ def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
 def test_each_fastpersist_writer_saves_the_same_bytes_in_full_stripes(
     checkpoint_runs: CheckpointRuns, saving: dict[str, Any], writer: str
 ) -> None:
-    """DeepSpeed's fast and decoupled writers on the guest's CPU: the same copy of the
-    optimizer state and the same files as torch.save's, traced on both arrays, the RAID6's
-    members writing full stripes of them."""
+    """DeepSpeed's fast writer on the guest's CPU: the same copy of the optimizer state and
+    the same files as torch.save's, traced on both arrays, the RAID6's members writing full
+    stripes of them."""
     doc = checkpoint_runs.writers[writer]
     assert doc["steps_done"] == 1, doc.get("error")
     ck = doc["checkpoints"]
