@@ -51,8 +51,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out", help="a JSON file for every record")
     a = ap.parse_args()
-    base = {
-        "params": parse_params(a.params),
+    n = parse_params(a.params)
+    base: dict[str, Any] = {
+        "params": n,
         "sub_group": parse_params(a.sub_group),
         "target": str(Path(a.target).resolve()),
     }
@@ -64,7 +65,7 @@ def main() -> int:
     }
     records: list[dict[str, Any]] = []
     share, versus_torch = [], []
-    print(f"state: {12 * base['params'] / GIB:.2f} GiB on {base['target']}; knobs {knobs}")
+    print(f"state: {12 * n / GIB:.2f} GiB on {base['target']}; knobs {knobs}")
     print(f"{'round':>5}  {'ceiling GiB/s':>13}  {'fast s':>7}  {'fast GiB/s':>10}  "
           f"{'of ceiling':>10}  {'torch s':>7}  {'torch/fast':>10}")  # fmt: skip
     for i in range(a.rounds):

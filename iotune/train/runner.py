@@ -231,6 +231,11 @@ def _checkpoints(
             req.notes.append(
                 f"--checkpoint-writer {ck.writer} on the {p.accelerator}: DeepSpeed's writer, "
                 "its buffer page-locked by the aio op (torch's pin_memory needs a GPU)"
+                + (
+                    "; its writing process forked from the training worker, not spawned"
+                    if ck.writer == "decoupled"
+                    else ""
+                )
             )
         need = ck_save_volume(est, on_nvme).write
         if ck.writer != "torch" and on_nvme:

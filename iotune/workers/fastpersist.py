@@ -13,9 +13,14 @@ loads DeepSpeed's utils op, which its CPU accelerator refuses to build, though o
 legacy serialization calls it. Without a GPU, ``install()`` has the factory take the same
 buffer from the aio op's page-locked allocator (``new_cpu_locked_tensor``, through the handle
 it builds; the op keeps it for the process's life, as the factory keeps its buffer), and the utils op loaded only when first called. The writer, the engines
-and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process it
-spawns: its target is wrapped so that the child installs the same before DeepSpeed's own
-target runs, and dies with the worker that spawned it.
+and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process of its
+own: its target is wrapped so that the child installs the same before DeepSpeed's own
+target runs, and dies with the worker that started it. DeepSpeed starts that process with
+``spawn`` (unless the program chose a start method first), which a CUDA tensor shared with
+it needs; the spawned child imports torch and DeepSpeed again (seconds on a server, minutes
+in an emulated CPU). Without a GPU there is no CUDA tensor to share: the worker forks it
+instead, from the process that imported them once, and the child's torch keeps to one
+thread (an OpenMP pool does not survive a fork).
 """
 
 from __future__ import annotations
@@ -124,9 +129,13 @@ def init_decoupled_checkpoint(*args: Any) -> None:
     """The decoupled engine's process target (pickled by name for the spawned child): the
     child dies with the training worker that spawned it (which leaves without the
     interpreter's teardown), the CPU writer installed in it, then DeepSpeed's own target."""
+    import torch
+
     from iotune.workers import die_with_parent
 
     die_with_parent()
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)  # forked (install): the parent's OpenMP threads are not here
     install()
     _ORIGINAL[0](*args)
 
@@ -144,6 +153,11 @@ def install() -> None:
     dce.init_decoupled_checkpoint = init_decoupled_checkpoint
     if torch.cuda.is_available():
         return
+    import torch.multiprocessing as mp
+
+    if mp.get_start_method(allow_none=True) is None:
+        # DeepSpeed's engine asks for spawn only where no method was chosen (module doc)
+        mp.set_start_method("fork")
     import deepspeed.io.fast_file_writer as ffw
     from deepspeed.runtime.model_checkpointing import writer_factory
 

@@ -200,6 +200,8 @@ def test_fastpersist_writers_save_the_same_bytes_on_a_cpu(
     n_s = doc["estimate"]["swapped"]["n_s"]
     assert ck["writer"] == writer
     assert any("its buffer page-locked by the aio op" in n for n in doc["notes"]), doc["notes"]
+    forked = any("forked from the training worker" in n for n in doc["notes"])
+    assert forked == (writer == "decoupled"), doc["notes"]
     torch_save = saved["first"]["checkpoints"]["saves"][0]
     (s,) = ck["saves"]
     # the swap files' copy as with torch.save; the .pt pickles beside it through the writer:

@@ -1,8 +1,8 @@
 """The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
 (``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
 offloads to the lab's RAID0 of two. First, on the healthy array, one step of the study's cut
-tiny_opt_nvme saved by DeepSpeed's FastPersist writer (``fast``: on the guest's CPU, its
-buffer locked by the aio op; WRITERS says why not ``decoupled`` too). Then one traced run saves with torch.save
+tiny_opt_nvme saved by each of DeepSpeed's FastPersist writers (``fast``, ``decoupled``: on the
+guest's CPU, their buffer locked by the aio op). Then one traced run saves with torch.save
 after each of three steps; while it makes its second save, one member of the RAID6 is failed
 (``mdadm --fail``, in the guest, the moment the step before the save is recorded); then a run
 resumes from that save, on the degraded array."""
@@ -19,10 +19,9 @@ from tests.vm.study_lab import BIN, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
 #: DeepSpeed's writers other than torch.save, each saving one step on the healthy array: the
-#: fast writer (FastFileWriter, the decoupled engine's too). The decoupled engine's own
-#: process imports torch and DeepSpeed anew (spawn): minutes of the emulated CPU, above the
-#: tests beside the lab; the root tier runs it on a loop device, and the H100 on its disk
-WRITERS = ("fast",)
+#: fast writer (FastFileWriter), and the decoupled engine, whose process saves with the same
+#: writer (forked from the training worker on a CPU: iotune.workers.fastpersist)
+WRITERS = ("fast", "decoupled")
 #: the save made while a member fails
 FAILED_SAVE = 2
 

@@ -77,11 +77,14 @@ def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
 def test_each_fastpersist_writer_saves_the_same_bytes_in_full_stripes(
     checkpoint_runs: CheckpointRuns, saving: dict[str, Any], writer: str
 ) -> None:
-    """DeepSpeed's fast writer on the guest's CPU: the same copy of the optimizer state and
-    the same files as torch.save's, traced on both arrays, the RAID6's members writing full
-    stripes of them."""
+    """Each of DeepSpeed's FastPersist writers on the guest's CPU: the same copy of the
+    optimizer state and the same files as torch.save's, traced on both arrays, the RAID6's
+    members writing full stripes of them."""
     doc = checkpoint_runs.writers[writer]
     assert doc["steps_done"] == 1, doc.get("error")
+    # the decoupled engine's process forked from the worker, not spawned (no GPU here)
+    forked = any("forked from the training worker" in n for n in doc.get("notes", []))
+    assert forked == (writer == "decoupled"), doc.get("notes")
     ck = doc["checkpoints"]
     assert ck["writer"] == writer
     assert len(ck["offload_drives"]) == 2 and len(ck["checkpoint_drives"]) == 4
