@@ -217,10 +217,9 @@ def run_options(f: Any) -> Any:
             click.option(
                 "--checkpoint-writer",
                 type=click.Choice(["torch", "fast", "decoupled"]),
-                default="torch",
-                show_default=True,
                 help="DeepSpeed's checkpoint writer: torch.save, FastPersist, or FastPersist in "
-                "a process of its own (decoupled).",
+                "a process of its own (decoupled). Default: the config's checkpoint.writer, "
+                "else torch.",
             ),
             click.option(
                 "--resume-from",

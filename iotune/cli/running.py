@@ -43,7 +43,7 @@ def run_preset(
     ga: int | None = None,
     checkpoint_every: int | None = None,
     checkpoint_dir: str | None = None,
-    checkpoint_writer: str = "torch",
+    checkpoint_writer: str | None = None,
     resume_from: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
@@ -125,6 +125,15 @@ def _exit_after_run(result: dict[str, Any]) -> None:
         )
         sys.exit(interrupted_exit(result["interrupted"]))
     code = result["exit_code"]
+    check = result.get("resume_check") or {}
+    if code and check.get("ok") is False:
+        click.echo(f"iotune: error: {check['message']}", err=True)
+        click.echo(
+            "hint: the checkpoint does not hold the state this model's run saved: resume from "
+            "a save of the same model, config and data (iotune run --checkpoint-every)",
+            err=True,
+        )
+        sys.exit(1)
     if code:
         click.echo(
             f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class Checkpointing:
     every: int
     dir: Path
     writer: str = "torch"
+    writer_given: bool = True  # --checkpoint-writer given (else the config's, or torch)
 
     def tag(self, step: int) -> str:
         return TAG.format(step)
@@ -54,6 +55,38 @@ class Checkpointing:
         if self.writer == "torch":
             return None
         return {"writer": {"type": "fast", "decoupled": self.writer == "decoupled"}}
+
+
+def config_writer(cfg: dict[str, Any]) -> str | None:
+    """The writer a DeepSpeed config's ``checkpoint.writer`` names (FastPersist's ``fast``,
+    ``decoupled`` with its flag), or None where it names none."""
+    w = (cfg.get("checkpoint") or {}).get("writer")
+    if not isinstance(w, dict) or str(w.get("type", "")).lower() != "fast":
+        return None
+    return "decoupled" if w.get("decoupled") else "fast"
+
+
+def with_writer(
+    ck: Checkpointing, cfg: dict[str, Any]
+) -> tuple[Checkpointing, dict[str, Any], list[str]]:
+    """The writer a run saves with, and the config that says so: --checkpoint-writer where
+    given (it replaces the config's, whose other writer keys stay), else the config's own,
+    else torch.save. The notes to show."""
+    own = config_writer(cfg)
+    if not ck.writer_given:
+        ck = replace(ck, writer=own or "torch", writer_given=True)
+    notes = []
+    if own is not None and own != ck.writer:
+        notes.append(f"--checkpoint-writer {ck.writer} replaces the config's {own} writer")
+    section: dict[str, Any] = dict(cfg.get("checkpoint") or {})
+    if ck.writer == "torch":
+        section.pop("writer", None)
+    else:
+        old = section.get("writer")
+        ours: dict[str, Any] = {"type": "fast", "decoupled": ck.writer == "decoupled"}
+        section["writer"] = {**(old if isinstance(old, dict) else {}), **ours}
+    cfg = {k: v for k, v in cfg.items() if k != "checkpoint"}
+    return ck, {**cfg, "checkpoint": section} if section else cfg, notes
 
 
 def save_volume(est: Estimate, optimizer_on_nvme: bool) -> IoVolume:
@@ -139,6 +172,23 @@ def resume_point(path: Path, est: Estimate, optimizer_on_nvme: bool) -> tuple[Pa
                 hint=hint,
             )
     return load_dir, tag
+
+
+def resume_note(check: dict[str, Any]) -> str:
+    """The run's note on a resumed run's first step against the saving run's loss (the
+    worker's ``resume_check`` event, iotune.workers.checkpoints)."""
+    if check["ok"] is None:
+        return (
+            f"resumed: the saving run kept no loss for step {check['step']} (it did not train "
+            "past the save): the resumed loss is not checked"
+        )
+    head = f"resumed: step {check['step']}'s loss {check['loss']:.5f} "
+    if check["ok"]:
+        return head + (
+            f"continues the saving run's ({check['saved_run_loss']:.5f}, relative difference "
+            f"{check['rel_diff']:.2g}, at most {check['tolerance']:g})"
+        )
+    return head + f"is not the saving run's {check['saved_run_loss']:.5f}"
 
 
 def _drive_bytes(io: dict[str, Any] | None, drives: tuple[str, ...], op: str) -> int | None:

@@ -95,7 +95,7 @@ def make_request(
     quiet: bool = False,
     checkpoint_every: int | None = None,
     checkpoint_dir: str | None = None,
-    checkpoint_writer: str = "torch",
+    checkpoint_writer: str | None = None,
     resume_from: str | None = None,
 ) -> RunRequest:
     """The run the options ask for: the preset (or the user's model and config), the
@@ -137,7 +137,12 @@ def make_request(
             hint="--checkpoint-every 1 --checkpoint-dir /mnt/ckpt",
         )
     ck = (
-        Checkpointing(int(checkpoint_every), Path(checkpoint_dir).resolve(), checkpoint_writer)
+        Checkpointing(
+            int(checkpoint_every),
+            Path(checkpoint_dir).resolve(),
+            checkpoint_writer or "torch",
+            writer_given=checkpoint_writer is not None,
+        )
         if checkpoint_every is not None and checkpoint_dir is not None
         else None
     )

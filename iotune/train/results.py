@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.records import read_records, to_jsonable
-from iotune.train.checkpoint import save_rows
+from iotune.train.checkpoint import resume_note, save_rows
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
 from iotune.train.estimate import Estimate, IoVolume
 from iotune.train.predict import predict
@@ -297,6 +297,9 @@ def build_result(
             "I/O model's bytes"
         )
     init = next((e for e in events if e.get("event") == "init"), None)
+    check = next((e for e in every if e.get("event") == "resume_check"), None)
+    if check is not None:
+        req.notes.append(resume_note(check))
     io_by_label = {s["label"]: s for s in (trace or {}).get("steps", [])}
     traced = bool(prep.targets.disks) and trace is not None
     footprint = max((e.get("swap", {}).get("allocated", 0) for e in events), default=0)
@@ -419,6 +422,7 @@ def build_result(
             else None,
         ),
         "resumed_at": init.get("resumed_at") if init else None,
+        "resume_check": check,
         "estimate": to_jsonable(asdict(est)),
         "resources": to_jsonable(asdict(prep.res)),
         "events": events,

@@ -31,7 +31,7 @@ from iotune.proc import command as worker_command
 from iotune.proc import worker_env
 from iotune.records import to_jsonable
 from iotune.trace.targets import Targets
-from iotune.train.checkpoint import TAG, check_folder, resume_point
+from iotune.train.checkpoint import TAG, check_folder, resume_point, with_writer
 from iotune.train.checkpoint import save_volume as ck_save_volume
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
 from iotune.train.estimate import Estimate, estimate
@@ -226,6 +226,9 @@ def _checkpoints(
     ck = req.checkpoint
     behind = None
     if ck is not None:
+        ck, cfg, notes = with_writer(ck, cfg)
+        req.checkpoint = ck
+        req.notes.extend(notes)
         if ck.writer != "torch" and p.accelerator != "cuda":
             # writer_factory.py pins its I/O buffer: torch.Tensor.pin_memory needs a GPU
             req.notes.append(
@@ -245,9 +248,6 @@ def _checkpoints(
                 "whatever the writer; the writer writes only the small pickles beside them"
             )
         req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force))
-        section = ck.ds_config()
-        if section is not None:
-            cfg = {**cfg, "checkpoint": {**cfg.get("checkpoint", {}), **section}}
         folder = ck.dir
         while not folder.exists():
             folder = folder.parent

@@ -1,8 +1,12 @@
 """A run's checkpoints, saved from the training worker: DeepSpeed's ``save_checkpoint``
-timed (blocked, then durable) and what it left on disk, as one event of the run's record."""
+timed (blocked, then durable) and what it left on disk, as one event of the run's record;
+and the proof of a resumed run, that its first step's loss is the one the saving run had
+after the same save (LOSSES)."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from pathlib import Path
@@ -15,6 +19,98 @@ class _Events(Protocol):
 
 #: the step a checkpoint was saved after, in its client state
 STEP_KEY = "iotune_step"
+#: beside a run's tags in its --checkpoint-dir: the loss of each of its steps by global step
+#: (rank 0's), against which a run resumed from one of the saves checks its first step
+LOSSES = "iotune-losses.json"
+#: how far a resumed step's loss may be from the saving run's, relative: the same state and
+#: batch give the same loss in fp32; bf16's rounding (8 bits of mantissa) and a GPU's
+#: unordered reductions move it by well under a percent
+LOSS_TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+
+
+class RunFails(Exception):
+    """The run cannot go on, for a reason the message gives in one line."""
+
+
+def _read_losses(folder: Path) -> dict[str, float]:
+    try:
+        doc = json.loads((folder / LOSSES).read_text())
+    except (OSError, ValueError):
+        return {}
+    losses = doc.get("losses") if isinstance(doc, dict) else None
+    return {str(k): float(v) for k, v in losses.items()} if isinstance(losses, dict) else {}
+
+
+class LossLedger:
+    """The losses of a run that saves checkpoints, by global step, in LOSSES beside its tags
+    (written anew after each step). A run resumed from a save in the same folder keeps the
+    steps up to that save (its own past) and replaces the later ones (another line of
+    training from there)."""
+
+    def __init__(self, folder: Path, resumed_from: Path | None, start: int) -> None:
+        self.path = folder / LOSSES
+        old = _read_losses(folder) if resumed_from == folder else {}
+        self.losses = {k: v for k, v in old.items() if int(k) <= start}
+
+    def add(self, global_step: int, loss: float) -> None:
+        self.losses[str(global_step)] = loss
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"losses": self.losses}) + "\n")
+        os.replace(tmp, self.path)
+
+
+class StepLosses:
+    """Each step's loss, for the runs that save (LossLedger, on rank 0) and checked on the
+    first step of a resumed run (resume_check: its event; RunFails where it fails)."""
+
+    def __init__(self, spec: dict[str, Any], rank: int, resumed: int, dtype: str) -> None:
+        ck, resume = spec.get("checkpoint"), spec.get("resume")
+        self.resume = resume if resumed and rank == 0 else None
+        self.resumed, self.dtype = resumed, dtype
+        self.ledger = (
+            LossLedger(Path(ck["dir"]), Path(resume["dir"]) if resume else None, resumed)
+            if ck and rank == 0
+            else None
+        )
+
+    def add(self, global_step: int, loss: float, events: _Events) -> None:
+        if self.ledger is not None:
+            self.ledger.add(global_step, loss)
+        if self.resume is not None and global_step == self.resumed + 1:
+            check = resume_check(self.resume, global_step, loss, self.dtype)
+            events.emit(check)
+            if check["ok"] is False:
+                raise RunFails(check["message"])
+
+
+def resume_check(
+    resume: dict[str, Any], global_step: int, loss: float, dtype: str
+) -> dict[str, Any]:
+    """The first step of a run resumed from ``resume`` (its folder and tag) against the loss
+    the saving run had at the same global step: the event of the check, "ok" False (and
+    the message) where the two differ by more than the dtype's tolerance."""
+    folder = Path(resume["dir"])
+    expected = _read_losses(folder).get(str(global_step))
+    rec: dict[str, Any] = {
+        "event": "resume_check",
+        "step": global_step,
+        "loss": loss,
+        "saved_run_loss": expected,
+        "tolerance": LOSS_TOLERANCE[dtype],
+        "ok": None,
+    }
+    if expected is None:
+        return rec  # the saving run did not train past this save, or kept no ledger
+    rel = abs(loss - expected) / max(abs(expected), 1e-12)
+    rec.update(rel_diff=rel, ok=bool(rel <= rec["tolerance"]) and not math.isnan(loss))
+    if not rec["ok"]:
+        rec["message"] = (
+            f"the run resumed from {folder / str(resume['tag'])} does not continue its loss: "
+            f"step {global_step} gave {loss:.5f}, the saving run {expected:.5f} (relative "
+            f"difference {rel:.2g}, at most {rec['tolerance']:g} in {dtype})"
+        )
+    return rec
 
 
 def save_checkpoint(

@@ -34,7 +34,7 @@ from typing import Any
 
 from iotune.trace.acks import AckWaiter
 from iotune.workers import die_with_parent, fastpersist, forked, stdout_to_stderr
-from iotune.workers.checkpoints import STEP_KEY, save_checkpoint
+from iotune.workers.checkpoints import STEP_KEY, RunFails, StepLosses, save_checkpoint
 from iotune.workers.torch_probe import cpu_bf16
 
 
@@ -289,6 +289,11 @@ def main() -> None:
     events = Events(Path(spec["run_dir"]), rank, socket.gethostname())
     try:
         train(spec, events, rank)
+    except RunFails as exc:
+        # a refusal of iotune's own (a resumed run whose loss does not continue): one line
+        events.emit({"event": "error", "error": str(exc), "refused": True})
+        os.write(2, f"iotune training worker: {exc}\n".encode())
+        os._exit(1)
     except Exception as exc:
         # the cause goes into the run's record (a failed study run names it); the
         # traceback still goes to stderr
@@ -410,6 +415,8 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     for _ in range(resumed * ga):  # the batches the checkpoint's steps trained on
         next(it)
     engine.train()
+    ck = spec.get("checkpoint")
+    step_losses = StepLosses(spec, rank, resumed, "bf16" if bf16 else "fp32")
     with fastpersist.writer_ends(engine):
         for step in range(1, int(spec["steps"]) + 1):
             if cuda:
@@ -462,7 +469,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                     "swap": swap_bytes(swap_dir, rank),
                 }
             )
-            ck = spec.get("checkpoint")
+            step_losses.add(resumed + step, sum(losses) / len(losses), events)
             if ck and step % int(ck["every"]) == 0:
                 save_checkpoint(engine, ck, resumed + step, step, events, acc)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,45 @@ def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
     loss2 = next(e["loss"] for e in first["events"] if e["event"] == "step" and e["step"] == 2)
     assert math.isclose(step["loss"], loss2, rel_tol=1e-4), (step["loss"], loss2)
     assert resumed["checkpoints"] is None
+    # iotune's own check: the saving run's loss at step 2, kept beside its tags
+    check = resumed["resume_check"]
+    assert check["ok"] is True and check["step"] == 2, check
+    assert check["saved_run_loss"] == pytest.approx(loss2, abs=1e-5)
+    assert any(n.startswith("resumed: step 2's loss") for n in resumed["notes"]), resumed["notes"]
+
+
+def test_a_checkpoint_that_does_not_continue_the_loss_fails_the_run(
+    saved: dict[str, Any],
+) -> None:
+    """A save whose optimizer state was lost (its swap files' copy zeroed, sizes kept): the
+    run resumed from it trains one step, finds its loss is not the saving run's, and fails,
+    saying so in one line."""
+    src, broken = saved["ck"] / "ck", saved["tmp"] / "broken"
+    shutil.copytree(src / "step1", broken / "step1")
+    shutil.copy(src / "iotune-losses.json", broken)
+    (broken / "latest").write_text("step1")
+    for f in (broken / "step1").rglob("*.swp"):
+        size = f.stat().st_size
+        with f.open("r+b") as fh:
+            fh.write(b"\0" * size)
+    out = saved["tmp"] / "resumed-broken"
+    p = iotune(
+        "run", "tiny_opt_nvme", "--nvme-path", str(saved["offload"]), "--steps", "2",
+        "--resume-from", str(broken), "--out", str(out), check=False,
+    )  # fmt: skip
+    assert p.returncode == 1, p.stderr[-3000:]
+    lines = [x for x in p.stderr.splitlines() if x.startswith(("iotune: error", "hint:"))]
+    assert lines[0].startswith(
+        f"iotune: error: the run resumed from {broken / 'step1'} does not continue its loss: "
+        "step 2 gave "
+    ), p.stderr[-3000:]
+    assert lines[1].startswith("hint: the checkpoint does not hold the state"), lines
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    # it stopped after that step: one step recorded, and the check with it
+    recs = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x.strip()]
+    assert [r["step"] for r in recs if r.get("event") == "step"] == [1]
+    (check,) = [r for r in recs if r.get("event") == "resume_check"]
+    assert check["ok"] is False and check["saved_run_loss"] is not None
 
 
 def test_bad_checkpoint_options_are_one_line_refusals(saved: dict[str, Any]) -> None:
@@ -148,7 +189,23 @@ def test_bad_checkpoint_options_are_one_line_refusals(saved: dict[str, Any]) -> 
         ),
         (("--resume-from", str(v["small"])), "holds no DeepSpeed checkpoint"),
         (("--resume-from", str(v["tmp"] / "nowhere")), "is not a folder"),
+        (
+            ("--checkpoint-every", "1", "--checkpoint-dir", str(v["tmp"] / "ro" / "ck")),
+            f"--checkpoint-dir {v['tmp'] / 'ro' / 'ck'} is not writable ({v['tmp'] / 'ro'})",
+        ),
     ]
+    # a read-only file system: root may write anywhere else
+    (v["tmp"] / "ro").mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(v["tmp"] / "ro")], check=True
+    )
+    try:
+        _refused(v, cases)
+    finally:
+        subprocess.run(["umount", str(v["tmp"] / "ro")], check=True)
+
+
+def _refused(v: dict[str, Any], cases: list[tuple[tuple[str, ...], str]]) -> None:
     for args, want in cases:
         p = iotune(
             "run",
@@ -223,3 +280,6 @@ def test_a_run_resumed_from_the_fast_writers_save_trains_on(
         e["loss"] for e in saved["first"]["events"] if e["event"] == "step" and e["step"] == 2
     )
     assert math.isclose(step["loss"], loss2, rel_tol=1e-4), (step["loss"], loss2)
+    # the fast run saved its only step: no later loss of it for iotune to check against
+    assert resumed["resume_check"]["ok"] is None
+    assert any("the resumed loss is not checked" in n for n in resumed["notes"])

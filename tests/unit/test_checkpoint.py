@@ -3,6 +3,7 @@ saves, the checks of --checkpoint-dir and --resume-from on plain folders)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,91 @@ def test_a_script_whose_fast_writer_would_fail_is_refused_before_it_runs(
     rc, out = _traced(tmp_path, {"type": "fast", "decoupled": True}, "deepspeed", str(bare))
     assert rc == 2 and 'has no `if __name__ == "__main__":` guard' in out, out
     assert not (tmp_path / "swap").exists()
+
+
+def test_a_resumed_step_is_checked_against_the_saving_runs_loss(tmp_path: Path) -> None:
+    from iotune.train.checkpoint import resume_note
+    from iotune.workers.checkpoints import LOSSES, LossLedger, StepLosses, resume_check
+
+    ck = tmp_path / "ck"
+    saving = LossLedger(ck, None, 0)
+    for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0)):
+        saving.add(step, loss)
+    # a run resumed from step 2 of the same folder keeps steps 1 and 2, replaces the rest
+    again = LossLedger(ck, ck, 2)
+    again.add(3, 9.75)
+    assert json.loads((ck / LOSSES).read_text()) == {"losses": {"1": 10.5, "2": 10.25, "3": 9.75}}
+    # elsewhere: a ledger of its own
+    assert LossLedger(tmp_path / "other", ck, 2).losses == {}
+    resume = {"dir": str(ck), "tag": "step2"}
+    ok = resume_check(resume, 3, 9.7500004, "fp32")
+    assert ok["ok"] is True and ok["saved_run_loss"] == 9.75 and ok["rel_diff"] < 1e-6
+    assert resume_note(ok).startswith("resumed: step 3's loss 9.75000 continues the saving run's")
+    # bf16 allows its rounding; fp32 does not
+    assert resume_check(resume, 3, 9.76, "bf16")["ok"] is True
+    bad = resume_check(resume, 3, 9.76, "fp32")
+    assert bad["ok"] is False
+    assert bad["message"] == (
+        f"the run resumed from {ck / 'step2'} does not continue its loss: step 3 gave 9.76000, "
+        "the saving run 9.75000 (relative difference 0.001, at most 0.0001 in fp32)"
+    )
+    assert resume_check(resume, 3, float("nan"), "bf16")["ok"] is False
+    # the saving run did not train past the save: nothing to compare
+    none = resume_check(resume, 4, 9.0, "fp32")
+    assert none["ok"] is None and "not checked" in resume_note(none)
+
+    class Events:
+        def __init__(self) -> None:
+            self.got: list[dict[str, object]] = []
+
+        def emit(self, rec: dict[str, object]) -> None:
+            self.got.append(rec)
+
+    from iotune.workers.checkpoints import RunFails
+
+    spec = {"resume": resume, "checkpoint": {"dir": str(tmp_path / "ck2")}}
+    events = Events()
+    steps = StepLosses(spec, 0, 2, "fp32")
+    with pytest.raises(RunFails, match="does not continue its loss"):
+        steps.add(3, 12.0, events)
+    assert [e["event"] for e in events.got] == ["resume_check"]
+    # only rank 0 checks, and only the first step after the save
+    StepLosses(spec, 1, 2, "fp32").add(3, 12.0, events)
+    assert len(events.got) == 1
+
+
+@pytest.mark.parametrize("command", [["run", "tiny_opt_nvme"], ["trace", "--run", "tiny_opt_nvme"]])
+def test_an_unknown_writer_is_one_line_and_a_hint(command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    r = CliRunner().invoke(
+        cli_mod.cli, [*command, "--checkpoint-writer", "fastest"], prog_name="iotune"
+    )
+    assert r.exit_code == 2
+    assert r.output.splitlines() == [
+        "iotune: error: Invalid value for '--checkpoint-writer': 'fastest' is not one of "
+        "'torch', 'fast', 'decoupled'.",
+        f"hint: 'iotune {command[0]} --help' lists the commands and options",
+    ]
+
+
+def test_the_writer_is_the_options_else_the_configs_else_torch() -> None:
+    from iotune.train.checkpoint import with_writer
+
+    tuned = {"type": "fast", "decoupled": True, "io_buffer_size": 1 << 30}
+    cfg = {"train_batch_size": 1, "checkpoint": {"writer": tuned, "tag_validation": "Warn"}}
+    # not given: the config's own writer, its knobs kept
+    ck, out, notes = with_writer(Checkpointing(1, Path("/x"), "torch", writer_given=False), cfg)
+    assert ck.writer == "decoupled" and out == cfg and notes == []
+    # given: it replaces the config's writer, and says so
+    ck, out, notes = with_writer(Checkpointing(1, Path("/x"), "fast"), cfg)
+    assert out["checkpoint"]["writer"] == {**tuned, "decoupled": False}
+    assert notes == ["--checkpoint-writer fast replaces the config's decoupled writer"]
+    ck, out, notes = with_writer(Checkpointing(1, Path("/x"), "torch"), cfg)
+    assert out["checkpoint"] == {"tag_validation": "Warn"} and len(notes) == 1
+    # neither: torch.save, the config as it was
+    bare = {"train_batch_size": 1}
+    ck, out, notes = with_writer(Checkpointing(1, Path("/x"), "torch", writer_given=False), bare)
+    assert ck.writer == "torch" and out == bare and notes == []
