@@ -11,16 +11,17 @@ DeepSpeed's writer factory (runtime/model_checkpointing/writer_factory.py) page-
 writer's I/O buffer with torch's ``Tensor.pin_memory``, which needs CUDA; and the writer
 loads DeepSpeed's utils op, which its CPU accelerator refuses to build, though only the
 legacy serialization calls it. Without a GPU, ``install()`` has the factory take the same
-buffer from the aio op's page-locked allocator (``new_cpu_locked_tensor``, through the handle
-it builds; the op keeps it for the process's life, as the factory keeps its buffer), and the utils op loaded only when first called. The writer, the engines
-and the saves are DeepSpeed's, unchanged. The decoupled engine saves in a process of its
-own: its target is wrapped so that the child installs the same before DeepSpeed's own
-target runs, and dies with the worker that started it. DeepSpeed starts that process with
-``spawn`` (unless the program chose a start method first), which a CUDA tensor shared with
-it needs; the spawned child imports torch and DeepSpeed again (seconds on a server, minutes
-in an emulated CPU). Without a GPU there is no CUDA tensor to share: the worker forks it
-instead, from the process that imported them once, and the child's torch keeps to one
-thread (an OpenMP pool does not survive a fork).
+buffer from the aio op's page-locked allocator (``new_cpu_locked_tensor``, through the
+handle it builds; the op keeps it for the process's life, as the factory keeps its buffer),
+and the utils op loaded only when first called. The writer, the engines and the saves are
+DeepSpeed's, unchanged. The decoupled engine saves in a process of its own: its target is
+wrapped so that the child installs the same before DeepSpeed's own target runs, and dies
+with the worker that started it. DeepSpeed starts that process with ``spawn`` (unless the
+program chose a start method first), which a CUDA tensor shared with it needs; the spawned
+child imports torch and DeepSpeed again (seconds on a server, minutes in an emulated CPU).
+Without a GPU there is no CUDA tensor to share: the worker chooses ``fork`` and so forks it
+instead, from the process that imported them once, and the child's torch keeps to one thread
+(an OpenMP pool does not survive a fork).
 """
 
 from __future__ import annotations
@@ -155,9 +156,9 @@ def install() -> None:
         return
     import torch.multiprocessing as mp
 
-    if mp.get_start_method(allow_none=True) is None:
-        # DeepSpeed's engine asks for spawn only where no method was chosen (module doc)
-        mp.set_start_method("fork")
+    # DeepSpeed's engine asks for spawn only where no method was chosen (module doc); this
+    # is iotune's own worker (a zygote's fork may carry its server's choice)
+    mp.set_start_method("fork", force=True)
     import deepspeed.io.fast_file_writer as ffw
     from deepspeed.runtime.model_checkpointing import writer_factory
 

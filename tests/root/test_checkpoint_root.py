@@ -283,3 +283,30 @@ def test_a_run_resumed_from_the_fast_writers_save_trains_on(
     # the fast run saved its only step: no later loss of it for iotune to check against
     assert resumed["resume_check"]["ok"] is None
     assert any("the resumed loss is not checked" in n for n in resumed["notes"])
+
+
+def test_the_report_shows_each_writers_saves_beside_the_model(
+    saved: dict[str, Any], fastpersist: dict[str, Any], tmp_path: Path
+) -> None:
+    """`iotune report` over the three runs that saved: a row each, with its writer, its
+    saves' bytes beside the I/O model's and the checkpoint volume's drive."""
+    from iotune.report.tables import num
+
+    out = tmp_path / "report"
+    runs = [str(saved["tmp"] / name) for name in ("saving", "fast", "decoupled")]
+    iotune("report", *runs, "--out", str(out), "--format", "md")
+    md = (out / "report.md").read_text()
+    section = md.split("## Checkpoints", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in table[2:]]
+    rows = [dict(zip(header, c, strict=True)) for c in cells]
+    assert sorted(r["Writer"] for r in rows) == ["decoupled", "fast", "torch"], section
+    by = {r["Writer"]: r for r in rows}
+    assert by["torch"]["Saves"] == "2" and by["fast"]["Saves"] == by["decoupled"]["Saves"] == "1"
+    gib = 12 * saved["first"]["estimate"]["swapped"]["n_s"] / 2**30
+    for r in rows:
+        assert r["Checkpoint volume"] == saved["ck_dev"], r
+        # the swap files' copy: the I/O model's bytes read from the offload volume
+        assert float(r["Read offload GiB"]) == pytest.approx(gib, abs=0.002), r
+        assert r["GiB a save (model)"].endswith(f"({num(gib)})"), r
