@@ -4,6 +4,7 @@ prediction against the measurement, the sweeps' best points and the thread sweep
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,11 +31,17 @@ def _size_key(size: str | None) -> tuple[int, float, str]:
         return (1, 0.0, s)
 
 
+def _run_key(r: dict[str, Any]) -> str:
+    d = r.get("run_dir")
+    return os.path.realpath(d) if d else str(r.get("run") or r["preset"])
+
+
 def sorted_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """By size, then strategy in the presets file's order, then accumulation; a preset
-    recorded twice (a study and its run directory) keeps its last record."""
+    """By size, then strategy in the presets file's order, then accumulation; a run
+    recorded twice (a study and its run directory) keeps its last record, and runs of the
+    same preset in directories of their own (other writers, other volumes) each their own."""
     order = {s: i for i, s in enumerate(strategy_order())}
-    last = {r.get("run") or r["preset"]: r for r in runs}
+    last = {_run_key(r): r for r in runs}
     return sorted(
         last.values(),
         key=lambda r: (

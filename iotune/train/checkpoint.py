@@ -179,10 +179,10 @@ def resume_note(check: dict[str, Any]) -> str:
     worker's ``resume_check`` event, iotune.workers.checkpoints)."""
     if check["ok"] is None:
         return (
-            f"resumed: the saving run kept no loss for step {check['step']} (it did not train "
+            f"resumed: the saving run kept no loss for step {check['at_step']} (it did not train "
             "past the save): the resumed loss is not checked"
         )
-    head = f"resumed: step {check['step']}'s loss {check['loss']:.5f} "
+    head = f"resumed: step {check['at_step']}'s loss {check['loss']:.5f} "
     if check["ok"]:
         return head + (
             f"continues the saving run's ({check['saved_run_loss']:.5f}, relative difference "

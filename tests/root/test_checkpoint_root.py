@@ -100,8 +100,11 @@ def test_each_save_copies_the_optimizer_state_to_the_byte(saved: dict[str, Any])
         # written to the checkpoint volume: what the save left there, and ext4's journal
         assert s["bytes"] <= s["checkpoint_write_bytes"] <= s["bytes"] + 4 * MIB, s
     # beside the tags, DeepSpeed's scripts that turn a save into one fp32 state dict
+    # and iotune's ledger of the saving run's losses, for the resumed runs' check
     tags = {p.name for p in (saved["ck"] / "ck").iterdir() if p.suffix != ".py"}
-    assert tags == {"latest", "step1", "step2"}
+    assert tags == {"latest", "step1", "step2", "iotune-losses.json"}
+    ledger = json.loads((saved["ck"] / "ck" / "iotune-losses.json").read_text())["losses"]
+    assert list(ledger) == ["1", "2"]
     assert (saved["ck"] / "ck" / "latest").read_text().strip() == "step2"
 
 
@@ -136,7 +139,7 @@ def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
     assert resumed["checkpoints"] is None
     # iotune's own check: the saving run's loss at step 2, kept beside its tags
     check = resumed["resume_check"]
-    assert check["ok"] is True and check["step"] == 2, check
+    assert check["ok"] is True and check["at_step"] == 2, check
     assert check["saved_run_loss"] == pytest.approx(loss2, abs=1e-5)
     assert any(n.startswith("resumed: step 2's loss") for n in resumed["notes"]), resumed["notes"]
 

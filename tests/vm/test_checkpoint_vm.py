@@ -133,4 +133,4 @@ def test_a_run_resumed_from_the_degraded_array_trains_on(
     assert math.isclose(step["loss"], want, rel_tol=1e-4), (step["loss"], want)
     # iotune's own check of it, against the losses the saving run kept beside its tags
     check = resumed["resume_check"]
-    assert check["ok"] is True and check["step"] == FAILED_SAVE + 1, check
+    assert check["ok"] is True and check["at_step"] == FAILED_SAVE + 1, check
