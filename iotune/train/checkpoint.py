@@ -191,6 +191,21 @@ def resume_note(check: dict[str, Any]) -> str:
     return head + f"is not the saving run's {check['saved_run_loss']:.5f}"
 
 
+def _drive_sizes(
+    io: dict[str, Any] | None, drives: tuple[str, ...], op: str
+) -> dict[int, int] | None:
+    """The requests of *op* the *drives* completed in an interval, by exact size (summed over
+    the drives); None untraced."""
+    per = (io or {}).get("drives") or {}
+    if not drives or any(per.get(n, {}).get(f"{op}_sizes") is None for n in drives):
+        return None
+    out: dict[int, int] = {}
+    for n in drives:
+        for size, count in per[n][f"{op}_sizes"].items():
+            out[int(size)] = out.get(int(size), 0) + int(count)
+    return dict(sorted(out.items()))
+
+
 def _drive_bytes(io: dict[str, Any] | None, drives: tuple[str, ...], op: str) -> int | None:
     if io is None:
         return None
@@ -235,6 +250,9 @@ def save_rows(
                 "write_bytes": None if io is None else io["write"].get("bytes"),
                 "offload_read_bytes": _drive_bytes(io, offload_drives, "read"),
                 "checkpoint_write_bytes": written,
+                # the same, request by request: {exact size in bytes: requests}
+                "offload_read_sizes": _drive_sizes(io, offload_drives, "read"),
+                "checkpoint_write_sizes": _drive_sizes(io, checkpoint_drives, "write"),
                 "write_gib_s": round(written / 2**30 / e["durable_s"], 3)
                 if written is not None and e.get("durable_s")
                 else None,

@@ -99,6 +99,11 @@ def test_each_save_copies_the_optimizer_state_to_the_byte(saved: dict[str, Any])
         assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
         # written to the checkpoint volume: what the save left there, and ext4's journal
         assert s["bytes"] <= s["checkpoint_write_bytes"] <= s["bytes"] + 4 * MIB, s
+        # the same by exact request size, as traced
+        read = sum(int(k) * n for k, n in s["offload_read_sizes"].items())
+        wrote = sum(int(k) * n for k, n in s["checkpoint_write_sizes"].items())
+        assert 12 * n_s <= read <= 12 * n_s + 64 * KIB, s["offload_read_sizes"]
+        assert s["bytes"] <= wrote <= s["bytes"] + 4 * MIB, s["checkpoint_write_sizes"]
     # beside the tags, DeepSpeed's scripts that turn a save into one fp32 state dict
     # and iotune's ledger of the saving run's losses, for the resumed runs' check
     tags = {p.name for p in (saved["ck"] / "ck").iterdir() if p.suffix != ".py"}

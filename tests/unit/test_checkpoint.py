@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_save_rows_split_the_drives_and_stand_beside_the_model() -> None:
         {"event": "checkpoint", "step": 1, "tag": "step1", "writer": "torch", "blocked_s": 1.0}
         | {"durable_s": 2.0, "files": 5, "bytes": c + 100, "swap_copy_bytes": c},
     ]
-    io = [
+    io: list[dict[str, Any]] = [
         {
             "label": "checkpoint:1",
             "read": {"bytes": c + 4096},
@@ -69,6 +70,12 @@ def test_save_rows_split_the_drives_and_stand_beside_the_model() -> None:
     assert row["offload_read_bytes"] == c and row["checkpoint_write_bytes"] == c + 8192
     assert row["write_gib_s"] == round((c + 8192) / 2**30 / 2.0, 3)
     assert doc["estimate"] == {"read_bytes": c, "write_bytes": c, "exact": True}
+    assert row["offload_read_sizes"] is None  # no sizes in this interval: not traced by size
+    io[0]["drives"]["a"] |= {"read_sizes": {"131072": 3, "4096": 1}, "write_sizes": {}}
+    io[0]["drives"]["b"] |= {"read_sizes": {"4096": 1}, "write_sizes": {524288: 2}}
+    (row,) = save_rows(events, io, e, True, ("a",), ("b",))["saves"]  # type: ignore[index]
+    assert row["offload_read_sizes"] == {4096: 1, 131072: 3}
+    assert row["checkpoint_write_sizes"] == {524288: 2}
     # untraced: the seconds and the files, no drive figures
     bare = save_rows(events, [], e, True, (), ())
     assert bare is not None and bare["saves"][0]["offload_read_bytes"] is None
