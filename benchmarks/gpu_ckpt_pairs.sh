@@ -4,19 +4,15 @@
 # minutes. From the repository root with .whl/, .debs/ and .bpf/ carried:
 #     . benchmarks/gpu_env.sh; . benchmarks/gpu_libbpf.sh; bash benchmarks/gpu_ckpt_pairs.sh
 # PARAMS (default 500M: 5.59 GiB saves), ROUNDS (default 5), KNOBS (JSON; default the best
-# of benchmarks/results/gpu-ckpt-sweep-h100-rounds/). $OUT gets ckpt_pairs.txt and .json.
+# of benchmarks/results/gpu-ckpt-sweep-h100-rounds/). $OUT gets ckpt_pairs.txt and .json,
+# machine.txt and build.txt.
 set -u
 ck=/var/tmp/ckpt
 mkdir -p "$ck"
 export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda
 start=$SECONDS
-{
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    nproc; free -g | head -2; lsblk -d -o NAME,SIZE,ROTA,MODEL; uname -r; df -h /var/tmp
-    cat /sys/block/vda/queue/scheduler /sys/block/vda/queue/max_sectors_kb
-} > "${OUT:-/tmp}/machine.txt" 2>&1
-python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder; AsyncIOBuilder().load()
-from deepspeed.ops.op_builder.utils import UtilsBuilder; UtilsBuilder().load()' > /tmp/build.txt 2>&1
+. benchmarks/gpu_ckpt_prelude.sh
+ckpt_prelude "${OUT:-/tmp}"
 echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
 python3 benchmarks/ckpt_pairs.py --target "$ck" --params "${PARAMS:-500M}" \
     --rounds "${ROUNDS:-5}" ${KNOBS:+--knobs "$KNOBS"} --out "${OUT:-/tmp}/ckpt_pairs.json" \

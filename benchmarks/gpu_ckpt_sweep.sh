@@ -19,13 +19,8 @@ mkdir -p "$out" "$ck"
 export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda
 start=$SECONDS
 iot() { python3 -m iotune "$@"; }
-{
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    nproc; free -g | head -2; lsblk -d -o NAME,SIZE,ROTA,MODEL; uname -r; df -h /var/tmp
-    cat /sys/block/vda/queue/scheduler /sys/block/vda/queue/max_sectors_kb
-} > "$out/machine.txt" 2>&1
-python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder; AsyncIOBuilder().load()
-from deepspeed.ops.op_builder.utils import UtilsBuilder; UtilsBuilder().load()' > "$out/build.txt" 2>&1
+. benchmarks/gpu_ckpt_prelude.sh
+ckpt_prelude "$out"
 echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
 iot --json sweep-aio --target "$ck" --ops write --no-fio --strategy grid --block-size 1M,8M \
     --queue-depth 32,128 --threads 1,8 --single-submit false --overlap-events true \

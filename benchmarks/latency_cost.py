@@ -110,8 +110,6 @@ def build_floor(out: Path) -> dict[str, Path]:
 
 def floor(obj: Path, dev: str, seconds: int) -> float:
     """fio under one floor variant's programs: their BPF ns per request."""
-    import ctypes
-
     from iotune.trace.libbpf import lib
 
     so = lib()
@@ -122,12 +120,10 @@ def floor(obj: Path, dev: str, seconds: int) -> float:
     try:
         if so.bpf_object__load(o):
             raise RuntimeError(f"loading {obj}")
-        next_prog = so.bpf_object__next_program
-        next_prog.restype, next_prog.argtypes = ctypes.c_void_p, [ctypes.c_void_p] * 2
-        progs, prog = [], next_prog(o, None)
+        progs, prog = [], so.bpf_object__next_program(o, None)
         while prog:
             progs.append(prog)
-            prog = next_prog(o, prog)
+            prog = so.bpf_object__next_program(o, prog)
         for prog in progs:
             link = so.bpf_program__attach(prog)
             if not link:

@@ -113,6 +113,7 @@ def lib() -> Any:
         "bpf_object__find_map_by_name": (p, [p, c_char_p]),
         "bpf_object__next_map": (p, [p, p]),
         "bpf_object__find_program_by_name": (p, [p, c_char_p]),
+        "bpf_object__next_program": (p, [p, p]),
         "bpf_map__name": (c_char_p, [p]),
         "bpf_map__fd": (c_int, [p]),
         "bpf_map__set_max_entries": (c_int, [p, u32]),

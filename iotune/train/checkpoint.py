@@ -49,7 +49,7 @@ class Checkpointing:
     def saves(self, steps: int) -> int:
         return steps // self.every
 
-    def ds_config(self) -> dict[str, object] | None:
+    def ds_config(self) -> dict[str, dict[str, Any]] | None:
         """DeepSpeed's ``checkpoint`` section for the writer (None: torch.save, its
         default)."""
         if self.writer == "torch":
@@ -83,7 +83,7 @@ def with_writer(
         section.pop("writer", None)
     else:
         old = section.get("writer")
-        ours: dict[str, Any] = {"type": "fast", "decoupled": ck.writer == "decoupled"}
+        ours = (ck.ds_config() or {})["writer"]
         section["writer"] = {**(old if isinstance(old, dict) else {}), **ours}
     cfg = {k: v for k, v in cfg.items() if k != "checkpoint"}
     return ck, {**cfg, "checkpoint": section} if section else cfg, notes

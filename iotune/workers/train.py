@@ -291,7 +291,7 @@ def main() -> None:
         train(spec, events, rank)
     except RunFails as exc:
         # a refusal of iotune's own (a resumed run whose loss does not continue): one line
-        events.emit({"event": "error", "error": str(exc), "refused": True})
+        events.emit({"event": "error", "error": str(exc)})
         os.write(2, f"iotune training worker: {exc}\n".encode())
         os._exit(1)
     except Exception as exc:
