@@ -320,10 +320,13 @@ def step_rows(
     focus: int,
     traced: bool,
     ready_label: str,
+    stacked: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """I/O between consecutive step events (and from the start, or the workload's
     *ready_label* event, to the first), from the tracer's samples: each has a label, a time
-    t, the traced counts and the kernel's per-drive stats. Pure."""
+    t, the traced counts and the kernel's per-drive stats. The *stacked* devices (md, dm:
+    bio-based, no requests to trace) get the bytes the kernel counted they were asked to
+    read and write. Pure."""
     disks = list(disks)
     ready = [s for s in samples if s.label == ready_label]
     first = ready[-1] if ready else samples[0]
@@ -365,6 +368,10 @@ def step_rows(
                 "other_requests": stats.other_requests if traced else None,
                 "diskstats_bytes": kernel_bytes,
             }
+        for n in stacked:
+            if n in s.stats and n in prev.stats:
+                d = s.stats[n] - prev.stats[n]
+                row.setdefault("arrays", {})[n] = {"read": d.read_bytes, "write": d.write_bytes}
         out.append(row)
         prev = s
     return out

@@ -467,6 +467,7 @@ class Tracer:
             req.focus,
             traces_requests(req.backend),
             READY,
+            req.targets.stacked,
         )
 
 

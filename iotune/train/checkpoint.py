@@ -24,10 +24,13 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
 from iotune.train.estimate import Estimate, IoVolume
+
+if TYPE_CHECKING:
+    from iotune.trace.targets import Array
 
 WRITERS = ("torch", "fast", "decoupled")
 #: the tag of the save after step N
@@ -222,7 +225,7 @@ def save_rows(
     optimizer_on_nvme: bool,
     offload_drives: tuple[str, ...],
     checkpoint_drives: tuple[str, ...],
-    array: tuple[str | None, int | None, tuple[str, ...]] | None = None,
+    array: Array | None = None,
     request_size: int | None = None,
 ) -> dict[str, Any] | None:
     """The run's saves beside the I/O model: each save's seconds (the step blocked, until
@@ -257,13 +260,14 @@ def save_rows(
                 if written is not None and e.get("durable_s")
                 else None,
                 "parity": parity_traffic(
-                    array[0],
-                    array[1],
-                    {n: io["drives"][n] for n in array[2]},
+                    array.level,
+                    array.chunk_bytes,
+                    {n: io["drives"][n] for n in array.members},
                     int(e.get("bytes") or 0),
                     request_size,
+                    asked=(io.get("arrays") or {}).get(array.name, {}).get("write"),
                 )
-                if array and io and all(n in (io.get("drives") or {}) for n in array[2])
+                if array and io and all(n in (io.get("drives") or {}) for n in array.members)
                 else None,
             }
         )
@@ -291,14 +295,18 @@ def parity_traffic(
     members: dict[str, dict[str, Any]],
     saved: int,
     requests: int | None = None,
+    asked: int | None = None,
 ) -> dict[str, Any] | None:
     """What a protected array's members did for one save: their bytes written against the
     save's, beside the full-stripe ideal (K/(K-1) for RAID5, K/(K-2) for RAID6, K for a
     mirror of K); reads on the members while only writing are the array reading old data and
     parity back to update a stripe the writes did not fill (read-modify-write, or its
     reconstruct-write twin). *members*: each member's ``read``/``write`` bytes and
-    ``write_sizes``; *requests*: the writer's request size, for the advice on the chunk.
-    None for an array without redundancy. Pure."""
+    ``write_sizes``; *requests*: the writer's request size, for the advice on the chunk;
+    *asked*: the bytes the array itself was asked to write (its diskstats: the save's files
+    and the file system's log and metadata), against which the members' writes lie between
+    the full-stripe ideal and the page-by-page worst (each page written alone with its P
+    (and Q) pages: 2x for RAID5, 3x for RAID6). None for an array without redundancy. Pure."""
     k = len(members)
     if level == "raid1":
         d = 1
@@ -322,6 +330,10 @@ def parity_traffic(
         "amplification": round(written / saved, 4),
         "ideal": round(ideal, 4),
         "excess_bytes": written - round(saved * ideal),
+        "array_write_bytes": asked,
+        "array_amplification": round(written / asked, 4) if asked else None,
+        # every page written on its own: the page and the stripe's parity pages
+        "partial_worst": float(k if level == "raid1" else 1 + _PARITY[level]),
         # more than the metadata a save reads: stripes were read back to be updated
         "read_modify_write": read > max(1 << 20, saved // 100),
         "per_member": {

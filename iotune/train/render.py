@@ -280,6 +280,13 @@ def parity_lines(result: dict[str, Any]) -> list[str]:
             f"{p['member_read_bytes'] / 2**20:.1f} MiB back"
             + (" (read-modify-write)" if p["read_modify_write"] else "")
         )
+        if p.get("array_amplification"):
+            out.append(
+                f"  the array was asked to write {p['array_write_bytes'] / GIB:.3f} GiB (the "
+                f"files, the file system's log and metadata): the members wrote "
+                f"{p['array_amplification']:.3f}x that (full stripes {p['ideal']:.3f}x, page "
+                f"by page {p['partial_worst']:.3f}x)"
+            )
         out += [f"  {line}" for line in member_sizes(p)]
         if p.get("advice"):
             out.append(f"advice: {p['advice']}")

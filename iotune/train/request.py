@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
 from iotune.train.checkpoint import Checkpointing
@@ -17,6 +17,9 @@ from iotune.train.launch import Launch
 from iotune.train.measured import AdamRate, Bandwidth, Baseline
 from iotune.train.preflight import Gpus, Resources, Shortfall
 from iotune.train.presets import Dtype, Preset
+
+if TYPE_CHECKING:
+    from iotune.trace.targets import Array
 
 
 @dataclass
@@ -63,8 +66,7 @@ class Prepared:
     resume: tuple[Path, str] | None = None  # the checkpoint's folder and tag to load
     offload_drives: tuple[str, ...] = ()  # the drives under the swap folders
     checkpoint_drives: tuple[str, ...] = ()  # the drives under --checkpoint-dir
-    # the md array under --checkpoint-dir: level, chunk bytes, members
-    checkpoint_array: tuple[str | None, int | None, tuple[str, ...]] | None = None
+    checkpoint_array: Array | None = None  # the md array under --checkpoint-dir
 
 
 def make_request(

@@ -205,10 +205,7 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         resume=resume,
         offload_drives=offload_drives,
         checkpoint_drives=ck_behind.disks if ck_behind is not None else (),
-        checkpoint_array=next(
-            ((a.level, a.chunk_bytes, a.members) for a in ck_behind.arrays if a.level),
-            None,
-        )
+        checkpoint_array=next((a for a in ck_behind.arrays if a.level), None)
         if ck_behind is not None
         else None,
     )

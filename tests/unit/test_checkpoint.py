@@ -325,3 +325,67 @@ def test_the_writer_is_the_options_else_the_configs_else_torch() -> None:
     bare = {"train_batch_size": 1}
     ck, out, notes = with_writer(Checkpointing(1, Path("/x"), "torch", writer_given=False), bare)
     assert ck.writer == "torch" and out == bare and notes == []
+
+
+def test_parity_is_also_measured_against_what_the_array_was_asked() -> None:
+    """The array's own diskstats (the save's files and the file system's log and metadata)
+    bound the members' writes: full stripes 2x, each page alone 3x on a RAID6."""
+    from iotune.train.checkpoint import parity_traffic
+    from iotune.train.render import parity_lines
+
+    members = {f"d{i}": {"read": 0, "write": 13 * MIB} for i in range(4)}  # 52 MiB in all
+    p = parity_traffic("raid6", 512 * KIB, members, 22 * MIB, asked=24 * MIB)
+    assert p is not None
+    assert p["array_write_bytes"] == 24 * MIB and p["partial_worst"] == 3.0
+    assert p["array_amplification"] == round(52 / 24, 4)
+    assert p["excess_bytes"] == 8 * MIB  # against the save's 22 MiB alone
+    r5 = parity_traffic("raid5", 512 * KIB, members, 22 * MIB)
+    assert r5 is not None and r5["partial_worst"] == 2.0 and r5["array_amplification"] is None
+    lines = parity_lines({"checkpoints": {"saves": [{"tag": "step1", "parity": p}]}})
+    assert lines[1] == (
+        "  the array was asked to write 0.023 GiB (the files, the file system's log and "
+        "metadata): the members wrote 2.167x that (full stripes 2.000x, page by page 3.000x)"
+    )
+
+
+def test_each_interval_carries_what_its_arrays_were_asked() -> None:
+    """An md array has no requests to trace; the kernel's diskstats say what it was asked."""
+    from types import SimpleNamespace
+
+    from iotune.trace.diskstats import DiskStat
+    from iotune.trace.model import step_rows
+
+    def stat(r: int, w: int) -> DiskStat:
+        return DiskStat(1, r, 1, w, 0, 0, 0)
+
+    def sample(t: float, label: str, md_w: int, disk_w: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            t=t,
+            label=label,
+            counts={},
+            stats={"md0": stat(8, md_w), "vda": stat(0, disk_w)},
+            lat={},
+        )
+
+    rows = step_rows(
+        [sample(0, "start", 0, 0), sample(1, "checkpoint:1", 2048, 4096)],
+        {"vda": 1, "md0": 2},
+        ["vda"],
+        0,
+        False,
+        "ready",
+        ("md0",),
+    )
+    assert rows[0]["arrays"] == {"md0": {"read": 0, "write": 2048 * 512}}
+    assert rows[0]["drives"]["vda"]["write"] == 4096 * 512
+    assert (
+        "arrays"
+        not in step_rows(
+            [sample(0, "start", 0, 0), sample(1, "step:1", 1, 1)],
+            {"vda": 1},
+            ["vda"],
+            0,
+            False,
+            "r",
+        )[0]
+    )
