@@ -20,6 +20,7 @@ from iotune.errors import IotuneError
 COMMANDS = {
     "devices": "devices:devices_cmd",
     "doctor": "doctor:doctor_cmd",
+    "fabrics": "fabrics:fabrics_group",
     "raid": "raid:raid_group",
     "sweep-aio": "sweep:sweep_aio",
     "sweep-threads": "sweep:sweep_threads",
@@ -101,6 +102,8 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
                        DeepSpeed, GPU)
       iotune devices   NVMe drives: PCIe link, NUMA node, queue limits, in use or
                        free (and why)
+      iotune fabrics   connect NVMe over Fabrics namespaces (TCP, RDMA), checked
+                       first; disconnect them when unused
       iotune raid      plan-then-apply mdadm RAID volumes across free NVMe drives
       iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
       iotune sweep-threads

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from iotune.errors import UsageError
+from iotune.errors import IotuneError, UsageError
 from iotune.train.launch import LAUNCHERS
 
 
@@ -241,3 +241,15 @@ def interrupted_exit(signal_name: str) -> int:
 def workload_exit(code: int) -> int:
     """A workload's exit status passed on; killed by signal N (-N) it is 128 + N, as in a shell."""
     return code if code > 0 else 128 - code
+
+
+def confirm(yes: bool, what: str) -> None:
+    """Go on only when --yes was given or the user says yes."""
+    if yes:
+        return
+    try:
+        ok = click.confirm(f"{what}?", default=False, err=True)
+    except click.Abort:
+        ok = False
+    if not ok:
+        raise IotuneError("not confirmed: nothing was changed", hint="--yes applies without asking")

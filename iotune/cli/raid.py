@@ -14,8 +14,8 @@ from typing import Any
 import click
 from rich.console import Console
 
-from iotune.cli.options import STATE, json_option
-from iotune.errors import IotuneError, NotRootError
+from iotune.cli.options import STATE, confirm, json_option
+from iotune.errors import NotRootError
 from iotune.probes.host import LiveHost
 from iotune.probes.sysfs import SysTree
 from iotune.raid.model import ArrayInfo, Step
@@ -61,17 +61,6 @@ def _show_existing(info: ArrayInfo) -> None:
             f"{info.device} already exists as asked ({info.level}, "
             f"{', '.join(existing_members(info))}): nothing to do"
         )
-
-
-def _confirm(yes: bool, what: str) -> None:
-    if yes:
-        return
-    try:
-        ok = click.confirm(f"{what}?", default=False, err=True)
-    except click.Abort:
-        ok = False
-    if not ok:
-        raise IotuneError("not confirmed: nothing was changed", hint="--yes applies without asking")
 
 
 def _progress(steps: Sequence[Step]) -> Callable[[int, Step], None]:
@@ -173,7 +162,7 @@ def raid_create(
     )
     if dry_run:
         return
-    _confirm(yes, f"Build {plan.device}")
+    confirm(yes, f"Build {plan.device}")
     raid_apply.ensure_md(req.level, SysTree("/"))
     raid_apply.apply_create(plan, host.tree, on_step=_progress(plan.steps))
     info = raid_host.array_info(LiveHost(), raid_apply.kernel_name(plan.device))
@@ -234,7 +223,7 @@ def raid_destroy(name: str, wipe_members: bool, dry_run: bool, yes: bool) -> Non
     )
     if dry_run:
         return
-    _confirm(yes, f"Destroy {facts.device}")
+    confirm(yes, f"Destroy {facts.device}")
     raid_apply.apply_steps(steps, on_step=_progress(steps))
     if STATE.json:
         emit_json({"plan": steps, "applied": True})

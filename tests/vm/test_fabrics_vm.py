@@ -1,5 +1,8 @@
 """NVMe over Fabrics in the vm guest: the kernel's own target (nvmet-tcp) exports two emulated
-drives on 127.0.0.1, nvme-cli connects them, and iotune sees two namespaces over TCP: in
+drives on 127.0.0.1, `iotune fabrics connect` finds the subsystem in the target's discovery
+log and connects it (a port nothing listens on, and a subsystem the target does not offer,
+refused in one line; `fabrics disconnect` refused while an array holds them), and iotune sees
+the two namespaces over TCP: in
 `devices` (transport, target, subsystem, state, paths, link), in `raid create` (a RAID0 over
 both; a namespace without a live path refused), and in `trace` (each request counted on the
 namespace's path, exact against the kernel's counters)."""
@@ -61,16 +64,37 @@ def fabric(vm: Session) -> Iterator[list[str]]:
     backing = [vm.dev(s) for s in BACKING]
     py = sys.executable
     vm.guest.run([py, TARGET, "up", NQN, "127.0.0.1", PORT, *backing]).check()
-    vm.guest.run(
-        ["nvme", "connect", "-t", "tcp", "-a", "127.0.0.1", "-s", "4420", "-n", NQN]
-    ).check()
-    deadline = time.monotonic() + 60
-    while len(names := _namespaces(vm)) < 2:
-        assert time.monotonic() < deadline, names
-        time.sleep(1)
+    # the one subsystem the target's discovery log offers, connected with its namespaces
+    done = vm.iotune_json("fabrics", "connect", "tcp://127.0.0.1")
+    assert (done["nqn"], done["target"], done["connected"]) == (NQN, "tcp://127.0.0.1:4420", True)
+    names = _namespaces(vm)
+    assert sorted(done["namespaces"]) == names and len(names) == 2, (done, names)
     yield names
-    vm.guest.run(["nvme", "disconnect", "-n", NQN])
+    gone = vm.iotune_json("fabrics", "disconnect", NQN, "--yes")
+    assert gone["disconnected"] == 1 and sorted(gone["namespaces"]) == names, gone
+    assert _namespaces(vm) == []
     vm.guest.run([py, TARGET, "down", NQN, PORT]).check()
+
+
+def test_a_target_that_is_not_there_or_does_not_offer_the_subsystem_is_one_line(
+    vm: Session, fabric: list[str]
+) -> None:
+    again = vm.iotune_json("fabrics", "connect", "tcp://127.0.0.1:4420", "--nqn", NQN)
+    assert again["connected"] is False and sorted(again["namespaces"]) == fabric, again
+    cases = {
+        # nothing listens on 4421
+        ("tcp://127.0.0.1:4421", NQN): "iotune: error: tcp://127.0.0.1:4421 does not answer "
+        "(connection refused: nothing listens there)",
+        ("tcp://127.0.0.1:4420", "nqn.2026-11.io.iotune:none"): "iotune: error: "
+        "tcp://127.0.0.1:4420 offers no subsystem nqn.2026-11.io.iotune:none (it offers "
+        f"{NQN})",
+    }
+    for (where, nqn), line in cases.items():
+        r = vm.guest.iotune("fabrics", "connect", where, "--nqn", nqn)
+        lines = r.stderr.strip().splitlines()
+        assert r.rc in (1, 2) and lines[0] == line and len(lines) == 2, r.stderr
+        assert lines[1].startswith("hint: ")
+    assert _namespaces(vm) == fabric
 
 
 def test_devices_shows_each_namespace_over_tcp_and_the_drives_it_exports(
@@ -114,6 +138,10 @@ def test_a_raid0_over_two_tcp_namespaces_is_traced_exactly_on_their_paths(
     )
     assert done["applied"] is True
     try:
+        # members of an array: the subsystem is not disconnected under it
+        r = vm.guest.iotune("fabrics", "disconnect", NQN, "--yes")
+        assert r.rc == 1 and f"refusing to disconnect {NQN}: /dev/" in r.stderr, r.stderr
+        assert "held by md" in r.stderr.splitlines()[0], r.stderr
         r = vm.guest.iotune(
             "--json", "trace", "--target", "/dev/md/fab", "--out", "/tmp/trace-fab", "--",
             "dd", "if=/dev/zero", "of=/dev/md/fab", "bs=128K", "count=32", "oflag=direct",

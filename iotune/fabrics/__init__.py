@@ -1,0 +1,1 @@
+"""NVMe over Fabrics: where a target is, and connecting its namespaces."""

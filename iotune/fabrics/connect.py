@@ -1,0 +1,195 @@
+"""Connect and disconnect NVMe over Fabrics namespaces with nvme-cli, checked first: the
+transport's kernel module, the target answering, the subsystem offered (``nvme discover``),
+and, to disconnect, none of its namespaces in use."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iotune import proc
+from iotune.errors import CommandFailed, IotuneError, ToolMissing, last_line
+from iotune.fabrics.target import CONFIG, Offer, Target, parse_discovery
+from iotune.probes.fabrics import controllers_of, parse_address
+from iotune.probes.sysfs import SysTree
+
+#: seconds to wait for a TCP target's port to answer
+ANSWER_S = 5.0
+#: seconds to wait for a new controller's namespaces to appear as block devices
+APPEAR_S = 30.0
+
+
+def need_nvme_cli() -> None:
+    import shutil
+
+    if shutil.which("nvme") is None:
+        raise ToolMissing("nvme", "nvme-cli")
+
+
+def load_module(target: Target, tree: SysTree) -> None:
+    """The transport's host module loaded (or built in), else the module named."""
+    mod = target.module
+    if tree.exists(f"/sys/module/{mod.replace('-', '_')}"):
+        return
+    done = proc.run(["modprobe", mod], check=False, timeout=60)
+    if done.returncode != 0 or not tree.exists(f"/sys/module/{mod.replace('-', '_')}"):
+        why = last_line(done.stderr) or f"modprobe exited {done.returncode}"
+        raise IotuneError(
+            f"the kernel has no {mod} module, which the {target.transport} transport needs ({why})",
+            hint=f"install this kernel's extra modules (e.g. linux-modules-extra-$(uname -r)), "
+            f"or use a kernel built with {CONFIG[target.transport]}",
+        )
+
+
+def check_answers(target: Target, timeout_s: float = ANSWER_S) -> None:
+    """A TCP target's port takes a connection; anything else is named in one line."""
+    if target.transport != "tcp" or target.traddr is None or target.trsvcid is None:
+        return
+    where = target.text()
+    hint = (
+        "check the address and port, that the target exports on them (nvmet: its port's "
+        "addr_traddr and addr_trsvcid), and any firewall between"
+    )
+    try:
+        with socket.create_connection((target.traddr, int(target.trsvcid)), timeout=timeout_s):
+            return
+    except TimeoutError:
+        raise IotuneError(f"no answer from {where} in {timeout_s:g} s", hint=hint) from None
+    except socket.gaierror as exc:
+        raise IotuneError(
+            f"{where}: {target.traddr} does not resolve ({exc.strerror})", hint=hint
+        ) from None
+    except OSError as exc:
+        why = (
+            "connection refused: nothing listens there"
+            if exc.errno == errno.ECONNREFUSED
+            else exc.strerror or str(exc)
+        )
+        raise IotuneError(f"{where} does not answer ({why})", hint=hint) from None
+
+
+def discover(target: Target) -> list[Offer]:
+    """What the target's discovery controller offers."""
+    argv = ["nvme", "discover", *target.nvme_args(), "-o", "json"]
+    done = proc.run(argv, check=False, timeout=60)
+    if done.returncode != 0:
+        why = last_line(done.stderr) or last_line(done.stdout) or f"exit {done.returncode}"
+        head = (
+            f"{target.text()} answers but its discovery failed"
+            if target.transport == "tcp"
+            else f"the discovery at {target.text()} failed"
+        )
+        raise IotuneError(
+            f"{head}: {why}",
+            hint="the port may not be an NVMe over Fabrics target; run with --debug for "
+            "nvme-cli's output",
+        )
+    try:
+        doc = json.loads(done.stdout or "{}")
+    except json.JSONDecodeError:
+        raise CommandFailed(argv, 0, "its output is not JSON") from None
+    return parse_discovery(doc)
+
+
+@dataclass(frozen=True)
+class Controller:
+    name: str  # nvme3
+    nqn: str
+    transport: str
+    traddr: str | None
+    trsvcid: str | None
+    state: str
+
+
+def controllers(tree: SysTree) -> list[Controller]:
+    out = []
+    for c in tree.listdir("/sys/class/nvme"):
+        base = f"/sys/class/nvme/{c}"
+        addr = parse_address(tree.read(f"{base}/address"))
+        out.append(
+            Controller(
+                name=c,
+                nqn=(tree.read(f"{base}/subsysnqn") or "").strip(),
+                transport=(tree.read(f"{base}/transport") or "").strip(),
+                traddr=addr.get("traddr"),
+                trsvcid=addr.get("trsvcid"),
+                state=(tree.read(f"{base}/state") or "").strip(),
+            )
+        )
+    return sorted(out, key=lambda c: int(c.name[4:]) if c.name[4:].isdigit() else 0)
+
+
+def namespaces_of(tree: SysTree, nqn: str) -> list[str]:
+    """The block devices (``nvme3n1``: multipath heads, or a controller's own namespaces)
+    of a subsystem, by kernel name."""
+    out = []
+    for d in tree.listdir("/sys/block"):
+        if not re.fullmatch(r"nvme\d+n\d+", d):
+            continue
+        nqns = {
+            (tree.read(f"/sys/class/nvme/{c}/subsysnqn") or "").strip()
+            for c in controllers_of(tree, d)
+        }
+        if nqn in nqns:
+            out.append(d)
+    return sorted(out)
+
+
+def same_place(c: Controller, target: Target, nqn: str) -> bool:
+    return (
+        c.nqn == nqn
+        and c.transport == target.transport
+        and c.traddr == target.traddr
+        and c.trsvcid == target.trsvcid
+    )
+
+
+def connect(
+    target: Target,
+    nqn: str,
+    tree: SysTree,
+    host_iface: str | None = None,
+    wait: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """``nvme connect``, then the namespaces it brought, once they are block devices."""
+    argv = ["nvme", "connect", *target.nvme_args(), "-n", nqn, "-o", "json"]
+    if host_iface:
+        argv += ["-f", host_iface]
+    done = proc.run(argv, check=False, timeout=120)
+    if done.returncode != 0:
+        why = last_line(done.stderr) or f"exit {done.returncode}"
+        raise IotuneError(
+            f"nvme connect to {nqn} at {target.text()} failed: {why}",
+            hint="run with --debug for nvme-cli's output; the target's dmesg says why it "
+            "refused a host",
+        )
+    try:
+        controller = json.loads(done.stdout or "{}").get("device")
+    except json.JSONDecodeError:
+        controller = None
+    deadline = time.monotonic() + APPEAR_S
+    while not (names := namespaces_of(tree, nqn)) and time.monotonic() < deadline:
+        wait(0.5)
+    return {"controller": controller, "namespaces": names}
+
+
+def disconnect(nqn: str) -> int:
+    """``nvme disconnect -n NQN``: the controllers it removed."""
+    done = proc.run(["nvme", "disconnect", "-n", nqn], timeout=120)
+    text = done.stdout or ""
+    # "NQN:nqn... disconnected 2 controller(s)"
+    for word in text.split():
+        if word.isdigit():
+            return int(word)
+    return 0
+
+
+def dev_path(name: str) -> str:
+    return str(Path("/dev") / name)
