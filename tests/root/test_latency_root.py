@@ -134,9 +134,14 @@ def test_latency_agrees_with_biolatency_fio_and_the_kernel(
     # each issue counted once at the depth it found, but a slot issued again
     assert depth["at_issue"]["issues"] == entry["read"]["requests"] - depth["reissued"], depth
     # the kernel's time_in_queue counts each request from its start, before issue, to its
-    # end: at least the time the tracer counts from issue, and little more on a loop device
+    # end: at least the time the tracer counts from issue. How much more is the time a
+    # request waits before its issue, which the CPU's load sets (10% to 15% more seen at
+    # QD1 on a loop device). Its bound is fio's: each request's kernel time lies inside the
+    # time fio waited for it, so over the trace (which holds fio's run) the kernel's mean
+    # depth is at most fio's own, IOPS x mean latency (Little's law)
+    fio_depth = fio["iops"] * fio["lat_ns"]["mean"] / 1e9
     assert depth["kernel_mean"] >= depth["mean"] * 0.98 - 0.01, depth
-    assert depth["kernel_mean"] <= depth["mean"] * 1.10 + 0.01, depth
+    assert depth["kernel_mean"] <= fio_depth * 1.01 + 0.01, (depth, fio_depth)
     if qd == 1:
         # one request at a time: an issue finds itself alone at the drive (but where udev
         # reads the new device beside it, or a completion that fired no event left its
