@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from iotune.cli.options import STATE, interrupted_exit, workload_exit
+from iotune.cli.options import STATE, exit_if_path_lost, interrupted_exit, workload_exit
 from iotune.render import console, emit_json, err_console, warn
 from iotune.train.request import Prepared
 
@@ -117,6 +117,7 @@ def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
 
 
 def _exit_after_run(result: dict[str, Any]) -> None:
+    exit_if_path_lost(result)
     if result["interrupted"]:
         click.echo(
             f"iotune: interrupted ({result['interrupted']}) after {result['steps_done']} step(s); "

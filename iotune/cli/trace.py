@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from iotune.cli.options import STATE, interrupted_exit, json_option, run_options, workload_exit
+from iotune.cli.options import (
+    STATE,
+    exit_if_path_lost,
+    interrupted_exit,
+    json_option,
+    run_options,
+    workload_exit,
+)
 from iotune.cli.running import run_preset
 from iotune.errors import UsageError
 from iotune.probes.sysfs import SysTree
@@ -332,6 +339,7 @@ def trace_cmd(
             from iotune.train.script import print_script
 
             print_script(console(), result["script"])
+    exit_if_path_lost(result)
     if result["interrupted"]:
         click.echo(
             f"iotune: interrupted ({result['interrupted']}); partial results in {result['out']}",

@@ -80,7 +80,8 @@ class Fabric:
         return self.link_mbps * 1e6 / 8 if self.link_mbps else None
 
     def describe(self) -> str:
-        return f"nvme-{self.transport} {self.target} ({self.link_text()})"
+        link = f" ({self.link_text()})" if self.iface else ""
+        return f"nvme-{self.transport} {self.target}{link}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -12,6 +12,7 @@ from typing import Any
 
 from iotune.probes.sysfs import SysTree
 from iotune.trace import model
+from iotune.trace.diskstats import DiskStat
 
 log = logging.getLogger("iotune.trace")
 
@@ -121,4 +122,42 @@ def devinfo(tree: SysTree, name: str) -> dict[str, Any]:
         # bios larger than max_segments x max_segment_size are split too
         "max_segments": tree.read_int(f"{base}/queue/max_segments"),
         "max_segment_size": tree.read_int(f"{base}/queue/max_segment_size"),
+    }
+
+
+def diskstats_json(kernel: DiskStat) -> dict[str, int]:
+    """The kernel's counters over the trace, as a device's record keeps them."""
+    return {
+        "read_ios": kernel.read_ios,
+        "read_bytes": kernel.read_bytes,
+        "write_ios": kernel.write_ios,
+        "write_bytes": kernel.write_bytes,
+        "discard_ios": kernel.discard_ios,
+        "flush_ios": kernel.flush_ios,
+    }
+
+
+def check_json(chk: model.Check, settled: bool) -> dict[str, Any]:
+    """A device's cross-check of the traced requests against the kernel's counters."""
+    return {
+        "exact": chk.exact,
+        "summary": chk.describe(),
+        "empty_preflush_writes": chk.empty_preflush_writes,
+        "unseen_completions": chk.unseen_completions,
+        "flush_sequenced_writes": chk.write.flush_seq_done,
+        "inflight_start": {
+            "read": chk.read.inflight_start,
+            "write": chk.write.inflight_start,
+        },
+        "inflight_end": {
+            "read": chk.read.inflight_end,
+            "write": chk.write.inflight_end,
+        },
+        "completed": {
+            "read_ios": chk.read.done[0],
+            "read_sectors": chk.read.done[1],
+            "write_ios": chk.write.done[0],
+            "write_sectors": chk.write.done[1],
+        },
+        "snapshots_settled": settled,
     }

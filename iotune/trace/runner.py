@@ -29,7 +29,15 @@ from iotune.trace import only as filt
 from iotune.trace.acks import AckSender
 from iotune.trace.backend import bpf_time, open_tracer, traces_requests
 from iotune.trace.diskstats import DiskStat, read_inflight, read_stat
-from iotune.trace.outputs import devinfo, opjson, other_io, write_outputs
+from iotune.trace.outputs import (
+    check_json,
+    devinfo,
+    diskstats_json,
+    opjson,
+    other_io,
+    write_outputs,
+)
+from iotune.trace.pathwatch import PathWatch
 from iotune.trace.targets import Targets, devno_of, kernel_dev
 
 log = logging.getLogger("iotune.trace")
@@ -109,6 +117,8 @@ class Tracer:
         self._events: BinaryIO | None = None  # the workload's events file, read on as it grows
         self._acks: AckSender | None = None  # a workload's marked events, sampled (acks.py)
         self._events_buf = b""  # a line the workload has not finished writing
+        self.watch = PathWatch(self.tree, req.targets.disks)  # the fabrics namespaces' paths
+        self.lost: str | None = None  # why the watch stopped the workload
 
     # ------------------------------------------------------------------ sampling
     def _counts(self) -> dict[tuple[int, int, int], int]:
@@ -264,6 +274,9 @@ class Tracer:
                 if now >= next_tick:
                     self.sample("interval")
                     next_tick += req.interval
+                    if child is not None and (lost := self.watch.check(now)) is not None:
+                        self.lost = lost
+                        break
         except KeyboardInterrupt:
             self.interrupted = "SIGINT"
         except Terminated:
@@ -275,6 +288,7 @@ class Tracer:
                     child,
                     signal.SIGTERM if self.interrupted == "SIGTERM" else signal.SIGINT,
                     group=req.own_group,
+                    patience=3.0 if self.lost else 15.0,  # blocked on the lost path's I/O
                 )
             if child is not None:
                 self.exit_code = child.returncode
@@ -350,14 +364,7 @@ class Tracer:
             )
             for op, st in ops.items():
                 entry[op] = opjson(st)
-            entry["diskstats"] = {
-                "read_ios": kernel.read_ios,
-                "read_bytes": kernel.read_bytes,
-                "write_ios": kernel.write_ios,
-                "write_bytes": kernel.write_bytes,
-                "discard_ios": kernel.discard_ios,
-                "flush_ios": kernel.flush_ios,
-            }
+            entry["diskstats"] = diskstats_json(kernel)
             if entry["stacked"]:
                 # md/dm are bio-based: diskstats counts bios here, requests exist on members
                 entry["check"] = {
@@ -385,28 +392,7 @@ class Tracer:
                     settled=first.settled and last.settled,
                     missed=model.missed_events(missed),
                 )
-                entry["check"] = {
-                    "exact": chk.exact,
-                    "summary": chk.describe(),
-                    "empty_preflush_writes": chk.empty_preflush_writes,
-                    "unseen_completions": chk.unseen_completions,
-                    "flush_sequenced_writes": chk.write.flush_seq_done,
-                    "inflight_start": {
-                        "read": chk.read.inflight_start,
-                        "write": chk.write.inflight_start,
-                    },
-                    "inflight_end": {
-                        "read": chk.read.inflight_end,
-                        "write": chk.write.inflight_end,
-                    },
-                    "completed": {
-                        "read_ios": chk.read.done[0],
-                        "read_sectors": chk.read.done[1],
-                        "write_ios": chk.write.done[0],
-                        "write_sectors": chk.write.done[1],
-                    },
-                    "snapshots_settled": first.settled and last.settled,
-                }
+                entry["check"] = check_json(chk, first.settled and last.settled)
                 entry["histogram"] = {
                     op: [
                         [*model.slot_range(slot), n]
@@ -450,6 +436,7 @@ class Tracer:
             "bpf_time": self.bpf_time,
             "tracer_cpu_s": self.tracer_cpu_s,
             "interrupted": self.interrupted,
+            "lost_path": self.lost,
             "exit_code": self.exit_code,
             "out": str(req.out),
             "host": host_facts(),
@@ -475,9 +462,11 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
-def _stop_child(child: subprocess.Popen[bytes], sig: int, group: bool = False) -> None:
-    """Signal the workload (its whole process group when it has one), give it 15 s, then
-    kill it. A second Ctrl-C meanwhile must not skip this and leave it running."""
+def _stop_child(
+    child: subprocess.Popen[bytes], sig: int, group: bool = False, patience: float = 15.0
+) -> None:
+    """Signal the workload (its whole process group when it has one), give it *patience*
+    seconds, then kill it. A second Ctrl-C meanwhile must not skip this and leave it running."""
 
     def send(s: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -490,10 +479,12 @@ def _stop_child(child: subprocess.Popen[bytes], sig: int, group: bool = False) -
     try:
         send(sig)
         try:
-            child.wait(timeout=15)
+            child.wait(timeout=patience)
         except subprocess.TimeoutExpired:
             send(signal.SIGKILL)
-            child.wait()
+            # not for ever: a process waiting on a lost namespace's queued I/O cannot die
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=patience)
         if group:
             send(signal.SIGKILL)  # helper processes the workload left behind
     finally:

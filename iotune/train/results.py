@@ -442,6 +442,7 @@ def build_result(
         "other_io": (trace or {}).get("other_io"),
         "notes": req.notes,
         "interrupted": (trace or {}).get("interrupted", "SIGINT" if trace is None else None),
+        "lost_path": (trace or {}).get("lost_path"),
         "exit_code": (trace or {}).get("exit_code"),
         "error": "; ".join(errors) or None,
         "wall_s": round(time.time() - started, 2),

@@ -140,7 +140,7 @@ def test_a_mixed_array_names_its_slowest_path(tmp_path: Path) -> None:
     )
     # the path that reports no link speed counts as the slowest
     assert note.endswith(
-        "the slowest path: /dev/nvme3n1 over nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420 (-)"
+        "the slowest path: /dev/nvme3n1 over nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420"
     )
 
 
@@ -212,3 +212,28 @@ def test_a_link_speed_that_is_no_number_is_none(tmp_path: Path) -> None:
     _put(tmp_path, "sys/class/net/eth1/speed", "unknown")
     assert link_speed(tree, "eth1") is None
     assert link_speed(tree, "lo") is None and link_speed(tree, "eth0") == 25000
+
+
+def test_a_namespace_without_a_live_path_for_the_grace_stops_the_workload(
+    tmp_path: Path,
+) -> None:
+    from iotune.trace.pathwatch import PathWatch
+
+    tree = fabric_tree(tmp_path)
+    w = PathWatch(tree, ("nvme1n1", "loop0"), grace_s=10.0)
+    assert list(w.fabrics) == ["nvme1n1"]  # a loop device is no fabric: not watched
+    state = tmp_path / "sys/devices/virtual/nvme-fabrics/ctl/nvme1/state"
+    assert w.check(0.0) is None
+    state.write_text("connecting\n")
+    assert w.check(1.0) is None  # within the grace
+    state.write_text("live\n")
+    assert w.check(5.0) is None  # reconnected: the clock starts again
+    state.write_text("connecting\n")
+    assert w.check(6.0) is None and w.check(15.9) is None
+    assert w.check(16.0) == (
+        "nvme1n1 lost its path to nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420: connecting for 10 s"
+    )
+    # disconnected: the namespace is gone at once
+    (tmp_path / "sys/block/nvme1n1").unlink()
+    assert PathWatch(tree, ()).check(0.0) is None
+    assert w.check(16.5) == "nvme1n1 lost its path to nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420: gone"
