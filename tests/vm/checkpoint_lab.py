@@ -70,6 +70,8 @@ class CheckpointRuns:
     status: dict[str, Any]
     #: each of WRITERS' run (``trace --run --json``), one step saved on the healthy array
     writers: dict[str, dict[str, Any]]
+    #: ``iotune raid status ckpt --json``'s array before the saves, its resync done
+    built: dict[str, Any]
 
 
 def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
@@ -131,4 +133,4 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         timeout=1500,
     )
     saving = json.loads(stdout.read_text())
-    return CheckpointRuns(saving, failure, member, resumed, status, writers)
+    return CheckpointRuns(saving, failure, member, resumed, status, writers, idle)

@@ -4,7 +4,7 @@ Drives (serial → state after set-up):
   IOT0 blank · IOT1 ext4 holding keep.txt (formatted on the host) · IOT2 member of
   /dev/md/held (RAID1) · IOT3 ext4 mounted at /tmp/iot3 · IOT4, IOT5 blank (128 MiB)
   IOT6..IOT9 blank (256 MiB, for the raid tests) · IOT10 a stale ext4 signature (256 MiB)
-  FAB0, FAB1 blank (64 MiB), exported over NVMe/TCP by the fabrics tests
+  FAB0, FAB1 blank (64 MiB), exported over NVMe/TCP by the fabrics tests; FAB2 over RDMA
 Tests that build arrays leave their drives blank again.
 """
 
@@ -49,6 +49,7 @@ DRIVES = [
     # exported by the guest's own NVMe-oF target (tests/vm/test_fabrics_vm.py)
     Drive("FAB0", size_mib=64),
     Drive("FAB1", size_mib=64),
+    Drive("FAB2", size_mib=64),  # over NVMe/RDMA (soft-RoCE)
 ]
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 

@@ -1,11 +1,15 @@
 """The kernel's own NVMe-oF target (nvmet) in the vm guest, through configfs, as its
 documentation sets one up: a subsystem with one namespace per drive, open to any host, on a
-TCP port; ``detach``/``attach`` take the subsystem off the port and put it back (the host's
-controller loses its connection, then finds it again). Run inside the guest:
+TCP (or RDMA) port; ``detach``/``attach`` take the subsystem off the port and put it back (the
+host's controller loses its connection, then finds it again). RDMA runs over soft-RoCE:
+``rxe`` puts the kernel's rdma_rxe on one end of a veth pair with ADDR, as blktests runs its
+NVMe/RDMA tests on one machine. Run inside the guest:
 
     python nvmet_target.py up NQN ADDR PORT /dev/nvme1n1 /dev/nvme2n1
+    python nvmet_target.py up-rdma NQN ADDR PORT /dev/nvme3n1
     python nvmet_target.py detach|attach NQN PORT
     python nvmet_target.py down NQN PORT
+    python nvmet_target.py rxe ADDR | rxe-down
 """
 
 from __future__ import annotations
@@ -23,8 +27,29 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
-def up(nqn: str, addr: str, port: str, devices: list[str]) -> None:
-    subprocess.run(["modprobe", "-a", "nvmet", "nvmet-tcp", "nvme-tcp"], check=True)
+#: the veth pair and the soft-RoCE device on its first end
+VETH, PEER, RXE = "iotrxe0", "iotrxe1", "rxe0"
+
+
+def rxe(addr: str) -> None:
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True)
+
+    subprocess.run(["modprobe", "rdma_rxe"], check=True)
+    ip("link", "add", VETH, "type", "veth", "peer", "name", PEER)
+    ip("addr", "add", f"{addr}/24", "dev", VETH)
+    ip("link", "set", VETH, "up")
+    ip("link", "set", PEER, "up")
+    subprocess.run(["rdma", "link", "add", RXE, "type", "rxe", "netdev", VETH], check=True)
+
+
+def rxe_down() -> None:
+    subprocess.run(["rdma", "link", "delete", RXE], check=False)
+    subprocess.run(["ip", "link", "del", VETH], check=False)
+
+
+def up(nqn: str, addr: str, port: str, devices: list[str], trtype: str = "tcp") -> None:
+    subprocess.run(["modprobe", "-a", "nvmet", f"nvmet-{trtype}", f"nvme-{trtype}"], check=True)
     if not NVMET.is_dir():
         subprocess.run(["mount", "-t", "configfs", "none", str(CFG)], check=True)
     sub = NVMET / "subsystems" / nqn
@@ -37,7 +62,7 @@ def up(nqn: str, addr: str, port: str, devices: list[str]) -> None:
         _write(ns / "enable", "1")
     p = NVMET / "ports" / port
     p.mkdir()
-    _write(p / "addr_trtype", "tcp")
+    _write(p / "addr_trtype", trtype)
     _write(p / "addr_adrfam", "ipv4")
     _write(p / "addr_traddr", addr)
     _write(p / "addr_trsvcid", "4420")
@@ -70,6 +95,12 @@ def main() -> None:
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "up":
         up(args[0], args[1], args[2], args[3:])
+    elif cmd == "up-rdma":
+        up(args[0], args[1], args[2], args[3:], trtype="rdma")
+    elif cmd == "rxe":
+        rxe(args[0])
+    elif cmd == "rxe-down":
+        rxe_down()
     elif cmd == "attach":
         attach(args[0], args[1])
     elif cmd == "detach":

@@ -29,6 +29,16 @@ def _saves(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {s["step"]: s for s in doc["checkpoints"]["saves"]}
 
 
+def test_the_checkpoints_raid6_is_built_as_asked(checkpoint_runs: CheckpointRuns) -> None:
+    """`iotune raid create --level 6` over four drives (the lab's set-up): md's geometry and
+    the file system laid on it, as `raid status` reads them back."""
+    a = checkpoint_runs.built
+    assert a["device"] == "/dev/md/ckpt" and len(a["members"]) == 4, a
+    assert (a["level"], a["chunk_bytes"], a["fs"]) == ("raid6", 512 * KIB, "xfs"), a
+    assert a["minimum_io_size"] == 512 * KIB and a["optimal_io_size"] == 2 * 512 * KIB, a
+    assert a["state"] in ("clean", "active", "active-idle"), a
+
+
 def test_each_save_is_the_models_copy_read_from_the_raid0(saving: dict[str, Any], lab: Lab) -> None:
     n_s = saving["estimate"]["swapped"]["n_s"]
     ck = saving["checkpoints"]

@@ -10,6 +10,7 @@ namespace's path, exact against the kernel's counters)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -165,13 +166,59 @@ def test_a_raid0_over_two_tcp_namespaces_is_traced_exactly_on_their_paths(
     assert array["write"]["bytes"] == 32 * 128 * K
 
 
-def test_a_namespace_without_a_live_path_is_shown_and_refused(
+#: in the guest: a trace of fio writing to a namespace, the target's subsystem taken off its
+#: port once the trace has sampled twice (the test puts it back)
+LOSE_PATH = """
+import json, subprocess, sys, time
+from pathlib import Path
+iotune, target, nqn, port, name, out = sys.argv[1:7]
+job = ["fio", "--name=w", f"--filename=/dev/{name}", "--rw=randwrite", "--bs=128k",
+       "--direct=1", "--ioengine=psync", "--time_based", "--runtime=600"]
+# files, not pipes: the workload, stuck on the lost path, holds what it inherited open
+log = open("/tmp/trace-lost.err", "w+")
+p = subprocess.Popen([iotune, "trace", "--devices", name, "--out", out, "--", *job],
+                     stdout=subprocess.DEVNULL, stderr=log, text=True)
+samples = Path(out) / "samples.jsonl"
+deadline = time.monotonic() + 120
+while not (samples.exists() and samples.read_text().count(chr(10)) >= 3):
+    assert p.poll() is None and time.monotonic() < deadline, p.returncode
+    time.sleep(0.5)
+t0 = time.monotonic()
+subprocess.run([sys.executable, target, "detach", nqn, port], check=True)
+p.wait(timeout=300)
+after = time.monotonic() - t0
+log.seek(0)
+print(json.dumps({"rc": p.returncode, "stderr": log.read(), "after_s": after}))
+"""
+
+
+def test_a_path_lost_mid_trace_stops_the_workload_and_names_the_namespace(
     vm: Session, fabric: list[str]
 ) -> None:
+    """The target gone under a running workload: its I/O would queue until ctrl_loss_tmo
+    (600 s); the trace stops it after its grace (10 s) and says which namespace lost what.
+    Meanwhile `devices` shows both namespaces without a live path, and `raid create`
+    refuses them; with the subsystem back on the port they are live again."""
+    name = fabric[1]
     py = sys.executable
-    vm.guest.run([py, TARGET, "detach", NQN, PORT]).check()
+    argv = [py, "-c", LOSE_PATH, str(Path(py).parent / "iotune"), TARGET]
     try:
-        d = _wait_state(vm, fabric[0], live=False)
+        r = vm.guest.run([*argv, NQN, PORT, name, "/tmp/trace-lost"], timeout=600).check()
+        done = json.loads(r.stdout)
+        assert done["rc"] == 1, done["stderr"]
+        (line,) = [x for x in done["stderr"].splitlines() if x.startswith("iotune: error:")]
+        head = f"iotune: error: stopped: {name} lost its path to nvme-tcp 127.0.0.1:4420: "
+        assert re.fullmatch(
+            re.escape(head) + r"(connecting|resetting) for 1\d s; records kept in "
+            r"/tmp/trace-lost",
+            line,
+        ), line
+        assert "Traceback" not in done["stderr"]
+        # the grace, a tick, and the workload's stop (3 s, then killed, 3 s more)
+        assert 10 <= done["after_s"] <= 10 + 2 + 6 + 10, done
+        samples = vm.guest.run(["cat", "/tmp/trace-lost/samples.jsonl"]).check().stdout
+        assert samples.count("\n") >= 3  # what was sampled before is kept
+        d = _devices(vm, fabric[0])[fabric[0]]
         assert d["fabric"]["state"] in ("connecting", "resetting"), d["fabric"]
         (reason,) = [r for r in d["in_use"] if r["kind"] == "not live"]
         assert reason["detail"].startswith("no live path to nvme-tcp 127.0.0.1:4420 ("), reason
@@ -183,3 +230,53 @@ def test_a_namespace_without_a_live_path_is_shown_and_refused(
     finally:
         vm.guest.run([py, TARGET, "attach", NQN, PORT]).check()
     assert _wait_state(vm, fabric[0], live=True)["in_use"] == []
+    _wait_state(vm, name, live=True)
+    # the killed fio held the namespace until its queued writes went through
+    deadline = time.monotonic() + 60
+    while (busy := _devices(vm, name)[name]["in_use"]) != []:
+        assert time.monotonic() < deadline, busy
+        time.sleep(2)
+
+
+NQN_RDMA = "nqn.2026-11.io.iotune:rdma"
+RDMA_ADDR, RDMA_PORT = "10.77.0.1", "2"
+
+
+@pytest.fixture(scope="module")
+def rdma_fabric(vm: Session) -> Iterator[str]:
+    """FAB2 exported over NVMe/RDMA on soft-RoCE (rdma_rxe on a veth end), connected with
+    `iotune fabrics connect rdma://...`: the one subsystem the target offers there."""
+    py = sys.executable
+    vm.guest.run([py, TARGET, "rxe", RDMA_ADDR]).check()
+    try:
+        up = [py, TARGET, "up-rdma", NQN_RDMA, RDMA_ADDR, RDMA_PORT, vm.dev("FAB2")]
+        vm.guest.run(up).check()
+        done = vm.iotune_json("fabrics", "connect", f"rdma://{RDMA_ADDR}")
+        assert (done["nqn"], done["connected"]) == (NQN_RDMA, True), done
+        (name,) = done["namespaces"]
+        yield name
+        vm.guest.run(["nvme", "disconnect", "-n", NQN_RDMA]).check()
+        vm.guest.run([py, TARGET, "down", NQN_RDMA, RDMA_PORT]).check()
+    finally:
+        vm.guest.run([py, TARGET, "rxe-down"])
+
+
+def test_a_namespace_over_rdma_is_shown_and_traced_exactly(vm: Session, rdma_fabric: str) -> None:
+    name = rdma_fabric
+    d = _devices(vm, name)[name]
+    f = d["fabric"]
+    assert d["transport"] == "nvme" and f["transport"] == "rdma", f
+    assert (f["nqn"], f["state"], f["target"]) == (NQN_RDMA, "live", f"{RDMA_ADDR}:4420"), f
+    assert len(f["paths"]) == 1 and f["paths"][0]["state"] == "live", f
+    r = vm.guest.iotune(
+        "--json", "trace", "--target", f"/dev/{name}", "--out", "/tmp/trace-rdma", "--",
+        "dd", "if=/dev/zero", f"of=/dev/{name}", "bs=128K", "count=32", "oflag=direct",
+        timeout=600,
+    ).check()  # fmt: skip
+    by = {x["name"]: x for x in json.loads(r.stdout)["devices"]}
+    w = by[name]["write"]
+    # every request the namespace took, by exact size, adds up to what dd wrote
+    assert w["bytes"] == 32 * 128 * K, w
+    assert sum(int(size) * n for size, n in w["sizes"].items()) == 32 * 128 * K, w["sizes"]
+    chk = by[name]["check"]
+    assert chk["exact"] or chk["summary"].startswith("consistent: "), chk

@@ -104,32 +104,6 @@ def test_raid0_create_use_status_destroy(vm: Session) -> None:
     free(vm, "IOT6", "IOT7", "IOT8")
 
 
-def test_raid6_over_four_drives(vm: Session) -> None:
-    devs = [vm.dev(s) for s in ("IOT6", "IOT7", "IOT8", "IOT9")]
-    raid(
-        vm,
-        "create",
-        *devs,
-        "--level",
-        "6",
-        "--chunk",
-        "64K",
-        "--name",
-        "ckpt",
-        "--fs",
-        "ext4",
-        "--mount",
-        "/tmp/ckpt",
-        "--yes",
-    )
-    status = json.loads(raid(vm, "status", "ckpt").stdout)["arrays"][0]
-    assert (status["level"], status["chunk_bytes"], status["fs"]) == ("raid6", 64 * K, "ext4")
-    assert len(status["members"]) == 4
-    assert status["optimal_io_size"] == 2 * 64 * K  # two data disks
-    raid(vm, "destroy", "ckpt", "--yes")
-    free(vm, "IOT6", "IOT7", "IOT8", "IOT9")
-
-
 def test_drives_in_use_are_refused_and_left_intact(vm: Session) -> None:
     cases = {
         "IOT3": "is mounted at /tmp/iot3 (ext4)",
