@@ -66,10 +66,12 @@ def fabrics_connect(target: str, nqn: str | None, host_iface: str | None, dry_ru
     tree = SysTree("/")
     fc.load_module(where, tree)
     fc.check_answers(where)
-    offers = fc.discover(where) if where.transport != "loop" else []
-    if where.transport == "loop" and nqn is None:
-        raise UsageError("the loop transport needs --nqn", hint="--nqn the subsystem's NQN")
-    chosen = nqn if where.transport == "loop" and nqn else choose_nqn(where, offers, nqn)
+    if where.transport == "loop":  # no discovery controller to ask
+        if nqn is None:
+            raise UsageError("the loop transport needs --nqn", hint="--nqn the subsystem's NQN")
+        chosen = nqn
+    else:
+        chosen = choose_nqn(where, fc.discover(where), nqn)
     there = [c for c in fc.controllers(tree) if fc.same_place(c, where, chosen)]
     doc: dict[str, Any] = {"target": where.text(), "nqn": chosen, "dry_run": dry_run}
     if there:

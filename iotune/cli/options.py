@@ -3,7 +3,6 @@ parsers, the options of a training run, and the exit status of a finished worklo
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -260,12 +259,9 @@ def exit_if_path_lost(result: dict[str, Any]) -> None:
     """A workload stopped because a fabrics namespace it used lost its path: one line naming
     it, exit 1 (the records up to then are kept)."""
     lost = result.get("lost_path")
-    if not lost:
-        return
-    click.echo(f"iotune: error: stopped: {lost}; records kept in {result['out']}", err=True)
-    click.echo(
-        "hint: the target, or the network to it, is down: 'iotune devices --all' shows the "
-        "namespace's paths; its queued I/O waits for the controller's ctrl_loss_tmo",
-        err=True,
-    )
-    sys.exit(1)
+    if lost:
+        raise IotuneError(
+            f"stopped: {lost}; records kept in {result['out']}",
+            hint="the target, or the network to it, is down: 'iotune devices --all' shows the "
+            "namespace's paths; its queued I/O waits for the controller's ctrl_loss_tmo",
+        )

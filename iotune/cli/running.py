@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from iotune.cli.options import STATE, exit_if_path_lost, interrupted_exit, workload_exit
+from iotune.errors import IotuneError
 from iotune.render import console, emit_json, err_console, warn
 from iotune.train.request import Prepared
 
@@ -128,13 +129,11 @@ def _exit_after_run(result: dict[str, Any]) -> None:
     code = result["exit_code"]
     check = result.get("resume_check") or {}
     if code and check.get("ok") is False:
-        click.echo(f"iotune: error: {check['message']}", err=True)
-        click.echo(
-            "hint: the checkpoint does not hold the state this model's run saved: resume from "
+        raise IotuneError(
+            check["message"],
+            hint="the checkpoint does not hold the state this model's run saved: resume from "
             "a save of the same model, config and data (iotune run --checkpoint-every)",
-            err=True,
         )
-        sys.exit(1)
     if code:
         click.echo(
             f"iotune: the training worker failed (exit {code}) after {result['steps_done']} step(s)"

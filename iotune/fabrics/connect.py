@@ -9,15 +9,13 @@ import json
 import re
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from iotune import proc
 from iotune.errors import CommandFailed, IotuneError, ToolMissing, last_line
 from iotune.fabrics.target import CONFIG, Offer, Target, parse_discovery
-from iotune.probes.fabrics import controllers_of, parse_address
+from iotune.probes.fabrics import FabricPath, controllers_of, read_path
 from iotune.probes.sysfs import SysTree
 
 #: seconds to wait for a TCP target's port to answer
@@ -36,10 +34,11 @@ def need_nvme_cli() -> None:
 def load_module(target: Target, tree: SysTree) -> None:
     """The transport's host module loaded (or built in), else the module named."""
     mod = target.module
-    if tree.exists(f"/sys/module/{mod.replace('-', '_')}"):
+    loaded = f"/sys/module/{mod.replace('-', '_')}"
+    if tree.exists(loaded):
         return
     done = proc.run(["modprobe", mod], check=False, timeout=60)
-    if done.returncode != 0 or not tree.exists(f"/sys/module/{mod.replace('-', '_')}"):
+    if done.returncode != 0 or not tree.exists(loaded):
         why = last_line(done.stderr) or f"modprobe exited {done.returncode}"
         raise IotuneError(
             f"the kernel has no {mod} module, which the {target.transport} transport needs ({why})",
@@ -102,28 +101,19 @@ def discover(target: Target) -> list[Offer]:
 class Controller:
     name: str  # nvme3
     nqn: str
-    transport: str
-    traddr: str | None
-    trsvcid: str | None
-    state: str
+    path: FabricPath  # its transport, address and state, as the devices probe reads them
 
 
 def controllers(tree: SysTree) -> list[Controller]:
-    out = []
-    for c in tree.listdir("/sys/class/nvme"):
-        base = f"/sys/class/nvme/{c}"
-        addr = parse_address(tree.read(f"{base}/address"))
-        out.append(
-            Controller(
-                name=c,
-                nqn=(tree.read(f"{base}/subsysnqn") or "").strip(),
-                transport=(tree.read(f"{base}/transport") or "").strip(),
-                traddr=addr.get("traddr"),
-                trsvcid=addr.get("trsvcid"),
-                state=(tree.read(f"{base}/state") or "").strip(),
-            )
+    names = sorted(
+        tree.listdir("/sys/class/nvme"), key=lambda c: int(c[4:]) if c[4:].isdigit() else 0
+    )
+    return [
+        Controller(
+            c, (tree.read(f"/sys/class/nvme/{c}/subsysnqn") or "").strip(), read_path(tree, c)
         )
-    return sorted(out, key=lambda c: int(c.name[4:]) if c.name[4:].isdigit() else 0)
+        for c in names
+    ]
 
 
 def namespaces_of(tree: SysTree, nqn: str) -> list[str]:
@@ -143,11 +133,12 @@ def namespaces_of(tree: SysTree, nqn: str) -> list[str]:
 
 
 def same_place(c: Controller, target: Target, nqn: str) -> bool:
-    return (
-        c.nqn == nqn
-        and c.transport == target.transport
-        and c.traddr == target.traddr
-        and c.trsvcid == target.trsvcid
+    p = c.path
+    return (c.nqn, p.transport, p.traddr, p.trsvcid) == (
+        nqn,
+        target.transport,
+        target.traddr,
+        target.trsvcid,
     )
 
 
@@ -156,7 +147,6 @@ def connect(
     nqn: str,
     tree: SysTree,
     host_iface: str | None = None,
-    wait: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """``nvme connect``, then the namespaces it brought, once they are block devices."""
     argv = ["nvme", "connect", *target.nvme_args(), "-n", nqn, "-o", "json"]
@@ -176,7 +166,7 @@ def connect(
         controller = None
     deadline = time.monotonic() + APPEAR_S
     while not (names := namespaces_of(tree, nqn)) and time.monotonic() < deadline:
-        wait(0.5)
+        time.sleep(0.5)
     return {"controller": controller, "namespaces": names}
 
 
@@ -189,7 +179,3 @@ def disconnect(nqn: str) -> int:
         if word.isdigit():
             return int(word)
     return 0
-
-
-def dev_path(name: str) -> str:
-    return str(Path("/dev") / name)

@@ -20,8 +20,12 @@ CONFIG = {
     "fc": "CONFIG_NVME_FC",
     "loop": "CONFIG_NVME_TARGET_LOOP",
 }
-#: the subsystem type of a discovery controller's own records
+#: in the subsystem type of a discovery controller's own records ("current discovery
+#: subsystem", "discovery subsystem referral")
 DISCOVERY = "discovery subsystem"
+NO_SUBSYSTEM_HINT = (
+    "export a subsystem on the target's port first (nvmet: its port's subsystems/ folder)"
+)
 EXAMPLE = "tcp://10.0.0.2:4420"
 
 
@@ -107,7 +111,7 @@ class Offer:
 
     @property
     def discovery(self) -> bool:
-        return self.subtype.startswith("discovery") or self.subtype == "current discovery subsystem"
+        return DISCOVERY in self.subtype
 
 
 def parse_discovery(doc: dict[str, Any]) -> list[Offer]:
@@ -142,18 +146,13 @@ def choose_nqn(target: Target, offers: list[Offer], nqn: str | None) -> str:
                 if len(subsystems) == 1
                 else "--nqn one of those"
                 if subsystems
-                else "export a subsystem on the target's port first (nvmet: its port's "
-                "subsystems/ folder)"
+                else NO_SUBSYSTEM_HINT
             ),
         )
     if len(subsystems) == 1:
         return subsystems[0]
     if not subsystems:
-        raise UsageError(
-            f"{where} offers no subsystem",
-            hint="export a subsystem on the target's port first (nvmet: its port's "
-            "subsystems/ folder)",
-        )
+        raise UsageError(f"{where} offers no subsystem", hint=NO_SUBSYSTEM_HINT)
     raise UsageError(
         f"{where} offers {len(subsystems)} subsystems: {', '.join(subsystems)}",
         hint="--nqn names the one to connect",
