@@ -51,10 +51,10 @@ if [ "$mode" = test ]; then
     # the fresh-root test: mmdebstrap; benchmarks/trace_overhead.py: bpftrace, blktrace;
     # the latency tests: bcc's biolatency, built with libbpf (libbpf-tools);
     # the report test opens report.html in headless chromium; the fabrics test connects the
-    # guest's own NVMe-oF target with nvme-cli; the nodes test: DeepSpeed's pdsh launcher
-    # and ssh
+    # guest's own NVMe-oF target with nvme-cli, and its RDMA one over soft-RoCE with
+    # iproute2's ip and rdma; the nodes test: DeepSpeed's pdsh launcher and ssh
     pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace libbpf-tools chromium nvme-cli)
-    pkgs+=(pdsh openssh-client)
+    pkgs+=(iproute2 pdsh openssh-client)
     case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
 fi
 
