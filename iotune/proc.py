@@ -338,6 +338,14 @@ def worker_env() -> dict[str, str]:
     if "TORCH_EXTENSIONS_DIR" not in os.environ:
         env["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "var", "torch_extensions")
     env.update(compiler_cache())
+    # the virtualenv's own tools first, as an activated one has them: torch builds the ops
+    # with the first ninja on PATH, and a system ninja of another version discards the
+    # virtualenv's build log (ninja's log format) and rebuilds every op, minutes each time
+    # the caller's PATH changes (a shell with the virtualenv active, one without, ssh)
+    here = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join([here, path]) if path else here
     return env
 
 

@@ -184,3 +184,14 @@ def test_json_worker_answer_that_is_not_an_object_is_a_failure() -> None:
         )
         assert w.ask({"n": 4}, timeout=30)["twice"] == 8
     assert w.started == 2
+
+
+def test_workers_find_the_virtualenvs_own_tools_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the caller's PATH (a shell without the virtualenv active, an ssh login), a
+    worker finds the virtualenv's ninja first: torch builds DeepSpeed's ops with the first
+    ninja on PATH, and one of another version rebuilds them all."""
+    here = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    assert proc.worker_env()["PATH"] == f"{here}:/usr/local/bin:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", f"{here}:/usr/bin")
+    assert "PATH" not in proc.worker_env()  # already first: left as it is
