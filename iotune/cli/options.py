@@ -134,7 +134,8 @@ def run_options(f: Any) -> Any:
                 "--hostfile",
                 type=click.Path(),
                 help="Several nodes: DeepSpeed's hostfile (HOST slots=N per line), passed to "
-                "its multi-node runner.",
+                "its multi-node runner. Over pdsh (the default) every node traces its own "
+                "drives and the run gathers a row per node.",
             ),
             click.option(
                 "--node-rank",
@@ -144,8 +145,8 @@ def run_options(f: Any) -> Any:
             ),
             click.option(
                 "--master-addr",
-                help="With --node-rank: the address of the hostfile's first node (default: its "
-                "name).",
+                help="With --hostfile: the address of the hostfile's first node, the ranks' "
+                "rendezvous (default: its name).",
             ),
             click.option(
                 "--launcher",

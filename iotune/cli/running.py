@@ -13,7 +13,7 @@ import click
 from iotune.cli.options import STATE, exit_if_path_lost, interrupted_exit, workload_exit
 from iotune.errors import IotuneError
 from iotune.render import console, emit_json, err_console, warn
-from iotune.train.request import Prepared
+from iotune.train.request import Prepared, RunRequest
 
 
 def run_preset(
@@ -83,6 +83,10 @@ def run_preset(
         checkpoint_writer=checkpoint_writer,
         resume_from=resume_from,
     )
+    if req.launch is not None and req.launch.over_pdsh:
+        # every node prepares its own part (its drives, its space, its memory)
+        _run_nodes(req)
+        return
     prep = train_runner.prepare(req)
     req.bandwidth, req.adam, req.baseline = measured_inputs(
         prep.preset, prep.cfg, aio_config, threads_config, baseline
@@ -97,6 +101,53 @@ def run_preset(
     else:
         print_run(console(), result)
     _exit_after_run(result)
+
+
+def _run_nodes(req: RunRequest) -> None:
+    """Every node of the hostfile over pdsh, each tracing its own drives; a row per node."""
+    from iotune.train.nodes import argv_here, print_nodes, run_nodes
+
+    launch = req.launch
+    if launch is None:
+        return
+    for note in req.notes:
+        warn(note)
+    if not STATE.json:
+        click.echo(
+            f"iotune: running {req.preset.name} on {launch.nodes} nodes ({launch.world} ranks) "
+            f"through DeepSpeed's pdsh launcher, each node tracing its own drives; results in "
+            f"{req.out}",
+            err=True,
+        )
+    doc = run_nodes(req, argv_here())
+    if STATE.json:
+        emit_json(doc)
+    else:
+        print_nodes(console(), doc)
+    if doc["interrupted"]:
+        click.echo(
+            f"iotune: interrupted ({doc['interrupted']}); each node's records kept in {req.out}",
+            err=True,
+        )
+        sys.exit(interrupted_exit(doc["interrupted"]))
+    # the node that failed first (the others were stopped after it), else any that failed
+    failed = [r for r in doc["per_node"] if r["exit_code"] != 0]
+    bad = next((r for r in failed if r["node"] == doc.get("first_failed")), None) or next(
+        iter(failed), None
+    )
+    if bad is not None:
+        code = bad["exit_code"]
+        raise IotuneError(
+            f"node {bad['node']} failed"
+            + (f" (exit {code})" if code is not None else "")
+            + (f": {bad['error']}" if bad.get("error") else ""),
+            hint=bad.get("hint") or "its own lines are above, each prefixed with its name by pdsh",
+        )
+    if doc["exit_code"]:
+        raise IotuneError(
+            f"DeepSpeed's pdsh launcher exited {doc['launcher_exit']}",
+            hint="its output is above; rerun with --debug for iotune's own log",
+        )
 
 
 def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:

@@ -12,6 +12,7 @@ starting its own ranks and tracing its own drives (deepspeed's ``--no_ssh --node
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ class Launch:
         if not self.hosts:
             return None
         return self.hosts[self.node_rank or 0][0]
+
+    @property
+    def over_pdsh(self) -> bool:
+        """Several nodes started from this one by DeepSpeed's pdsh launcher (over ssh)."""
+        return bool(self.hosts) and self.node_rank is None and self.launcher == "pdsh"
 
     @property
     def world(self) -> int:
@@ -119,9 +125,20 @@ def plan_launch(
         hosts=hosts,
         hostfile=str(Path(hostfile).resolve()),
         node_rank=node_rank,
-        master_addr=master_addr or (hosts[0][0] if node_rank is not None else None),
+        # the hostfile's first node, by the name this node reaches it by (DeepSpeed's own
+        # default asks that node's `hostname -I` over plain ssh)
+        master_addr=master_addr or hosts[0][0],
         launcher=launcher or "pdsh",
     )
+
+
+def ssh_command(host: str, *command: str) -> list[str]:
+    """ssh to *host* as pdsh's ssh module does it, with the options a user gives pdsh in
+    PDSH_SSH_ARGS_APPEND (an identity, a port, a known-hosts file), without a password."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    argv += ["-o", "StrictHostKeyChecking=accept-new"]
+    argv += shlex.split(os.environ.get("PDSH_SSH_ARGS_APPEND", ""))
+    return [*argv, host, *command]
 
 
 def node_problems(hosts: tuple[tuple[str, int], ...], timeout_s: float = 20.0) -> list[str]:
@@ -133,8 +150,7 @@ def node_problems(hosts: tuple[tuple[str, int], ...], timeout_s: float = 20.0) -
 
     out = []
     for host, _ in hosts:
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-        argv += ["-o", "StrictHostKeyChecking=accept-new", host, "true"]
+        argv = ssh_command(host, "true")
         try:
             done = proc.run(argv, check=False, timeout=timeout_s)
         except CommandTimeout:
@@ -206,9 +222,11 @@ def free_port() -> int:
 
 
 def launch_command(
-    launch: Launch, spec: Path, accelerator: str, env: dict[str, str] | None = None
+    launch: Launch, spec: Path | str, accelerator: str, env: dict[str, str] | None = None
 ) -> list[str]:
-    """The command the tracer starts: iotune's wrapper around deepspeed.launcher.runner."""
+    """The command the tracer starts: iotune's wrapper around deepspeed.launcher.runner.
+    Over ssh (pdsh) it is what iotune.train.nodes starts, and *spec* is what each node's
+    entry gets (iotune.workers.node)."""
     visible_env = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
     argv = [sys.executable, "-m", "iotune.workers.launch"]
     port = launch.master_port or (29500 if launch.hosts else free_port())
@@ -231,6 +249,10 @@ def launch_command(
             argv += ["--no_ssh", "--node_rank", str(launch.node_rank)]
         else:
             argv += ["--launcher", launch.launcher]
+            if launch.launcher == "pdsh":
+                # every node's login was checked as pdsh logs in (check_nodes); DeepSpeed's
+                # own check is plain ssh, without PDSH_SSH_ARGS_APPEND
+                argv.append("--no_ssh_check")
         if launch.master_addr:
             argv += ["--master_addr", launch.master_addr]
     # DeepSpeed's launcher logs every environment variable it passes on at info level; the

@@ -27,6 +27,8 @@ from iotune.workers import die_with_parent
 
 #: how long the ranks get to stop after a signal (DeepSpeed's launch gives its ranks 30 s)
 STOP_S = 40.0
+#: set (to 1) for a run over ssh that traces each node (iotune.train.nodes)
+NODES_ENV = "IOTUNE_NODES"
 
 
 def group_members(pgid: int, skip: int) -> list[int]:
@@ -93,7 +95,11 @@ def run(args: list[str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     die_with_parent()
-    child = subprocess.Popen([sys.executable, "-u", "-m", "deepspeed.launcher.runner", *args])
+    # several nodes over ssh: the runner whose pdsh command starts iotune's node entry
+    runner = (
+        "iotune.workers.pdsh_nodes" if os.environ.get(NODES_ENV) else "deepspeed.launcher.runner"
+    )
+    child = subprocess.Popen([sys.executable, "-u", "-m", runner, *args])
     while child.poll() is None and not stopping:
         time.sleep(0.2)
     if not stopping:

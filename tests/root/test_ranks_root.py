@@ -217,59 +217,6 @@ def test_a_busy_offload_directory_is_refused(
         other.wait()
 
 
-def test_two_nodes_without_ssh(loop_device: Callable[..., str], tmp_path: Path) -> None:
-    """DeepSpeed's multi-node path on one host: a hostfile of two "nodes", the same command
-    on each with its --node-rank; one world of two ranks, each node's records under its
-    name in the one run directory."""
-    _, a = _mount(loop_device)
-    _, b = _mount(loop_device)
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("localhost slots=1\n127.0.0.1 slots=1\n")
-    out = tmp_path / "run"
-    nodes = [
-        subprocess.Popen(
-            [
-                IOTUNE,
-                "--json",
-                "run",
-                "tiny_opt_nvme",
-                "--steps",
-                "1",
-                "--hostfile",
-                str(hostfile),
-                "--node-rank",
-                str(r),
-                "--master-addr",
-                "127.0.0.1",
-                "--nvme-path",
-                str(path),
-                "--out",
-                str(out),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r, path in ((0, a), (1, b))
-    ]
-    docs = []
-    for n in nodes:
-        stdout, stderr = n.communicate(timeout=600)
-        assert n.returncode == 0, stderr
-        docs.append(json.loads(stdout))
-    assert sorted(p.name for p in out.iterdir()) == ["127.0.0.1", "localhost"]
-    for doc, node, rank in ((docs[0], "localhost", 0), (docs[1], "127.0.0.1", 1)):
-        assert doc["out"] == str(out / node) and doc["node"] == node
-        assert (doc["world"], doc["nodes"], doc["ranks"]) == (2, 2, 1)
-        events = [json.loads(x) for x in (out / node / "steps.jsonl").read_text().splitlines()]
-        assert {e["rank"] for e in events} == {rank}
-        assert {e["world_size"] for e in events if e["event"] == "ready"} == {2}
-        # each node holds half of the state: the two-node model's footprint
-        assert doc["footprint"]["allocated"] == pytest.approx(
-            doc["footprint"]["estimate"], rel=0.01
-        )
-
-
 def test_a_study_runs_each_preset_on_two_ranks(
     loop_device: Callable[..., str], tmp_path: Path
 ) -> None:
