@@ -351,6 +351,23 @@ def _use_reasons(
     return tuple(reasons)
 
 
+def _waits_on_a_lost_path(disks: dict[str, BlockDevice]) -> set[str]:
+    """The disks whose reads would wait on an NVMe-oF namespace without a live path: the
+    namespace itself, and every md or dm device over one (through its slaves, which may
+    be partitions, and through the devices stacked in between)."""
+    disk_of = {p.name: d.name for d in disks.values() for p in d.partitions}
+    down = {n for n, d in disks.items() if d.fabric is not None and d.fabric.state != "live"}
+
+    def waits(name: str, seen: frozenset[str]) -> bool:
+        name = disk_of.get(name, name)
+        if name in down:
+            return True
+        d = disks.get(name)
+        return d is not None and name not in seen and any(waits(s, seen | {name}) for s in d.slaves)
+
+    return {n for n in disks if waits(n, frozenset())}
+
+
 def find_block_devices(host: Host, *, include_empty: bool = False) -> list[BlockDevice]:
     """Every whole disk of *host*, with every reason each one is in use.
 
@@ -377,12 +394,14 @@ def find_block_devices(host: Host, *, include_empty: bool = False) -> list[Block
             if src in disks:
                 system_disks[m.mountpoint].update(_disks_under(disks[src].devno, disks))
     result = []
+    waits = _waits_on_a_lost_path(disks)
     for d in disks.values():
         sigs: list[Signature] = []
         excl: str | None = None
         # a namespace whose fabric has no live path queues every read until the link
-        # comes back (minutes): its signatures and exclusive open are not probed
-        down = d.fabric is not None and d.fabric.state != "live"
+        # comes back (minutes), and so does an array or a mapping over one: their
+        # signatures and exclusive open are not probed
+        down = d.name in waits
         if d.transport not in (Transport.RAM,) and d.size_bytes > 0 and not down:
             sigs = host.signatures(d.name)
             for p in d.partitions:

@@ -237,3 +237,61 @@ def test_a_namespace_without_a_live_path_for_the_grace_stops_the_workload(
     (tmp_path / "sys/block/nvme1n1").unlink()
     assert PathWatch(tree, ()).check(0.0) is None
     assert w.check(16.5) == "nvme1n1 lost its path to nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420: gone"
+
+
+def test_a_run_stopped_on_a_lost_path_ends_in_one_line_with_its_records_named() -> None:
+    """What `iotune trace`, `trace --run` and `run` say when the path watch stopped the
+    workload (the vm tier's study stops a training run so: tests/vm/test_study_vm.py)."""
+    from iotune.cli.options import exit_if_path_lost
+    from iotune.errors import IotuneError
+
+    exit_if_path_lost({"lost_path": None, "out": "/r"})  # nothing lost: nothing said
+    lost = "nvme14n2 lost its path to nvme-tcp 127.0.0.1:4420: connecting for 10 s"
+    with pytest.raises(IotuneError) as exc:
+        exit_if_path_lost({"lost_path": lost, "out": "/tmp/trace-lost"})
+    assert exc.value.message == f"stopped: {lost}; records kept in /tmp/trace-lost"
+    assert exc.value.hint is not None and "iotune devices --all" in exc.value.hint
+    assert exc.value.exit_code == 1
+
+
+def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: Path) -> None:
+    """md127 of the recorded QEMU guest holds IOT2 (nvme2n1); with nvme2n1 a namespace over
+    TCP whose controller is connecting, a read of either would wait on the lost path for
+    minutes (ctrl_loss_tmo): neither is probed for signatures or an exclusive open, and the
+    namespace says it has no live path. The other drives are probed as always."""
+    import shutil
+
+    from iotune.probes.blockdev import Signature, Use, find_block_devices
+    from iotune.probes.host import RecordedHost
+
+    shutil.copytree(
+        Path(__file__).parent.parent / "data" / "qemu-nvme", tmp_path / "h", symlinks=True
+    )
+    ctl = tmp_path / "h/sys/devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
+    for key, value in (
+        ("transport", "tcp"),
+        ("state", "connecting"),
+        ("address", "traddr=10.0.0.2,trsvcid=4420"),
+        ("subsysnqn", NQN),
+    ):
+        (ctl / key).write_text(value + "\n")
+    _link(
+        tmp_path / "h", "sys/class/nvme/nvme2", "../../devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
+    )
+    probed: list[str] = []
+
+    class Watched(RecordedHost):
+        def signatures(self, name: str) -> list[Signature]:
+            probed.append(name)
+            return super().signatures(name)
+
+        def exclusive_open_error(self, name: str) -> str | None:
+            probed.append(name)
+            return super().exclusive_open_error(name)
+
+    devs = {d.name: d for d in find_block_devices(Watched(tmp_path / "h"))}
+    assert devs["md127"].slaves and "nvme2n1" in devs["md127"].slaves
+    assert "nvme2n1" not in probed and "md127" not in probed, probed
+    assert {"nvme0n1", "nvme1n1", "nvme3n1"} <= set(probed)
+    (reason,) = [r for r in devs["nvme2n1"].in_use if r.kind is Use.NOT_LIVE]
+    assert reason.detail.startswith("no live path to nvme-tcp 10.0.0.2:4420 ("), reason

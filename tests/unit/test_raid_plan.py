@@ -97,6 +97,12 @@ def test_swap_is_refused() -> None:
     assert refusal([swap, *blank()[1:]], wipe=True) == ["/dev/nvme0n1: /dev/nvme0n1 is active swap"]
 
 
+def test_a_namespace_without_a_live_path_is_refused_even_with_wipe() -> None:
+    detail = "no live path to nvme-tcp 10.0.0.2:4420 (nvme3 connecting)"
+    down = replace(blank()[0], in_use=(UseReason(Use.NOT_LIVE, detail),))
+    assert refusal([down, *blank()[1:]], wipe=True) == [f"/dev/nvme0n1: {detail}"]
+
+
 def test_exclusive_open_failure_alone_is_refused() -> None:
     busy = replace(
         blank()[0],
