@@ -52,9 +52,10 @@ if [ "$mode" = test ]; then
     # the latency tests: bcc's biolatency, built with libbpf (libbpf-tools);
     # the report test opens report.html in headless chromium; the fabrics test connects the
     # guest's own NVMe-oF target with nvme-cli, and its RDMA one over soft-RoCE with
-    # iproute2's ip and rdma; the nodes test: DeepSpeed's pdsh launcher and ssh
+    # iproute2's ip and rdma; the nodes test: DeepSpeed's pdsh launcher logging in with ssh
+    # to two nodes (network namespaces) that each run their own sshd
     pkgs+=(qemu-system-x86 busybox-static mmdebstrap bpftrace blktrace libbpf-tools chromium nvme-cli)
-    pkgs+=(iproute2 pdsh openssh-client)
+    pkgs+=(iproute2 pdsh openssh-client openssh-server)
     case "${ID:-}" in ubuntu) pkgs+=(linux-image-generic) ;; *) pkgs+=(linux-image-amd64) ;; esac
 fi
 

@@ -13,7 +13,9 @@
 # What is carried in from the host, and why: the host's pip configuration (index, find-links,
 # constraints), since a site's pip settings are not part of iotune's set-up and this host can
 # reach no PyTorch index of its own; the host's CA bundle, for a site whose proxy re-signs
-# TLS; /etc/resolv.conf for the package mirrors.
+# TLS; /etc/resolv.conf for the package mirrors; the host's apt archive cache
+# (/var/cache/apt/archives, bound read-write), so that a .deb the host already fetched is not
+# fetched again: which packages are installed is the root's own apt's decision.
 # Exit status: the set-up's, else the command's. WORKDIR/root is removed on success and kept
 # on failure for inspection (a second run removes it first).
 set -euo pipefail
@@ -96,6 +98,9 @@ unshare --mount --pid --fork --kill-child -- bash -euo pipefail -c '
     for d in "${binds[@]}"; do
         mkdir -p "$root$d"; mount --bind -o ro "$d" "$root$d"
     done
+    if [ -d /var/cache/apt/archives/partial ]; then
+        mount --bind /var/cache/apt/archives "$root/var/cache/apt/archives"
+    fi
     exec chroot "$root" /usr/bin/env -i "$@"
 ' fresh-root "$root" "${#binds[@]}" "${binds[@]}" "${inner_env[@]}" \
     bash -euo pipefail -c 'cd /src && scripts/setup.sh install && exec "$@"' setup "${cmd[@]}"
