@@ -197,6 +197,7 @@ def node_row(
         world=run.get("world"),
         drives=run.get("drives"),
         backend=run.get("backend"),
+        focus_size=run.get("focus_size"),
         steps_done=run.get("steps_done"),
         footprint=run.get("footprint"),
         case=measured.get("case"),
@@ -265,7 +266,7 @@ def draw_nodes(out: Path, rows: list[dict[str, Any]]) -> list[str]:
         steps = r.get("steps") or []
         if not steps:
             continue
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
         xs = range(len(steps))
         for k, (op, colour) in enumerate((("read", "#0072B2"), ("write", "#E69F00"))):
             ax.bar(
@@ -285,7 +286,8 @@ def draw_nodes(out: Path, rows: list[dict[str, Any]]) -> list[str]:
         ax.set_title(
             f"node {who}: {r.get('ranks')} rank(s), drives {', '.join(r.get('drives') or [])}"
         )
-        ax.legend(fontsize=8)
+        # below the axes: the bars reach the model's line
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
         fig.tight_layout()
         name = f"node-{r['node']}.png"
         fig.savefig(out / name, dpi=110)
@@ -298,9 +300,13 @@ def print_nodes(con: Any, doc: dict[str, Any]) -> None:
     """The run's table: a row per node, measured beside its ranks' model."""
     from rich.table import Table
 
+    from iotune.units import binary_size
+
     t = Table(title=f"{doc['preset']} on {doc['nodes']} nodes ({doc['world']} ranks), {doc['out']}")
+    focus = next((r["focus_size"] for r in doc["per_node"] if r.get("focus_size")), None)
     for head in ("node", "host", "ranks", "drives", "step", "read GiB", "model", "write GiB",
-                 "model", "512K", "other", "step s", "opt s", "status"):  # fmt: skip
+                 "model", binary_size(focus) if focus else "focus", "other", "step s", "opt s",
+                 "status"):  # fmt: skip
         t.add_column(
             head, justify="left" if head in ("node", "host", "drives", "step") else "right"
         )
