@@ -89,7 +89,8 @@ def summarize_run(
         (e.get("peak_accel_bytes") or 0 for e in run.get("events", []) if e.get("event") == "step"),
         default=0,
     )
-    failed = bool(run.get("exit_code")) or not run.get("steps_done")
+    lost = run.get("lost_path")
+    failed = bool(run.get("exit_code")) or not run.get("steps_done") or bool(lost)
     estimate = run.get("estimate") or {}
     return {
         "preset": run["preset"],
@@ -99,7 +100,10 @@ def summarize_run(
         "params": run.get("params"),
         "status": "failed" if failed else "ok",
         "error": (
-            f"the training worker exited {run.get('exit_code')} after "
+            # a fabrics namespace without a path: the run was stopped, named as trace says it
+            f"stopped after {run.get('steps_done', 0)} step(s): {lost}"
+            if lost
+            else f"the training worker exited {run.get('exit_code')} after "
             f"{run.get('steps_done', 0)} step(s)"
             + (f": {run['error']}" if run.get("error") else "")
             if failed

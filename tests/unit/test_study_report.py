@@ -256,6 +256,10 @@ def test_a_failed_runs_record_names_the_workers_exception() -> None:
     assert summarize_run({**failed, "error": None})["error"] == (
         "the training worker exited 1 after 1 step(s)"
     )
+    # stopped because a fabrics namespace lost its path: that is what the record says
+    lost = "nvme9n1 lost its path to nvme-tcp 10.0.0.2:4420: connecting for 10 s"
+    r = summarize_run({**doc, "exit_code": -9, "steps_done": 1, "lost_path": lost})
+    assert r["status"] == "failed" and r["error"] == f"stopped after 1 step(s): {lost}"
 
 
 # ------------------------------------------------------------------------------- report
