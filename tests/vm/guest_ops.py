@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from iotune.proc import compiler_cache
+from iotune.proc import worker_env
 
 OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
 
@@ -82,7 +82,10 @@ def build(top: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]
     # virtualenv, so it would never find an earlier one's objects. Its -v output names the
     # compiler it runs instead.
     check = {} if "CCACHE_COMPILERCHECK" in base else {"CCACHE_COMPILERCHECK": "%compiler% -v"}
-    build_env = {**base, **env, **compiler_cache(), **check}
+    # as the guest's workers run (iotune.proc.worker_env): the same PATH, so the same ninja,
+    # or the guest's first worker finds a build log it cannot read and builds every op again
+    # on its emulated CPU (tens of minutes)
+    build_env = {**base, **worker_env(), **env, **check}
     script = (
         "from deepspeed.accelerator import get_accelerator\n"
         "from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder\n"
