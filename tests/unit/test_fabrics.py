@@ -261,8 +261,8 @@ def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: P
     namespace says it has no live path. The other drives are probed as always."""
     import shutil
 
-    from iotune.probes.blockdev import Signature, Use, find_block_devices
-    from iotune.probes.host import RecordedHost
+    from iotune.probes.blockdev import Use, find_block_devices
+    from iotune.probes.host import RecordedHost, Signature
 
     shutil.copytree(
         Path(__file__).parent.parent / "data" / "qemu-nvme", tmp_path / "h", symlinks=True
