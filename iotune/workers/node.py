@@ -54,6 +54,22 @@ def node_command(payload: dict[str, Any], rank: int, master_addr: str) -> list[s
 
 def main() -> int:
     host, rank, master, payload = parse(sys.argv[1:])
+    # the signals first: DeepSpeed's pkill may come at once (another node failed), and a
+    # signal between starting the node's iotune and catching it would leave that iotune
+    # waiting for its world
+    stop: list[int] = []
+    child: subprocess.Popen[str] | None = None
+
+    def forward(signum: int, frame: object) -> None:
+        stop.append(signum)
+        if child is not None:
+            child.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, forward)
+    out = Path(payload["out"]) / host
+    if stop:  # stopped before it began
+        return _end(out, host, rank, 128 + stop[0], None, None)
     child = subprocess.Popen(
         node_command(payload, rank, master),
         stdin=subprocess.DEVNULL,
@@ -61,12 +77,8 @@ def main() -> int:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-    def forward(signum: int, frame: object) -> None:
-        child.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, forward)
+    if stop:
+        child.send_signal(signal.SIGTERM)
     error = hint = None
     for line in child.stderr or ():
         sys.stderr.write(line)
@@ -80,7 +92,11 @@ def main() -> int:
             hint = text.removeprefix("hint: ")
     code = child.wait()
     code = code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as in a shell
-    out = Path(payload["out"]) / host
+    return _end(out, host, rank, code, error, hint)
+
+
+def _end(out: Path, host: str, rank: int, code: int, error: str | None, hint: str | None) -> int:
+    """OUT/HOST/node.json, and the last line on stderr; the exit code."""
     out.mkdir(parents=True, exist_ok=True)
     record = {
         "node": host,

@@ -234,7 +234,9 @@ def test_two_nodes_over_ssh_each_trace_their_own_drive_and_move_their_ranks_mode
     doc = json.loads((shared / "nodes.json").read_text())
     a, b = doc["per_node"]
     assert doc["first_failed"] == n.addrs[1] and b["exit_code"] == 2
-    assert a["exit_code"] == 143 and a["hostname"] == n.names[0], a  # stopped, not failed
+    # stopped, not failed: 143, or no record where DeepSpeed's pkill came while its entry's
+    # interpreter was still starting
+    assert a["exit_code"] in (143, None), a
     assert "Traceback" not in p.stderr
 
 
