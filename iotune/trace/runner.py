@@ -220,7 +220,7 @@ class Tracer:
         req = self.req
         req.out.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
-        old_term = signal.signal(signal.SIGTERM, _raise_terminated)
+        old_term = signal.signal(signal.SIGTERM, raise_terminated)
         child: subprocess.Popen[bytes] | None = None
         owners_start: dict[tuple[int, int, int], tuple[int, int]] = {}
         try:
@@ -284,7 +284,7 @@ class Tracer:
         finally:
             signal.signal(signal.SIGTERM, old_term)
             if child is not None and child.poll() is None:
-                _stop_child(
+                stop_child(
                     child,
                     signal.SIGTERM if self.interrupted == "SIGTERM" else signal.SIGINT,
                     group=req.own_group,
@@ -458,12 +458,12 @@ class Tracer:
         )
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
-def _stop_child(
-    child: subprocess.Popen[bytes], sig: int, group: bool = False, patience: float = 15.0
+def stop_child(
+    child: subprocess.Popen[Any], sig: int, group: bool = False, patience: float = 15.0
 ) -> None:
     """Signal the workload (its whole process group when it has one), give it *patience*
     seconds, then kill it. A second Ctrl-C meanwhile must not skip this and leave it running."""

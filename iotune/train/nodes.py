@@ -26,9 +26,10 @@ from typing import Any
 
 from iotune import proc
 from iotune.records import to_jsonable
+from iotune.trace.runner import Terminated, raise_terminated, stop_child
 from iotune.train.request import RunRequest
 from iotune.units import GIB
-from iotune.workers.node import END
+from iotune.workers.node import END, NODE_FILE
 
 NODES_RESULT = "nodes.json"
 _END = re.compile(
@@ -90,24 +91,19 @@ def run_nodes(req: RunRequest, argv: Sequence[str]) -> dict[str, Any]:
     pump = threading.Thread(target=_pump, args=(child, first_failed), daemon=True)
     pump.start()
     interrupted = None
-    old = signal.signal(signal.SIGTERM, _terminated)
+    old = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         child.wait()
     except KeyboardInterrupt:
         interrupted = "SIGINT"
-    except _Terminated:
+    except Terminated:
         interrupted = "SIGTERM"
     finally:
         signal.signal(signal.SIGTERM, old)
         if child.poll() is None:
             # DeepSpeed's runner stops every node's entry (pdsh pkill -f), which stops its
             # ranks and keeps its records
-            _signal_group(child.pid, signal.SIGINT)
-            try:
-                child.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                _signal_group(child.pid, signal.SIGKILL)
-                child.wait()
+            stop_child(child, signal.SIGINT, group=True, patience=90.0)
     pump.join(timeout=10)
     rows = [gather(out, host) for host, _ in launch.hosts]
     doc = nodes_result(req, rows, child.returncode, interrupted)
@@ -127,20 +123,8 @@ def _pump(child: subprocess.Popen[str], first_failed: list[str]) -> None:
         m = _END.search(line)
         if m and int(m["code"]) != 0 and not first_failed:
             first_failed.append(m["host"])
-            _signal_group(child.pid, signal.SIGINT)
-
-
-class _Terminated(Exception):
-    pass
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGINT)
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -156,7 +140,7 @@ def gather(out: Path, host: str) -> dict[str, Any]:
     from iotune.train.launch import ssh_command
 
     mine = out / host
-    if not (mine / "node.json").exists():
+    if not (mine / NODE_FILE).exists():
         pack = subprocess.run(
             ssh_command(host, "tar", "-C", str(out), "-cf", "-", host),
             capture_output=True,
@@ -165,7 +149,7 @@ def gather(out: Path, host: str) -> dict[str, Any]:
         )
         if pack.returncode == 0 and pack.stdout:
             subprocess.run(["tar", "-xf", "-", "-C", str(out)], input=pack.stdout, check=False)
-    return node_row(host, _read(mine / "node.json"), _read(mine / "run.json"), mine)
+    return node_row(host, _read(mine / NODE_FILE), _read(mine / "run.json"), mine)
 
 
 def _case(doc: dict[str, Any], rows: str, prefix: str) -> dict[str, Any] | None:
