@@ -250,7 +250,8 @@ def load_ops(
             hint="'iotune doctor --for train --build-ops' shows what is missing",
         )
     took = ", ".join(
-        f"{n.removesuffix('Builder')} {e['seconds']:.1f} s"
+        f"{n.removesuffix('Builder')} "
+        + ("loaded by the zygote" if e.get("cached") else f"{e['seconds']:.1f} s")
         for n, e in report.get("ops", {}).items()
         if e.get("loaded")
     )

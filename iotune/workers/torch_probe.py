@@ -10,13 +10,13 @@ reads the code a training worker runs into the page cache.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import time
 from typing import Any
 
 from iotune.workers import private_stdout
+from iotune.workers.built_ops import built
 
 
 def _gpu_numa(props: Any) -> int | None:
@@ -96,19 +96,7 @@ def probe(build: bool, bf16_cost: bool = False) -> dict[str, Any]:
     builder = AsyncIOBuilder()
     aio["compatible"] = bool(builder.is_compatible(verbose=False))
     try:
-        from torch.utils.cpp_extension import _get_build_directory
-
-        build_dir = _get_build_directory(builder.name, verbose=False)
-        aio["built"] = bool(glob.glob(os.path.join(build_dir, "*.so")))
-        aio["build_dir"] = build_dir
-        ninja = os.path.join(build_dir, "build.ninja")
-        if aio["built"] and os.path.exists(ninja):
-            # built from another DeepSpeed install (another virtualenv): loading it would
-            # rebuild it first, which takes minutes; say so instead of doing it
-            with open(ninja) as fh:
-                if os.path.dirname(deepspeed.__file__) not in fh.read():
-                    aio["built"] = False
-                    aio["stale"] = True
+        aio.update(built(builder))
     except Exception as exc:  # noqa: BLE001 - any failure here is the answer, reported
         aio["build_dir_error"] = str(exc)
     if aio["compatible"] and (aio["built"] or build):
@@ -138,6 +126,8 @@ def load_ops(names: list[str], warm: bool = True) -> dict[str, Any]:
         elif not builder.is_compatible(verbose=False):
             entry["skipped"] = "not compatible with this host"
         else:
+            # loaded already: by the zygote this worker forked from (DeepSpeed's own cache)
+            entry["cached"] = builder.name in type(builder)._loaded_ops
             t0 = time.monotonic()
             try:
                 builder.load(verbose=False)

@@ -25,8 +25,11 @@ its exit code) until the child ends:
 - a client that finds no server at SOCKET (its zygote was killed and left the socket file)
   says so in one line on stderr and runs MODULE in its own process, as ``python -m`` would.
 
-The server forks from a process that has imported but never computed: no thread, no
-OpenMP pool, no accelerator state is inherited.
+The server also loads DeepSpeed's CPU Adam, async I/O and shared-memory ops (building them
+first where they are not built), so a worker's loads of them return at once; a worker
+whose ``TORCH_EXTENSIONS_DIR``, ``DS_ACCELERATOR``, ``CXX`` or ``PYTHONPATH`` differs from
+the server's loads its own. The server forks from a process that has imported and loaded
+but never computed: no thread, no OpenMP pool, no accelerator state is inherited.
 """
 
 from __future__ import annotations
@@ -46,6 +49,16 @@ PRELOAD = ("torch", "deepspeed", "transformers.models.llama.modeling_llama")
 #: torch.compile at import, which imports torch's inductor (36 s of a 54 s initialisation
 #: in an emulated guest, in every worker)
 OPTIONAL = ("deepspeed.runtime.zero.muon.muon_optimizer",)
+#: DeepSpeed's ops the workers load (CPU Adam, async I/O, and the CPU accelerator's shared
+#: memory collectives), loaded here too (built first where they are not): a worker's own load
+#: of one then returns DeepSpeed's cached module, where it would load it again (seconds
+#: each, minutes in an emulated guest, twice a run: the run's op check and its engine)
+OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
+#: the variables that decide which build of an op a load finds: a worker whose environment
+#: differs in one of them loads its own
+OPS_ENV = ("TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR", "CXX", "PYTHONPATH")
+#: OPS_ENV as the server loaded the ops (empty: it loaded none)
+_ops_env: dict[str, str | None] = {}
 FDS = 3  # stdin, stdout, stderr
 #: how long a child whose client has gone may take to end on SIGTERM before SIGKILL
 KILL_AFTER_S = 10.0
@@ -82,17 +95,21 @@ def serve(path: str, preload: tuple[str, ...]) -> None:
     t0 = time.monotonic()
     for name in preload:
         importlib.import_module(name)
+    ops = ""
     if preload == PRELOAD:
         for name in OPTIONAL:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        ops = _preload_ops()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path + ".tmp")
     srv.listen(16)
     os.rename(path + ".tmp", path)  # the socket appears once the server answers
-    sys.stderr.write(f"zygote: {', '.join(preload)} imported in {time.monotonic() - t0:.1f} s\n")
+    sys.stderr.write(
+        f"zygote: {', '.join(preload)} imported in {time.monotonic() - t0:.1f} s{ops}\n"
+    )
     sys.stderr.flush()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     while True:
@@ -102,6 +119,32 @@ def serve(path: str, preload: tuple[str, ...]) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(conn)  # never returns
         conn.close()
+
+
+def _preload_ops() -> str:
+    """Load OPS (building what is not built) in the environment the workers get, so that
+    the server builds with the workers' ninja and cache; what was loaded, for the log. An op
+    that cannot be built or loaded here is left to the worker, whose run reports it."""
+    from iotune.proc import worker_env
+    from iotune.workers.built_ops import load_quietly
+
+    os.environ.update(worker_env())
+    took = load_quietly(OPS, build=True)
+    if not took:
+        return "; no DeepSpeed op loaded"
+    _ops_env.update({k: os.environ.get(k) for k in OPS_ENV})
+    return "; ops loaded: " + ", ".join(f"{n} {s:.1f} s" for n, s in took.items())
+
+
+def _forget_ops_unless_same_env() -> None:
+    """In a worker whose environment would find other builds of the ops than the server
+    loaded: forget them, so that its own load finds its own."""
+    if not _ops_env or _ops_env == {k: os.environ.get(k) for k in OPS_ENV}:
+        return
+    # DeepSpeed's builders import as deepspeed.ops.op_builder and as op_builder: a cache each
+    for name, module in list(sys.modules.items()):
+        if name.endswith("op_builder.builder"):
+            getattr(getattr(module, "OpBuilder", None), "_loaded_ops", {}).clear()
 
 
 def _child(conn: socket.socket) -> None:
@@ -175,6 +218,7 @@ def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
+        _forget_ops_unless_same_env()
         os.chdir(req["cwd"])
         if os.read(go, 1) != b"g":
             os._exit(1)

@@ -34,7 +34,7 @@ def _sigint_reaches_the_children() -> None:
 @pytest.fixture(autouse=True, scope="package")
 def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every worker of this tier (training, probes, sweep points) forks from one zygote that
-    imported torch, DeepSpeed and transformers once (iotune/workers/zygote.py, the path a
+    imported torch, DeepSpeed and transformers and loaded DeepSpeed's ops once (iotune/workers/zygote.py, the path a
     user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
     instead of in each of the tier's runs. Tests that need plain workers drop it with the
     ``plain_workers`` fixture or ``env=PLAIN``: the fresh root, those that kill a worker and
@@ -53,7 +53,8 @@ def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Ite
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 300
+        # its imports, and on a host that never built DeepSpeed's ops, their first build
+        deadline = time.monotonic() + 900
         while not sock.exists():
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the zygote did not start: {log_path.read_text()}")
