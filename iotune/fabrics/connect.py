@@ -164,10 +164,39 @@ def connect(
         controller = json.loads(done.stdout or "{}").get("device")
     except json.JSONDecodeError:
         controller = None
+    # the kernel scans the controller's namespaces after the connect returns, one block
+    # device at a time: wait for as many as the controller reports active
+    want = active_namespaces(controller)
     deadline = time.monotonic() + APPEAR_S
-    while not (names := namespaces_of(tree, nqn)) and time.monotonic() < deadline:
+    while True:
+        names = namespaces_of(tree, nqn)
+        if (len(names) >= want if want is not None else names) or time.monotonic() > deadline:
+            return {"controller": controller, "namespaces": names}
         time.sleep(0.5)
-    return {"controller": controller, "namespaces": names}
+
+
+def active_namespaces(controller: str | None) -> int | None:
+    """How many namespaces *controller* reports active (``nvme list-ns``); None where it
+    cannot say (then the first that appears is taken for all)."""
+    if not controller:
+        return None
+    done = proc.run(
+        ["nvme", "list-ns", f"/dev/{controller}", "-o", "json"], check=False, timeout=30
+    )
+    return nsid_count(done.stdout) if done.returncode == 0 else None
+
+
+def nsid_count(text: str | None) -> int | None:
+    """The namespaces in ``nvme list-ns -o json``'s answer (``nsid_list``, left out when the
+    list is empty); None for what is not that answer."""
+    try:
+        doc = json.loads(text or "")
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    ids = doc.get("nsid_list", [])
+    return len(ids) if isinstance(ids, list) else None
 
 
 def disconnect(nqn: str) -> int:

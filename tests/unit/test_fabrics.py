@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from iotune.fabrics.connect import nsid_count
 from iotune.probes.fabrics import (
     controllers_of,
     parse_address,
@@ -295,3 +296,20 @@ def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: P
     assert {"nvme0n1", "nvme1n1", "nvme3n1"} <= set(probed)
     (reason,) = [r for r in devs["nvme2n1"].in_use if r.kind is Use.NOT_LIVE]
     assert reason.detail.startswith("no live path to nvme-tcp 10.0.0.2:4420 ("), reason
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        ('{"nsid_list": [{"nsid": 1}, {"nsid": 2}]}', 2),
+        ("{}", 0),  # nvme-cli leaves the list out when no namespace is active
+        ("", None),
+        ("[0]:0x1", None),  # the plain output, not JSON
+        ('{"nsid_list": 3}', None),
+    ],
+)
+def test_the_controllers_active_namespaces_from_nvme_list_ns(text: str, count: int | None) -> None:
+    """`fabrics connect` waits for as many namespaces as the controller reports active (the
+    kernel scans them one by one after the connect returns: seen in the vm guest, a second
+    namespace a moment after the first)."""
+    assert nsid_count(text) == count

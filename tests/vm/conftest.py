@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.vm.checkpoint_lab import CheckpointRuns, run_checkpoints
+from tests.vm.fabric_lab import FabricRuns, run_fabric
 from tests.vm.guest import Drive, Early, Guest
 from tests.vm.study_lab import (
     STUDY_NICE,
@@ -144,10 +145,12 @@ class _StudyBeside:
             _start_runs()
 
 
-RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs"}
+RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs", "fabric_runs"}
 #: the study's runs on the lab, one after the other on a thread of their own, each a
-#: fixture's value: the sweeps and the study (study_lab.run_all), then a member lost
-#: mid-study (study_lab.lose_a_member), which breaks raid0x2
+#: fixture's value: the sweeps and the study (study_lab.run_all), the checkpoints
+#: (checkpoint_lab.run_checkpoints), a member lost mid-study (study_lab.lose_a_member), which
+#: breaks raid0x2; and beside these two, once the study is done, NVMe/TCP under training
+#: (fabric_lab.run_fabric)
 RUNS: dict[str, Future[Any]] = {}
 #: each of those runs' start and end (time.monotonic), and how long the tests waited on it
 RUN_TIMES: dict[str, list[float]] = {}
@@ -185,6 +188,13 @@ def _start_runs(lost: bool = False) -> None:
         go_on()
         return run_checkpoints(early.take(), go_on)
 
+    def fabric() -> FabricRuns:
+        RUNS["lab_runs"].result()
+        go_on()
+        # beside the checkpoints and the member lost, through an agent of its own: none of
+        # them is timed, and they wait on the throttled drives while it uses the CPU
+        return run_fabric(early.take().beside(), go_on)
+
     def timed(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         def go() -> Any:
             RUN_TIMES[name] = [time.monotonic()]
@@ -202,6 +212,10 @@ def _start_runs(lost: bool = False) -> None:
         RUNS["checkpoint_runs"] = pool.submit(timed("checkpoint_runs", saves))
     if lost or "lost_member" in _wanted:
         RUNS["lost_member"] = pool.submit(timed("lost_member", lose))
+    if "fabric_runs" in _wanted:
+        side = ThreadPoolExecutor(1, "fabric-runs")
+        RUNS["fabric_runs"] = side.submit(timed("fabric_runs", fabric))
+        side.shutdown(wait=False)
     pool.shutdown(wait=False)
 
 
@@ -312,6 +326,17 @@ def lost_member(lab: Lab) -> LostMember:
     """A member of raid0x2 lost mid-study (study_lab.lose_a_member), after the study."""
     _start_runs(lost=True)
     result: LostMember = _result("lost_member")
+    return result
+
+
+@pytest.fixture(scope="module")
+def fabric_runs(lab: Lab) -> FabricRuns:
+    """A RAID0 over two NVMe/TCP namespaces of the lab's own target, swept and trained on,
+    then its path lost under a run (fabric_lab.run_fabric), after the study's other runs."""
+    _start_runs()
+    if "fabric_runs" not in RUNS:
+        raise RuntimeError("the study's runs were started without the fabric's")
+    result: FabricRuns = _result("fabric_runs")
     return result
 
 

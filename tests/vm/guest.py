@@ -8,6 +8,7 @@ virtualenv, mdadm and fio against a distribution kernel that has the nvme and md
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import os
@@ -95,6 +96,8 @@ class Guest:
         # the commands' numbers: next() of a count is atomic, and the study's runs go on
         # on a thread of their own while tests use the same guest
         self._seq = itertools.count(1)
+        #: this object started the guest and stops it (not so a second agent's, see agent())
+        self.owner = True
 
     def _prepare_images(self) -> list[Path]:
         images = []
@@ -238,6 +241,20 @@ class Guest:
     def iotune(self, *args: str, timeout: float = 300.0) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)
 
+    def agent(self, name: str, timeout: float = 300.0) -> Guest:
+        """A second agent in the guest, reading its commands from SHARE/NAME: the first runs
+        one command at a time, and a command sent to this one runs beside it. The object
+        returned sends its commands there; the guest stays this object's to stop."""
+        d = self.share / name
+        d.mkdir()
+        self.spawn([sys.executable, str(HERE / "agent.py"), str(d)], self.share / f"{name}.log")
+        self._await(d / "ready", timeout, f"starting the agent {name}", f"start agent {name}")
+        other = copy.copy(self)
+        other.share = d
+        other._seq = itertools.count(1)
+        other.owner = False
+        return other
+
     def by_serial(self) -> dict[str, str]:
         """Guest disk name (nvme0n1 …) of each drive serial, read from sysfs."""
         script = (
@@ -250,7 +267,7 @@ class Guest:
         return {serial: name for name, serial in pairs}
 
     def stop(self) -> None:
-        if self.proc is None:
+        if self.proc is None or not self.owner:
             return
         if self.proc.poll() is None:
             try:
@@ -275,7 +292,7 @@ class Guest:
 
     def kill(self) -> None:
         """Kills the guest's whole process group (vng, virtme-run, QEMU), whatever is left."""
-        if self.proc is None:
+        if self.proc is None or not self.owner:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)

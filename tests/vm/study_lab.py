@@ -1,6 +1,7 @@
 """The RAID0 study's lab: a guest of its own (QEMU TCG) with seven NVMe drives throttled
 to the same bandwidth, a single drive, a RAID0 of 2 and a RAID0 of 4 built with `iotune raid
-create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py), and a zygote that has imported torch, DeepSpeed and transformers once, for every
+create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py; two more
+for NVMe/TCP: tests/vm/fabric_lab.py), and a zygote that has imported torch, DeepSpeed and transformers once, for every
 training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
 Used by tests/vm/test_study_vm.py through the ``lab`` and ``lab_runs`` fixtures
 (tests/vm/conftest.py), which bring the lab up early and run the study beside the tests
@@ -29,9 +30,13 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
+#: exported over NVMe/TCP by the guest's own target once the study is done
+#: (tests/vm/fabric_lab.py): not throttled
+FAB_SERIALS = ("FB0", "FB1")
 DRIVES = [
     *(Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members),
     *(Drive(s, size_mib=1024) for s in CK_SERIALS),
+    *(Drive(s, size_mib=512) for s in FAB_SERIALS),
 ]
 ZYGOTE = "/tmp/iotune-zygote.sock"
 BIN = Path(sys.executable).parent
@@ -98,6 +103,16 @@ class Lab:
     def share(self) -> Path:
         return self.guest.share
 
+    #: a second agent of the guest (Guest.agent), started with the lab
+    side: Guest | None = None
+
+    def beside(self) -> Lab:
+        """The same lab through its second agent: commands sent through it run beside
+        those sent through this one."""
+        if self.side is None:
+            raise RuntimeError("the lab has no second agent")
+        return Lab(self.side, self.env, self.names)
+
     def iotune(self, *args: str, timeout: float = 600.0) -> Result:
         return self.guest.run([str(BIN / "iotune"), *args], timeout=timeout, env=self.env)
 
@@ -137,11 +152,19 @@ def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab
         qemu_opts=("-accel", "tcg,thread=multi,tb-size=1024"),
         rwdirs=(top,),
         environ=environ,
+        # NVMe-oF namespaces as disks of their own (tests/vm/fabric_lab.py, and see
+        # tests/vm/conftest.py); the emulated PCIe drives have one path each either way.
+        # Without hardened usercopy: its check in the guest's 6.1 kernel stops nvmet-tcp's
+        # receive of a 512 KiB write with a kernel BUG ("usercopy: Kernel memory ...
+        # attempt detected from page alloc", in nvmet_tcp_io_work), and the target hangs;
+        # seen here, and the known workaround for it on Debian's 6.1
+        append=("nvme_core.multipath=N", "hardened_usercopy=off"),
     )
     guests.append(guest)
     guest.start(timeout=600)
     go_on()
-    lab = Lab(guest, env)
+    # a second agent now, while the first is free to start it (tests/vm/fabric_lab.py)
+    lab = Lab(guest, env, side=guest.agent("side"))
     # the zygote imports torch, DeepSpeed and transformers once (minutes of emulated
     # CPU); every training and AIO worker forks from it. The volumes are built meanwhile.
     log = guest.share / "zygote.log"

@@ -1,0 +1,98 @@
+"""NVMe over TCP under the real programs' training path, in the study's lab once its study is
+done (tests/vm/fabric_lab.py): a RAID0 over two namespaces of the guest's own nvmet-tcp
+target, `iotune sweep-aio` on it with the study model's swapping, `iotune trace --run
+tiny_opt_nvme` on it, exact to the model summed over the namespaces, and a run whose target
+goes away once it has initialised, stopped with the namespace named."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from tests.vm.fabric_lab import ADDR, FAB_STEPS, FabricRuns
+from tests.vm.study_lab import SETS
+
+#: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
+FS_WRITES = 1024 * 1024
+
+
+def _run_doc(fabric_runs: FabricRuns) -> dict[str, Any]:
+    doc = fabric_runs.run
+    assert doc["steps_done"] == FAB_STEPS, doc.get("error")
+    return doc
+
+
+def test_a_raid0_over_two_tcp_namespaces_is_built_and_swept_with_the_models_swapping(
+    fabric_runs: FabricRuns,
+) -> None:
+    created, sweep = fabric_runs.created, fabric_runs.sweep
+    assert created["applied"] is True and created["array"]["level"] == "raid0", created
+    array = created["array"]
+    members = sorted(m["device"].rsplit("/", 1)[-1] for m in array["members"])
+    assert members == fabric_runs.namespaces, (members, fabric_runs.namespaces)
+    assert array["mountpoints"] == ["/tmp/fab"] and array["fs"] == "xfs", array
+    assert sweep["ok"] >= 2 and sweep["failed"] == 0, sweep
+    assert {c["op"] for c in sweep["ceilings"] if c.get("bw_bytes_s")} == {"read", "write"}
+    swap = sweep["swap"]
+    assert swap["status"] == "ok" and swap["sets"] == list(SETS), swap
+    # the rehearsal swapped the files of the run below, to DeepSpeed's padding
+    want = _run_doc(fabric_runs)["estimate"]["steady_step"]["read"]
+    assert abs(swap["read_bytes"] - want) <= 0.01 * want, (swap["read_bytes"], want)
+    assert swap["read_bw_bytes_s"] > 0 and swap["write_bw_bytes_s"] > 0, swap
+
+
+def test_training_on_the_fabric_raid0_moves_the_model_on_each_namespace(
+    fabric_runs: FabricRuns,
+) -> None:
+    """Each steady step's requests land on the two namespaces (md is bio-based): reads the
+    model's to the byte, writes up to the file system's own beyond it, each namespace within
+    5% of half; and the trace agrees with each namespace's own counters."""
+    doc = _run_doc(fabric_runs)
+    members = sorted(doc["drives"])
+    assert members == fabric_runs.namespaces, members
+    est = doc["estimate"]["steady_step"]
+    steady = doc["io_steps"][2:]  # init, the first step, then the steady one
+    assert steady, doc["io_steps"]
+    for step in steady:
+        per = step["drives"]
+        rd = sum(per[m]["read"] for m in members)
+        wr = sum(per[m]["write"] for m in members)
+        assert rd == est["read"], (step["label"], rd, est["read"])
+        assert 0 <= wr - est["write"] <= FS_WRITES, (step["label"], wr, est["write"])
+        for m in members:
+            for op, total in (("read", rd), ("write", wr)):
+                half = total / 2
+                assert abs(per[m][op] - half) <= 0.05 * half + (total - est[op]), (m, op, per)
+    trace = json.loads((fabric_runs.run_out / "trace.json").read_text())
+    for d in trace["devices"]:
+        if d["name"] in members:
+            chk = d["check"]
+            assert chk["exact"] or chk["summary"].startswith("consistent: "), (d["name"], chk)
+
+
+def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
+    fabric_runs: FabricRuns,
+) -> None:
+    """The target's subsystem taken off its port once the run has initialised: the run's
+    swapping would wait on the namespaces until ctrl_loss_tmo (600 s); the trace stops the
+    training after its grace (10 s), in one line naming the namespace and what it lost, and
+    keeps the records made until then. `devices` shows both namespaces without a live path."""
+    lost, out = fabric_runs.lost, fabric_runs.lost_out
+    assert lost["rc"] == 1, lost["stderr"]
+    assert "Traceback" not in lost["stderr"], lost["stderr"]
+    (line,) = [x for x in lost["stderr"].splitlines() if x.startswith("iotune: error:")]
+    names = "|".join(map(re.escape, fabric_runs.namespaces))
+    assert re.fullmatch(
+        rf"iotune: error: stopped: ({names}) lost its path to nvme-tcp "
+        rf"{re.escape(ADDR)}:4420: (connecting|resetting) for 1\d s; records kept in "
+        + re.escape(str(out)),
+        line,
+    ), line
+    # the grace, a tick, the worker's stop (SIGTERM, then SIGKILL) and the records written
+    assert 10 <= lost["after_s"] <= 60, lost
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x]
+    assert any(r["event"] == "init" for r in steps), steps
+    for d in fabric_runs.lost_devices["devices"]:
+        assert d["fabric"]["state"] in ("connecting", "resetting"), d["fabric"]
+        assert any(r["kind"] == "not live" for r in d["in_use"]), d["in_use"]
