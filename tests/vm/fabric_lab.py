@@ -69,6 +69,8 @@ class FabricRuns:
     lost_out: Path
     #: `devices --all --json` of the namespaces while their path was lost
     lost_devices: dict[str, Any]
+    #: `raid create` over them then: rc and stderr
+    refused: dict[str, Any]
 
 
 def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns:
@@ -116,10 +118,12 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
         ).check()
         lost = json.loads(r.stdout)
         lost_devices = lab.iotune_json("devices", "--all", *devs)
+        no = lab.iotune("raid", "create", *devs, "--name", "gone", "--yes")
+        refused = {"rc": no.rc, "stderr": no.stderr}
     finally:
         lab.guest.run([py, TARGET, "attach", NQN, PORT]).check()
     _wait_live(lab, devs)
-    return FabricRuns(names, created, sweep, run, run_out, lost, out, lost_devices)
+    return FabricRuns(names, created, sweep, run, run_out, lost, out, lost_devices, refused)
 
 
 def _wait_live(lab: Lab, devs: list[str], seconds: float = 180.0) -> None:

@@ -77,7 +77,8 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
     """The target's subsystem taken off its port once the run has initialised: the run's
     swapping would wait on the namespaces until ctrl_loss_tmo (600 s); the trace stops the
     training after its grace (10 s), in one line naming the namespace and what it lost, and
-    keeps the records made until then. `devices` shows both namespaces without a live path."""
+    keeps the records made until then. `devices` shows both namespaces without a live path,
+    and `raid create` refuses them."""
     lost, out = fabric_runs.lost, fabric_runs.lost_out
     assert lost["rc"] == 1, lost["stderr"]
     assert "Traceback" not in lost["stderr"], lost["stderr"]
@@ -96,3 +97,6 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
     for d in fabric_runs.lost_devices["devices"]:
         assert d["fabric"]["state"] in ("connecting", "resetting"), d["fabric"]
         assert any(r["kind"] == "not live" for r in d["in_use"]), d["in_use"]
+    no = fabric_runs.refused
+    assert no["rc"] == 1 and "refusing to build /dev/md/gone" in no["stderr"], no
+    assert f"no live path to nvme-tcp {ADDR}:4420" in no["stderr"], no
