@@ -1,25 +1,26 @@
 """NVMe over TCP under training, in the study's lab (tests/vm/study_lab.py), once its study
 is done, beside its checkpoints and its member lost (through the lab's second agent: none of
-them is timed, and they wait on throttled drives while this uses the CPU): two of its drives (FB0, FB1: not throttled, so nothing but the emulated CPU paces the
-transport) exported by the guest's own target (nvmet-tcp on 127.0.0.1, as
-tests/vm/test_fabrics_vm.py sets it up), connected with `iotune fabrics connect`, a RAID0 over
-the two namespaces built with `iotune raid create` (xfs, mounted), and on it, through the
-lab's zygote: `iotune sweep-aio` with DeepSpeed's swapping pattern of the study's model,
-`iotune trace --run tiny_opt_nvme` (each request counted on its namespace), and a second run
-whose target is taken off its port once the run has initialised (LOSE_PATH, in the guest).
-The lab's guest boots with ``nvme_core.multipath=N``: a namespace is a disk of its own."""
+them is timed, and they wait on throttled drives while this uses the CPU): two of its drives
+(FB0, FB1: not throttled, so nothing but the emulated CPU paces the transport) exported by
+the guest's own target (nvmet-tcp on 127.0.0.1, as tests/vm/test_fabrics_vm.py sets it up),
+connected with `iotune fabrics connect`, a RAID0 over the two namespaces built with `iotune
+raid create` (xfs, mounted), and on it, through the lab's zygote: `iotune sweep-aio` with
+DeepSpeed's swapping pattern of the study's model, and `iotune trace --run tiny_opt_nvme`
+(each request counted on its namespace). A path lost under a workload is the session
+guest's (tests/vm/test_fabrics_vm.py): here, beside the checkpoint runs, their `sync` and
+page-cache drop would wait on the lost namespaces' file system (seen: every run of the lab
+held until ctrl_loss_tmo). The lab's guest boots with ``nvme_core.multipath=N``: a namespace
+is a disk of its own."""
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.vm.study_lab import BIN, FAB_SERIALS, SET_ARGS, Lab
+from tests.vm.study_lab import FAB_SERIALS, SET_ARGS, Lab
 
 NQN = "nqn.2026-11.io.iotune:lab"
 PORT = "1"
@@ -27,29 +28,6 @@ ADDR = "127.0.0.1"
 TARGET = str(Path(__file__).resolve().parent / "nvmet_target.py")
 #: the traced run's steps: the first, then a steady one
 FAB_STEPS = 2
-
-#: in the guest: a traced run on the fabric RAID0 (argv as JSON), its target's subsystem
-#: taken off the port once the run's init record is written (the steps after it swap to the
-#: namespaces); its exit code, stderr and the seconds from the loss to its end
-LOSE_PATH = """
-import json, os, subprocess, sys, time
-argv, steps, target, nqn, port = json.loads(sys.argv[1]), *sys.argv[2:6]
-log = open("/tmp/fab-lost.err", "w+")
-p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True)
-deadline = time.monotonic() + 900
-while not (os.path.exists(steps) and '"init"' in open(steps).read()):
-    if p.poll() is not None or time.monotonic() > deadline:
-        p.kill()
-        log.seek(0)
-        sys.exit(f"no init record (exit {p.poll()}): {log.read()[-3000:]}")
-    time.sleep(0.05)
-t0 = time.monotonic()
-subprocess.run([sys.executable, target, "detach", nqn, port], check=True)
-p.wait(timeout=600)
-after = time.monotonic() - t0
-log.seek(0)
-print(json.dumps({"rc": p.returncode, "stderr": log.read()[-6000:], "after_s": after}))
-"""
 
 
 @dataclass(frozen=True)
@@ -63,18 +41,10 @@ class FabricRuns:
     #: `trace --run --json`: the run on the RAID0, and its records' folder
     run: dict[str, Any]
     run_out: Path
-    #: the run whose target went away: rc, stderr, after_s (what LOSE_PATH printed)
-    lost: dict[str, Any]
-    #: its records' folder
-    lost_out: Path
-    #: `devices --all --json` of the namespaces while their path was lost
-    lost_devices: dict[str, Any]
-    #: `raid create` over them then: rc and stderr
-    refused: dict[str, Any]
 
 
 def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns:
-    """The target up and connected, the RAID0 built, the sweep, the run, the lost path."""
+    """The target up and connected, the RAID0 built, the sweep, the run."""
     py = sys.executable
     backing = [f"/dev/{lab.names[s]}" for s in FAB_SERIALS]
     lab.guest.run([py, TARGET, "up", NQN, ADDR, PORT, *backing]).check()
@@ -103,37 +73,4 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
         *("--steps", str(FAB_STEPS), "--out", str(run_out)),
         timeout=1500,
     )
-    go_on()
-    out = lab.share / "fab-lost"
-    argv = [
-        str(BIN / "iotune"),
-        *("trace", "--run", "tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/tmp/fab"),
-        *("--steps", "50", "--out", str(out)),
-    ]
-    try:
-        r = lab.guest.run(
-            [py, "-c", LOSE_PATH, json.dumps(argv), str(out / "steps.jsonl"), TARGET, NQN, PORT],
-            timeout=1500,
-            env=lab.env,
-        ).check()
-        lost = json.loads(r.stdout)
-        lost_devices = lab.iotune_json("devices", "--all", *devs)
-        no = lab.iotune("raid", "create", *devs, "--name", "gone", "--yes")
-        refused = {"rc": no.rc, "stderr": no.stderr}
-    finally:
-        lab.guest.run([py, TARGET, "attach", NQN, PORT]).check()
-    _wait_live(lab, devs)
-    return FabricRuns(names, created, sweep, run, run_out, lost, out, lost_devices, refused)
-
-
-def _wait_live(lab: Lab, devs: list[str], seconds: float = 180.0) -> None:
-    """Both namespaces live again (the host's controller reconnected to the target)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        doc = lab.iotune_json("devices", "--all", *devs)
-        states = [(d.get("fabric") or {}).get("state") for d in doc["devices"]]
-        if states and all(s == "live" for s in states):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the namespaces did not reconnect: {states}")
-        time.sleep(3)
+    return FabricRuns(names, created, sweep, run, run_out)
