@@ -331,8 +331,8 @@ def lost_member(lab: Lab) -> LostMember:
 
 @pytest.fixture(scope="module")
 def fabric_runs(lab: Lab) -> FabricRuns:
-    """A RAID0 over two NVMe/TCP namespaces of the lab's own target, swept and trained on,
-    then its path lost under a run (fabric_lab.run_fabric), after the study's other runs."""
+    """A RAID0 over two NVMe/TCP namespaces of the lab's own target, swept and trained on
+    (fabric_lab.run_fabric), beside the checkpoints and the member lost."""
     _start_runs()
     if "fabric_runs" not in RUNS:
         raise RuntimeError("the study's runs were started without the fabric's")

@@ -7,9 +7,9 @@ connected with `iotune fabrics connect`, a RAID0 over the two namespaces built w
 raid create` (xfs, mounted), and on it, through the lab's zygote: `iotune sweep-aio` with
 DeepSpeed's swapping pattern of the study's model, and `iotune trace --run tiny_opt_nvme`
 (each request counted on its namespace). A path lost under a workload is the session
-guest's (tests/vm/test_fabrics_vm.py): here, beside the checkpoint runs, their `sync` and
-page-cache drop would wait on the lost namespaces' file system (seen: every run of the lab
-held until ctrl_loss_tmo). The lab's guest boots with ``nvme_core.multipath=N``: a namespace
+guest's (tests/vm/test_fabrics_vm.py): here, beside the checkpoint runs, the `sync` each
+run's start makes would wait on the lost namespaces' file system (seen: the lab's runs held
+until ctrl_loss_tmo). The lab's guest boots with ``nvme_core.multipath=N``: a namespace
 is a disk of its own."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.vm.study_lab import FAB_SERIALS, SET_ARGS, Lab
+from tests.vm.study_lab import FAB_SERIALS, SET_ARGS, Lab, sweep_args
 
 NQN = "nqn.2026-11.io.iotune:lab"
 PORT = "1"
@@ -57,15 +57,7 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
         "raid", "create", *devs, "--name", "fab", "--mount", "/tmp/fab", "--yes"
     )
     go_on()
-    sweep = lab.iotune_json(
-        "sweep-aio",
-        *("--target", "/tmp/fab", "--block-size", "512K", "--queue-depth", "8"),
-        *("--threads", "1", "--single-submit", "false", "--overlap-events", "true"),
-        *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
-        *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *SET_ARGS),
-        *("--out", str(lab.share / "sweep-fab")),
-        timeout=1200,
-    )
+    sweep = lab.iotune_json(*sweep_args("/tmp/fab", lab.share / "sweep-fab"), timeout=1200)
     go_on()
     run_out = lab.share / "fab-run"
     run = lab.iotune_json(

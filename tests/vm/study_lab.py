@@ -305,6 +305,19 @@ def _plans_before_purchase(
     return sheet, alone, f"$ iotune {' '.join(args)}\n{plan}"
 
 
+def sweep_args(target: str, out: Path) -> list[str]:
+    """`iotune sweep-aio`'s arguments for a volume of the lab: the presets' aio block, and
+    the swap rehearsal of the model the study runs."""
+    return [
+        *("sweep-aio", "--target", target),
+        *("--block-size", "512K", "--queue-depth", "8", "--threads", "1"),
+        *("--single-submit", "false", "--overlap-events", "true"),
+        *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
+        *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *SET_ARGS),
+        *("--out", str(out)),
+    ]
+
+
 def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
     """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The
     three run side by side: each volume has drives of its own, each drive its own throttle,
@@ -313,14 +326,7 @@ def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
         name: [
             str(BIN / "iotune"),
             "--json",
-            "sweep-aio",
-            "--target",
-            f"/tmp/{name}",
-            *("--block-size", "512K", "--queue-depth", "8", "--threads", "1"),
-            *("--single-submit", "false", "--overlap-events", "true"),
-            *("--io-size", "16M", "--repeats", "1", "--strategy", "grid"),
-            *("--swap-pattern", "tiny_opt_nvme", "--swap-rounds", "1", *SET_ARGS),
-            *("--out", str(lab.share / f"sweep-{name}")),
+            *sweep_args(f"/tmp/{name}", lab.share / f"sweep-{name}"),
         ]
         for name in VOLUMES
     }
