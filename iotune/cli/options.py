@@ -261,8 +261,10 @@ def exit_if_path_lost(result: dict[str, Any]) -> None:
     it, exit 1 (the records up to then are kept)."""
     lost = result.get("lost_path")
     if lost:
+        left = result.get("swap_dirs") or []  # a training run's: its file system waits too
         raise IotuneError(
             f"stopped: {lost}; records kept in {result['out']}",
             hint="the target, or the network to it, is down: 'iotune devices --all' shows the "
-            "namespace's paths; its queued I/O waits for the controller's ctrl_loss_tmo",
+            "namespace's paths; its queued I/O waits for the controller's ctrl_loss_tmo"
+            + (f"; the swap files are left in {', '.join(left)}" if left else ""),
         )

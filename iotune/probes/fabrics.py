@@ -194,6 +194,24 @@ def read_fabric(
     )
 
 
+def lost_under(tree: SysTree, name: str, _seen: frozenset[str] = frozenset()) -> str | None:
+    """The NVMe-oF namespace without a live path that a read of block device *name* would
+    wait on (itself, or one under it through md/dm slaves and partitions); None if none."""
+    disk = name
+    if not tree.exists(f"/sys/block/{name}"):
+        disk = next(
+            (d for d in tree.listdir("/sys/block") if tree.exists(f"/sys/block/{d}/{name}")),
+            name,
+        )
+    f = read_fabric(tree, disk)
+    if f is not None and f.state != "live":
+        return disk
+    for s in tree.listdir(f"/sys/block/{disk}/slaves"):
+        if s not in _seen and (lost := lost_under(tree, s, _seen | {disk})) is not None:
+            return lost
+    return None
+
+
 #: where configfs shows this host's own NVMe-oF target (the nvmet module)
 NVMET = "/sys/kernel/config/nvmet"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from iotune import proc
 from iotune.errors import UsageError
 from iotune.probes.blockdev import BlockDevice, find_block_devices, read_disk
+from iotune.probes.fabrics import lost_under
 from iotune.probes.host import Host
 from iotune.probes.mounts import read_mounts, read_swaps
 from iotune.raid.model import ArrayInfo, HostSetup, Plan, RaidRequest, Step
@@ -102,9 +103,13 @@ def array_info(host: Host, md: str) -> ArrayInfo:
             }
         )
     devno = t.read(f"{base}/dev") or ""
-    mounts = [m.mountpoint for m in read_mounts(t) if m.devno == devno]
+    mine = [m for m in read_mounts(t) if m.devno == devno]
+    mounts = [m.mountpoint for m in mine]
     name = names.get(md, md)
-    ident = _blkid(f"/dev/{md}")
+    # blkid reads the array: over a namespace without a live path that read would wait for
+    # the controller's ctrl_loss_tmo (minutes); the mount table still names a mounted fs
+    lost = lost_under(t, md)
+    ident = _blkid(f"/dev/{md}") if lost is None else {"TYPE": mine[0].fstype} if mine else {}
     chunk = t.read_int(f"{base}/md/chunk_size")
     return ArrayInfo(
         name=name,
@@ -123,6 +128,7 @@ def array_info(host: Host, md: str) -> ArrayInfo:
         optimal_io_size=t.read_int(f"{base}/queue/optimal_io_size"),
         sync_action=t.read(f"{base}/md/sync_action"),
         sync_completed=t.read(f"{base}/md/sync_completed"),
+        lost_path=lost,
     )
 
 

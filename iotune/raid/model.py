@@ -105,3 +105,5 @@ class ArrayInfo:
     optimal_io_size: int | None
     sync_action: str | None
     sync_completed: str | None
+    #: the NVMe-oF namespace under it without a live path (its reads wait), if any
+    lost_path: str | None = None

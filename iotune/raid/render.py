@@ -77,7 +77,7 @@ def arrays_table(arrays: Sequence[ArrayInfo]) -> Table:
             f"{a.device} ({a.kernel_name})",
             a.level or "-",
             format_size(a.chunk_bytes) if a.chunk_bytes else "-",
-            (a.state or "-") + sync,
+            (a.state or "-") + sync + (f" (no live path: {a.lost_path})" if a.lost_path else ""),
             human_bytes(a.size_bytes),
             a.fs or "-",
             ", ".join(a.mountpoints) or "-",

@@ -248,7 +248,7 @@ class Sweep:
             if rec["status"] == "ok" and p.op == "read" and rec.get("page_cache_dropped") is False:
                 rec["status"], rec["error"] = (
                     "failed",
-                    "page cache still held the file after drop_caches",
+                    "page cache still held the file after it was dropped",
                 )
         finally:
             clean_leftovers(Path(s.target))

@@ -31,6 +31,7 @@ from iotune.proc import command as worker_command
 from iotune.proc import worker_env
 from iotune.records import to_jsonable
 from iotune.trace.targets import Targets
+from iotune.trace.writeback import write_back
 from iotune.train.checkpoint import TAG, check_folder, resume_point, with_writer
 from iotune.train.checkpoint import save_volume as ck_save_volume
 from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
@@ -322,8 +323,9 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         (out / name).write_text(json.dumps(to_jsonable(obj), indent=2) + "\n")
     load_ops(ops_for(prep.cfg, p.accelerator), p.accelerator, out, prep.targets.disks)
     # a first build leaves hundreds of MB of compiler output in the page cache: write it back
-    # now, not while the tracer counts the drive it is on
-    os.sync()
+    # now, not while the tracer counts the drive it is on (the traced drives' file systems
+    # only: sync(2) would also wait on any other, a lost NVMe-oF namespace's for minutes)
+    write_back(SysTree("/"), prep.targets.disks, [out, *prep.swap_dirs])
     for d in prep.swap_dirs:
         d.mkdir(parents=True, exist_ok=True)
     if req.launch is not None:
@@ -353,13 +355,22 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         trace = Tracer(treq, on_sample=_progress(req, prep) if req.progress else None).run()
     except KeyboardInterrupt:
         trace = None
-    finally:
-        if not req.keep_swap:
-            for d in prep.swap_dirs:
-                shutil.rmtree(d, ignore_errors=True)
+    except BaseException:
+        _remove_swap(req, prep)
+        raise
+    # the records first: removing the swap files may wait on the drives
     result = build_result(req, prep, trace, started)
     write_result(out, result)
+    if not (trace or {}).get("lost_path"):
+        # with a path lost, the swap's file system waits on it (ctrl_loss_tmo): left as is
+        _remove_swap(req, prep)
     return result
+
+
+def _remove_swap(req: RunRequest, prep: Prepared) -> None:
+    if not req.keep_swap:
+        for d in prep.swap_dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _progress(req: RunRequest, prep: Prepared) -> Callable[[Any], None]:

@@ -252,7 +252,14 @@ def test_a_run_stopped_on_a_lost_path_ends_in_one_line_with_its_records_named() 
         exit_if_path_lost({"lost_path": lost, "out": "/tmp/trace-lost"})
     assert exc.value.message == f"stopped: {lost}; records kept in /tmp/trace-lost"
     assert exc.value.hint is not None and "iotune devices --all" in exc.value.hint
+    assert "swap files" not in exc.value.hint  # a command's trace has none
     assert exc.value.exit_code == 1
+    # a training run's swap files are left on the lost file system, and named
+    swap = ["/mnt/fab/iotune-swap-r-1", "/mnt/fab2/iotune-swap-r-1"]
+    with pytest.raises(IotuneError) as exc:
+        exit_if_path_lost({"lost_path": lost, "out": "/r", "swap_dirs": swap})
+    assert exc.value.hint is not None
+    assert exc.value.hint.endswith(f"; the swap files are left in {swap[0]}, {swap[1]}")
 
 
 def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: Path) -> None:
@@ -313,3 +320,43 @@ def test_the_controllers_active_namespaces_from_nvme_list_ns(text: str, count: i
     kernel scans them one by one after the connect returns: seen in the vm guest, a second
     namespace a moment after the first)."""
     assert nsid_count(text) == count
+
+
+def test_raid_status_reads_no_array_over_a_namespace_without_a_live_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """md127 of the recorded QEMU guest over nvme2n1, a TCP namespace whose controller is
+    connecting: blkid's read of the array would wait for ctrl_loss_tmo, so it is not run;
+    the status names the namespace. With the path live again, blkid reads it as always."""
+    import shutil
+
+    from iotune.probes.host import RecordedHost
+    from iotune.raid import host as raid_host
+
+    shutil.copytree(
+        Path(__file__).parent.parent / "data" / "qemu-nvme", tmp_path / "h", symlinks=True
+    )
+    ctl = tmp_path / "h/sys/devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
+    for key, value in (
+        ("transport", "tcp"),
+        ("state", "connecting"),
+        ("address", "traddr=10.0.0.2,trsvcid=4420"),
+        ("subsysnqn", NQN),
+    ):
+        (ctl / key).write_text(value + "\n")
+    _link(
+        tmp_path / "h", "sys/class/nvme/nvme2", "../../devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
+    )
+    read: list[str] = []
+
+    def blkid(dev: str) -> dict[str, str]:
+        read.append(dev)
+        return {"TYPE": "xfs"}
+
+    monkeypatch.setattr(raid_host, "_blkid", blkid)
+    host = RecordedHost(tmp_path / "h")
+    info = raid_host.array_info(host, "md127")
+    assert read == [] and info.lost_path == "nvme2n1" and info.fs is None, info
+    (ctl / "state").write_text("live\n")
+    info = raid_host.array_info(host, "md127")
+    assert read == ["/dev/md127"] and info.lost_path is None and info.fs == "xfs", info

@@ -1,14 +1,16 @@
 """NVMe over TCP under the real programs' training path, in the study's lab once its study is
 done (tests/vm/fabric_lab.py): a RAID0 over two namespaces of the guest's own nvmet-tcp
 target, `iotune sweep-aio` on it with the study model's swapping, `iotune trace --run
-tiny_opt_nvme` on it, exact to the model summed over the namespaces."""
+tiny_opt_nvme` on it, exact to the model summed over the namespaces, and a run whose target
+goes away once it has initialised, stopped with the namespace named."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from tests.vm.fabric_lab import FAB_STEPS, FabricRuns
+from tests.vm.fabric_lab import ADDR, FAB_STEPS, FabricRuns
 from tests.vm.study_lab import SETS
 
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
@@ -67,3 +69,48 @@ def test_training_on_the_fabric_raid0_moves_the_model_on_each_namespace(
         if d["name"] in members:
             chk = d["check"]
             assert chk["exact"] or chk["summary"].startswith("consistent: "), (d["name"], chk)
+
+
+def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
+    fabric_runs: FabricRuns,
+) -> None:
+    """The target's subsystem taken off its port once the run has initialised: the run's
+    swapping would wait on the namespaces until ctrl_loss_tmo (600 s); the trace stops the
+    training after its grace (10 s), in one line naming the namespace and what it lost, and
+    keeps the records made until then. `devices` shows both namespaces without a live path,
+    `raid status` the array's lost namespace (its file system from the mount table: blkid's
+    read would wait), and `raid create` refuses them. The run's result is written (run.json, with the loss in
+    it) and its swap files are left where they are (removing them would wait on the lost
+    path too), the error's hint says where. Meanwhile a sync(2) waits on the lost namespaces'
+    file system, and a run's write-back of its own does not: the checkpoint runs beside go
+    on (their start writes back their drives' file systems only)."""
+    lost, out = fabric_runs.lost, fabric_runs.lost_out
+    assert lost["rc"] == 1, lost["stderr"]
+    assert "Traceback" not in lost["stderr"], lost["stderr"]
+    (line,) = [x for x in lost["stderr"].splitlines() if x.startswith("iotune: error:")]
+    names = "|".join(map(re.escape, fabric_runs.namespaces))
+    assert re.fullmatch(
+        rf"iotune: error: stopped: ({names}) lost its path to nvme-tcp "
+        rf"{re.escape(ADDR)}:4420: (connecting|resetting) for 1\d s; records kept in "
+        + re.escape(str(out)),
+        line,
+    ), line
+    # the grace, a tick, the worker's stop (SIGTERM, then SIGKILL) and the records written
+    assert 10 <= lost["after_s"] <= 60, lost
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x]
+    assert any(r["event"] == "init" for r in steps), steps
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["lost_path"] and line.startswith(f"iotune: error: stopped: {doc['lost_path']};")
+    assert doc["steps_done"] < 50 and doc["swap_dirs"], doc
+    (hint,) = [x for x in lost["stderr"].splitlines() if x.startswith("hint:")]
+    assert hint.endswith(f"; the swap files are left in {', '.join(doc['swap_dirs'])}"), hint
+    assert lost["sync_held"] is True and lost["write_back_s"] < 5, lost
+    for d in fabric_runs.lost_devices["devices"]:
+        assert d["fabric"]["state"] in ("connecting", "resetting"), d["fabric"]
+        assert any(r["kind"] == "not live" for r in d["in_use"]), d["in_use"]
+    (array,) = fabric_runs.lost_status["arrays"]
+    assert array["lost_path"] in fabric_runs.namespaces and array["fs"] == "xfs", array
+    assert array["mountpoints"] == ["/tmp/fab"], array
+    no = fabric_runs.refused
+    assert no["rc"] == 1 and "refusing to build /dev/md/gone" in no["stderr"], no
+    assert f"no live path to nvme-tcp {ADDR}:4420" in no["stderr"], no
