@@ -5,6 +5,7 @@ configfs; the vm tier reads the real thing (tests/vm/test_fabrics_vm.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -262,20 +263,11 @@ def test_a_run_stopped_on_a_lost_path_ends_in_one_line_with_its_records_named() 
     assert exc.value.hint.endswith(f"; the swap files are left in {swap[0]}, {swap[1]}")
 
 
-def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: Path) -> None:
-    """md127 of the recorded QEMU guest holds IOT2 (nvme2n1); with nvme2n1 a namespace over
-    TCP whose controller is connecting, a read of either would wait on the lost path for
-    minutes (ctrl_loss_tmo): neither is probed for signatures or an exclusive open, and the
-    namespace says it has no live path. The other drives are probed as always."""
-    import shutil
-
-    from iotune.probes.blockdev import Use, find_block_devices
-    from iotune.probes.host import RecordedHost, Signature
-
-    shutil.copytree(
-        Path(__file__).parent.parent / "data" / "qemu-nvme", tmp_path / "h", symlinks=True
-    )
-    ctl = tmp_path / "h/sys/devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
+def _md_over_a_lost_namespace(root: Path) -> Path:
+    """The recorded QEMU guest (md127 over nvme2n1) copied to *root*, with nvme2 a TCP
+    controller that is connecting; its sysfs folder."""
+    shutil.copytree(Path(__file__).parent.parent / "data" / "qemu-nvme", root, symlinks=True)
+    ctl = root / "sys/devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
     for key, value in (
         ("transport", "tcp"),
         ("state", "connecting"),
@@ -283,9 +275,19 @@ def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: P
         ("subsysnqn", NQN),
     ):
         (ctl / key).write_text(value + "\n")
-    _link(
-        tmp_path / "h", "sys/class/nvme/nvme2", "../../devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
-    )
+    _link(root, "sys/class/nvme/nvme2", "../../devices/pci0000:00/0000:00:0c.0/nvme/nvme2")
+    return ctl
+
+
+def test_an_array_over_a_namespace_without_a_live_path_is_not_probed(tmp_path: Path) -> None:
+    """md127 of the recorded QEMU guest holds IOT2 (nvme2n1); with nvme2n1 a namespace over
+    TCP whose controller is connecting, a read of either would wait on the lost path for
+    minutes (ctrl_loss_tmo): neither is probed for signatures or an exclusive open, and the
+    namespace says it has no live path. The other drives are probed as always."""
+    from iotune.probes.blockdev import Use, find_block_devices
+    from iotune.probes.host import RecordedHost, Signature
+
+    _md_over_a_lost_namespace(tmp_path / "h")
     probed: list[str] = []
 
     class Watched(RecordedHost):
@@ -328,25 +330,10 @@ def test_raid_status_reads_no_array_over_a_namespace_without_a_live_path(
     """md127 of the recorded QEMU guest over nvme2n1, a TCP namespace whose controller is
     connecting: blkid's read of the array would wait for ctrl_loss_tmo, so it is not run;
     the status names the namespace. With the path live again, blkid reads it as always."""
-    import shutil
-
     from iotune.probes.host import RecordedHost
     from iotune.raid import host as raid_host
 
-    shutil.copytree(
-        Path(__file__).parent.parent / "data" / "qemu-nvme", tmp_path / "h", symlinks=True
-    )
-    ctl = tmp_path / "h/sys/devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
-    for key, value in (
-        ("transport", "tcp"),
-        ("state", "connecting"),
-        ("address", "traddr=10.0.0.2,trsvcid=4420"),
-        ("subsysnqn", NQN),
-    ):
-        (ctl / key).write_text(value + "\n")
-    _link(
-        tmp_path / "h", "sys/class/nvme/nvme2", "../../devices/pci0000:00/0000:00:0c.0/nvme/nvme2"
-    )
+    ctl = _md_over_a_lost_namespace(tmp_path / "h")
     read: list[str] = []
 
     def blkid(dev: str) -> dict[str, str]:
