@@ -13,13 +13,15 @@ this host's PCIe slots. Read from sysfs, as the kernel's NVMe host driver publis
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iotune.errors import ProbeError
+from iotune.errors import IotuneError, ProbeError
 from iotune.probes.sysfs import SysTree
 
 #: transports over a network or another host's driver; "pcie" is a local drive
@@ -210,6 +212,38 @@ def lost_under(tree: SysTree, name: str, _seen: frozenset[str] = frozenset()) ->
         if s not in _seen and (lost := lost_under(tree, s, _seen | {disk})) is not None:
             return lost
     return None
+
+
+def lost_behind(tree: SysTree, dev: int) -> str | None:
+    """Device number *dev* (a file system's, or a block device's own): the namespace
+    without a live path its reads and writes would wait on, in words; None if none."""
+    node = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    if os.major(dev) == 0 or not tree.exists(node):
+        return None  # tmpfs, overlay, NFS: no block device
+    lost = lost_under(tree, Path(tree.realpath(node)).name)
+    f = read_fabric(tree, lost) if lost else None
+    if lost is None or f is None:
+        return None
+    return f"{lost}, which has no live path to {f.describe()} ({f.state})"
+
+
+def refuse_lost(path: Path, what: str, tree: SysTree | None = None) -> None:
+    """Refuse, in one line, to use *path* (a folder or a block device) when its reads and
+    writes would wait on an NVMe-oF namespace without a live path: they queue until the
+    controller's ``ctrl_loss_tmo`` (600 s by default), and a check that writes there first
+    would stand still as long. Call it before anything touches the path's data."""
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    st = os.stat(p)
+    lost = lost_behind(tree or SysTree("/"), st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev)
+    if lost is not None:
+        raise IotuneError(
+            f"{what} {path} is on {lost}: its reads and writes would wait for the "
+            "controller's ctrl_loss_tmo",
+            hint="the target, or the network to it, is down: 'iotune devices --all' shows the "
+            "namespace's paths; run again once it is live",
+        )
 
 
 #: where configfs shows this host's own NVMe-oF target (the nvmet module)

@@ -19,6 +19,7 @@ from typing import Any
 from iotune import proc
 from iotune.checks import fstype, o_direct_error, probe_torch
 from iotune.errors import CommandFailed, CommandTimeout, IotuneError, UsageError, last_line
+from iotune.probes.fabrics import refuse_lost
 from iotune.proc import command, worker_env
 from iotune.records import append_record, host_facts, read_records
 from iotune.sweep import space as sp
@@ -125,6 +126,7 @@ def check_target(
             f"target {target} is not a directory",
             hint="name the directory (mount point) to write in",
         )
+    refuse_lost(target, "target")
     fs = fstype(target)
     if fs in ("tmpfs", "ramfs", "devtmpfs", "proc", "sysfs"):
         raise UsageError(

@@ -23,6 +23,15 @@ class PathWatch:
         self.fabrics = {d: f for d in disks if (f := read_fabric(tree, d)) is not None}
         self._since: dict[str, float] = {}
 
+    def not_live(self) -> str | None:
+        """Before the workload starts: the first namespace without a live path, in words."""
+        for d, first in self.fabrics.items():
+            f = read_fabric(self.tree, d) if self.tree.exists(f"/sys/block/{d}") else None
+            if f is None or f.state != "live":
+                state = "gone" if f is None else f.state
+                return f"{d} has no live path to {first.describe()} ({state})"
+        return None
+
     def check(self, now: float) -> str | None:
         """None while every namespace has a live path (or has had one within the grace);
         else one line naming the first that has not."""

@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 from iotune import proc
+from iotune.errors import IotuneError
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import latency, model
@@ -218,6 +219,13 @@ class Tracer:
     # ------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
         req = self.req
+        lost = self.watch.not_live() if req.command else None
+        if lost is not None:  # the workload would wait on it from its first request
+            raise IotuneError(
+                f"not started: {lost}",
+                hint="the target, or the network to it, is down: 'iotune devices --all' shows "
+                "the namespace's paths; run again once it is live",
+            )
         req.out.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
         old_term = signal.signal(signal.SIGTERM, raise_terminated)

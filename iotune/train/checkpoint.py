@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
+from iotune.probes.fabrics import refuse_lost
 from iotune.train.estimate import Estimate, IoVolume
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ def check_folder(
     if ck.dir.exists() and not ck.dir.is_dir():
         raise UsageError(f"--checkpoint-dir {ck.dir} is not a folder", hint="name a folder")
     base = _existing(ck.dir)
+    refuse_lost(base, "--checkpoint-dir")
     if not os.access(base, os.W_OK | os.X_OK):
         raise UsageError(
             f"--checkpoint-dir {ck.dir} is not writable ({base})",

@@ -15,6 +15,7 @@ from typing import Any
 from iotune import proc
 from iotune.checks import fstype, o_direct_error
 from iotune.errors import CommandFailed, IotuneError, UsageError
+from iotune.probes.fabrics import refuse_lost
 from iotune.probes.sysfs import SysTree
 from iotune.proc import command as worker_command
 from iotune.proc import worker_env
@@ -282,6 +283,7 @@ def check_nvme_path(path: Path, create: bool) -> str:
         raise UsageError(
             f"--nvme-path {path} is not a directory", hint="name a directory on the drive"
         )
+    refuse_lost(path, "offload directory")
     fs = fstype(path)
     if fs in ("tmpfs", "ramfs", "devtmpfs", "proc", "sysfs", "overlay"):
         raise UsageError(

@@ -347,3 +347,32 @@ def test_raid_status_reads_no_array_over_a_namespace_without_a_live_path(
     (ctl / "state").write_text("live\n")
     info = raid_host.array_info(host, "md127")
     assert read == ["/dev/md127"] and info.lost_path is None and info.fs == "xfs", info
+
+
+def test_a_workload_on_a_namespace_without_a_live_path_is_not_started(tmp_path: Path) -> None:
+    """Its first request would wait for ctrl_loss_tmo: what a trace with a command, a run,
+    a sweep and a checkpoint folder are refused on before anything starts (the refusals
+    themselves: the vm lab, tests/vm/test_fabric_training_vm.py)."""
+    from iotune.trace.pathwatch import PathWatch
+
+    tree = fabric_tree(tmp_path)
+    w = PathWatch(tree, ("nvme1n1",))
+    assert w.not_live() is None  # one of its two paths is live
+    (tmp_path / "sys/devices/virtual/nvme-fabrics/ctl/nvme1/state").write_text("resetting\n")
+    assert w.not_live() == (
+        "nvme1n1 has no live path to nvme-tcp 10.0.0.2:4420, 10.0.0.3:4420 (resetting)"
+    )
+
+    from iotune.probes.fabrics import lost_behind
+
+    _md_over_a_lost_namespace(tmp_path / "h")
+    h = SysTree(tmp_path / "h")
+    _link(tmp_path / "h", "sys/dev/block/9:127", "../../block/md127")
+    _link(tmp_path / "h", "sys/dev/block/259:0", "../../block/nvme0n1")
+    # a file system on the array over the namespace, and the namespace's own device
+    lost = "nvme2n1, which has no live path to nvme-tcp 10.0.0.2:4420 (connecting)"
+    assert lost_behind(h, os.makedev(9, 127)) == lost
+    # a local drive's, tmpfs's (major 0), a device this host does not have
+    assert lost_behind(h, os.makedev(259, 0)) is None
+    assert lost_behind(h, os.makedev(0, 45)) is None
+    assert lost_behind(h, os.makedev(8, 1)) is None

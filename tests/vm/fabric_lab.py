@@ -86,7 +86,8 @@ class FabricRuns:
     lost_devices: dict[str, Any]
     #: `raid status --json fab` then (no read of the array: it would wait)
     lost_status: dict[str, Any]
-    #: `raid create` over them then: rc and stderr
+    #: `raid create` over them then: rc and stderr; and under "run" and "sweep", a training
+    #: run's and a sweep's on the array then (with their seconds, "s")
     refused: dict[str, Any]
 
 
@@ -130,6 +131,20 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
         lost_status = lab.iotune_json("raid", "status", "fab")
         no = lab.iotune("raid", "create", *devs, "--name", "gone", "--yes")
         refused = {"rc": no.rc, "stderr": no.stderr}
+        # a run and a sweep on the array: refused before their first write there
+        for name, args in (
+            (
+                "run",
+                (
+                    *("trace", "--run", "tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/tmp/fab"),
+                    *("--steps", "2", "--out", str(lab.share / "fab-not-started")),
+                ),
+            ),
+            ("sweep", tuple(sweep_args("/tmp/fab", lab.share / "sweep-fab-lost"))),
+        ):
+            t0 = time.monotonic()
+            no = lab.iotune(*args, timeout=120)
+            refused[name] = {"rc": no.rc, "stderr": no.stderr, "s": time.monotonic() - t0}
     finally:
         lab.guest.run([py, TARGET, "attach", NQN, PORT]).check()
     _wait_live(lab, devs)

@@ -79,7 +79,8 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
     training after its grace (10 s), in one line naming the namespace and what it lost, and
     keeps the records made until then. `devices` shows both namespaces without a live path,
     `raid status` the array's lost namespace (its file system from the mount table: blkid's
-    read would wait), and `raid create` refuses them. The run's result is written (run.json, with the loss in
+    read would wait), and `raid create` refuses them, as a training run and a sweep on the
+    array are refused. The run's result is written (run.json, with the loss in
     it) and its swap files are left where they are (removing them would wait on the lost
     path too), the error's hint says where. Meanwhile a sync(2) waits on the lost namespaces'
     file system, and a run's write-back of its own does not: the checkpoint runs beside go
@@ -114,3 +115,15 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
     no = fabric_runs.refused
     assert no["rc"] == 1 and "refusing to build /dev/md/gone" in no["stderr"], no
     assert f"no live path to nvme-tcp {ADDR}:4420" in no["stderr"], no
+    # a run and a sweep on the array then: one line naming the namespace, at once (their
+    # first write there would have waited for ctrl_loss_tmo)
+    for name, what in (("run", "offload directory"), ("sweep", "target")):
+        r = no[name]
+        (line,) = [x for x in r["stderr"].splitlines() if x.startswith("iotune: error:")]
+        assert r["rc"] == 1 and re.fullmatch(
+            rf"iotune: error: {what} /tmp/fab is on ({names}), which has no live path to "
+            rf"nvme-tcp {re.escape(ADDR)}:4420 \((connecting|resetting)\): its reads and "
+            r"writes would wait for the controller's ctrl_loss_tmo",
+            line,
+        ), (name, r)
+        assert "Traceback" not in r["stderr"] and r["s"] < 60, (name, r)
