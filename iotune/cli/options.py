@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from iotune.errors import IotuneError, UsageError
+from iotune.probes.fabrics import DOWN_HINT
 from iotune.train.launch import LAUNCHERS
 
 
@@ -264,7 +265,6 @@ def exit_if_path_lost(result: dict[str, Any]) -> None:
         left = result.get("swap_dirs") or []  # a training run's: its file system waits too
         raise IotuneError(
             f"stopped: {lost}; records kept in {result['out']}",
-            hint="the target, or the network to it, is down: 'iotune devices --all' shows the "
-            "namespace's paths; its queued I/O waits for the controller's ctrl_loss_tmo"
+            hint=f"{DOWN_HINT}; its queued I/O waits for the controller's ctrl_loss_tmo"
             + (f"; the swap files are left in {', '.join(left)}" if left else ""),
         )

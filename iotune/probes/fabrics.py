@@ -196,6 +196,12 @@ def read_fabric(
     )
 
 
+#: the hint of every refusal and stop over a namespace without a live path
+DOWN_HINT = (
+    "the target, or the network to it, is down: 'iotune devices --all' shows the namespace's paths"
+)
+
+
 def lost_under(tree: SysTree, name: str, _seen: frozenset[str] = frozenset()) -> str | None:
     """The NVMe-oF namespace without a live path that a read of block device *name* would
     wait on (itself, or one under it through md/dm slaves and partitions); None if none."""
@@ -241,8 +247,7 @@ def refuse_lost(path: Path, what: str, tree: SysTree | None = None) -> None:
         raise IotuneError(
             f"{what} {path} is on {lost}: its reads and writes would wait for the "
             "controller's ctrl_loss_tmo",
-            hint="the target, or the network to it, is down: 'iotune devices --all' shows the "
-            "namespace's paths; run again once it is live",
+            hint=f"{DOWN_HINT}; run again once it is live",
         )
 
 

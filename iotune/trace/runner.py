@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 from iotune import proc
 from iotune.errors import IotuneError
+from iotune.probes.fabrics import DOWN_HINT
 from iotune.probes.sysfs import SysTree
 from iotune.records import append_record, host_facts, to_jsonable
 from iotune.trace import latency, model
@@ -223,8 +224,7 @@ class Tracer:
         if lost is not None:  # the workload would wait on it from its first request
             raise IotuneError(
                 f"not started: {lost}",
-                hint="the target, or the network to it, is down: 'iotune devices --all' shows "
-                "the namespace's paths; run again once it is live",
+                hint=f"{DOWN_HINT}; run again once it is live",
             )
         req.out.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()

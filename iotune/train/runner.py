@@ -358,12 +358,13 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     except BaseException:
         _remove_swap(req, prep)
         raise
-    # the records first: removing the swap files may wait on the drives
-    result = build_result(req, prep, trace, started)
-    write_result(out, result)
-    if not (trace or {}).get("lost_path"):
-        # with a path lost, the swap's file system waits on it (ctrl_loss_tmo): left as is
-        _remove_swap(req, prep)
+    try:  # the records first: removing the swap files may wait on the drives
+        result = build_result(req, prep, trace, started)
+        write_result(out, result)
+    finally:
+        if not (trace or {}).get("lost_path"):
+            # with a path lost, the swap's file system waits on it (ctrl_loss_tmo): left
+            _remove_swap(req, prep)
     return result
 
 
