@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, ProbeError
-from iotune.probes.sysfs import SysTree
+from iotune.probes.mounts import existing_ancestor
+from iotune.probes.sysfs import SysTree, disk_of
 
 #: transports over a network or another host's driver; "pcie" is a local drive
 FABRICS = frozenset({"tcp", "rdma", "fc", "loop"})
@@ -205,12 +206,7 @@ DOWN_HINT = (
 def lost_under(tree: SysTree, name: str, _seen: frozenset[str] = frozenset()) -> str | None:
     """The NVMe-oF namespace without a live path that a read of block device *name* would
     wait on (itself, or one under it through md/dm slaves and partitions); None if none."""
-    disk = name
-    if not tree.exists(f"/sys/block/{name}"):
-        disk = next(
-            (d for d in tree.listdir("/sys/block") if tree.exists(f"/sys/block/{d}/{name}")),
-            name,
-        )
+    disk = disk_of(tree, name) or name
     f = read_fabric(tree, disk)
     if f is not None and f.state != "live":
         return disk
@@ -238,10 +234,7 @@ def refuse_lost(path: Path, what: str, tree: SysTree | None = None) -> None:
     writes would wait on an NVMe-oF namespace without a live path: they queue until the
     controller's ``ctrl_loss_tmo`` (600 s by default), and a check that writes there first
     would stand still as long. Call it before anything touches the path's data."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    st = os.stat(p)
+    st = os.stat(existing_ancestor(path))
     lost = lost_behind(tree or SysTree("/"), st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev)
     if lost is not None:
         raise IotuneError(

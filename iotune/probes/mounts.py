@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from iotune.probes.sysfs import SysTree
 
@@ -60,6 +61,15 @@ def read_mounts(tree: SysTree) -> list[Mount]:
 
 def _inside(path: str, mountpoint: str) -> bool:
     return path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/")
+
+
+def existing_ancestor(path: Path) -> Path:
+    """*path*, or its nearest existing ancestor: the folder (and so the file system) a path
+    that is yet to be made will be on."""
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
 
 
 def mount_of(mounts: list[Mount], path: str) -> Mount | None:

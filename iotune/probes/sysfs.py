@@ -76,6 +76,16 @@ class SysTree:
             return str(real)
 
 
+def disk_of(tree: SysTree, name: str) -> str | None:
+    """The whole disk a block device belongs to (itself, or a partition's parent)."""
+    if tree.exists(f"/sys/block/{name}/dev"):
+        return name
+    for disk in tree.listdir("/sys/block"):
+        if tree.exists(f"/sys/block/{disk}/{name}/partition"):
+            return disk
+    return None
+
+
 def copy_touched(touched: set[str], dest: Path, src_root: Path = Path("/")) -> None:
     """Copy every touched path from *src_root* into *dest*, keeping sysfs symlinks.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from iotune.errors import DeviceNotFound, UsageError
 from iotune.probes.fabrics import mpath_paths
-from iotune.probes.sysfs import SysTree
+from iotune.probes.sysfs import SysTree, disk_of
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,6 @@ def devno_of(tree: SysTree, name: str) -> tuple[int, int]:
 def kernel_dev(major: int, minor: int) -> int:
     """dev_t as the block tracepoints carry it (MKDEV: major << 20 | minor)."""
     return (major << 20) | minor
-
-
-def disk_of(tree: SysTree, name: str) -> str | None:
-    """The whole disk a block device belongs to (itself, or a partition's parent)."""
-    if tree.exists(f"/sys/block/{name}/dev"):
-        return name
-    for disk in tree.listdir("/sys/block"):
-        if tree.exists(f"/sys/block/{disk}/{name}/partition"):
-            return disk
-    return None
 
 
 def _name_from_devno(tree: SysTree, major: int, minor: int, path: str) -> str:

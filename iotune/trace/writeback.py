@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from iotune.errors import DeviceNotFound, UsageError
-from iotune.probes.mounts import read_mounts
+from iotune.probes.mounts import existing_ancestor, read_mounts
 from iotune.probes.sysfs import SysTree
 from iotune.trace.targets import expand
 
@@ -23,7 +23,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def syncfs(path: str | Path) -> None:
     """Write back the file system *path* lies on (its nearest existing ancestor)."""
-    p = _existing(Path(path))
+    p = existing_ancestor(Path(path))
     fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if _libc.syncfs(fd) != 0:
@@ -60,16 +60,10 @@ def write_back(tree: SysTree, disks: Iterable[str], paths: Iterable[str | Path] 
     done: set[int] = set()
     for point in [*filesystems_on(tree, disks), *paths]:
         try:
-            dev = os.stat(_existing(Path(point))).st_dev
+            dev = os.stat(existing_ancestor(Path(point))).st_dev
         except OSError:
             continue
         if dev not in done:
             done.add(dev)
             syncfs(point)
     return len(done)
-
-
-def _existing(p: Path) -> Path:
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
 from iotune.probes.fabrics import refuse_lost
+from iotune.probes.mounts import existing_ancestor
 from iotune.train.estimate import Estimate, IoVolume
 
 if TYPE_CHECKING:
@@ -105,13 +106,6 @@ def save_volume(est: Estimate, optimizer_on_nvme: bool) -> IoVolume:
     return IoVolume(0, 12 * est.params * est.ranks // max(1, est.world))
 
 
-def _existing(path: Path) -> Path:
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
 def check_folder(
     ck: Checkpointing, steps: int, offload: list[Path], need: int, force: bool
 ) -> list[str]:
@@ -120,7 +114,7 @@ def check_folder(
     notes = []
     if ck.dir.exists() and not ck.dir.is_dir():
         raise UsageError(f"--checkpoint-dir {ck.dir} is not a folder", hint="name a folder")
-    base = _existing(ck.dir)
+    base = existing_ancestor(ck.dir)
     refuse_lost(base, "--checkpoint-dir")
     if not os.access(base, os.W_OK | os.X_OK):
         raise UsageError(
@@ -128,7 +122,7 @@ def check_folder(
             hint="name a folder you can write to, on the checkpoint volume",
         )
     dev = base.stat().st_dev
-    shared = [o for o in offload if _existing(o).stat().st_dev == dev]
+    shared = [o for o in offload if existing_ancestor(o).stat().st_dev == dev]
     if shared:
         msg = (
             f"--checkpoint-dir {ck.dir} is on the offload volume ({shared[0]}): its saves "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
+from iotune.probes.mounts import existing_ancestor
 from iotune.units import scale_for
 
 if TYPE_CHECKING:
@@ -52,14 +53,6 @@ class ScriptPlan:
         return result
 
 
-def _existing(path: Path) -> Path:
-    """The path, or its nearest existing folder (DeepSpeed creates the swap folder itself)."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
 def plan_script(
     model: str | None,
     ds_config: str | None,
@@ -100,7 +93,8 @@ def plan_script(
         est=estimate(p, cfg),
         nvme_path=nvme,
         devices=devices,
-        target=target if (devices or target) else str(_existing(nvme)),
+        # the swap folder, or its nearest existing folder: DeepSpeed makes it itself
+        target=target if (devices or target) else str(existing_ancestor(nvme)),
         focus=int(cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)),
     )
 

@@ -67,7 +67,7 @@ def resident_bytes(path: str) -> int:
         os.close(fd)
 
 
-def drop_caches(path: str) -> int:
+def drop_file_cache(path: str) -> int:
     """Drop *path*'s pages from the page cache (written back first) and return its bytes
     still resident (should be 0). The file's own: a global sync and drop_caches would also
     wait on every other file system, a lost NVMe-oF namespace's for minutes."""
@@ -176,7 +176,7 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
             handle.sync_pwrite(io_buf, path)
         for i in range(int(p.get("warmup", 1)) + int(p["repeats"])):
             if p["op"] == "read":
-                resident.append(drop_caches(path))
+                resident.append(drop_file_cache(path))
             c0, t0 = cpu_seconds(), time.perf_counter()
             if p["op"] == "read":
                 done = handle.sync_pread(io_buf, path)

@@ -338,7 +338,7 @@ def test_sweep_threads_times_the_real_cpu_adam(tmp_path: Path) -> None:
 
 
 def test_page_cache_residency_matches_fincore(tmp_path: Path) -> None:
-    from iotune.workers.aio_point import drop_caches, resident_bytes
+    from iotune.workers.aio_point import drop_file_cache, resident_bytes
 
     f = tmp_path / "cached.dat"
     f.write_bytes(os.urandom(4 * M))
@@ -349,7 +349,7 @@ def test_page_cache_residency_matches_fincore(tmp_path: Path) -> None:
         return int(out.strip())
 
     assert resident_bytes(str(f)) == fincore() == 4 * M
-    assert drop_caches(str(f)) == fincore() == 0
+    assert drop_file_cache(str(f)) == fincore() == 0
 
 
 def test_shipped_deepspeed_template_passes_deepspeeds_own_readers() -> None:
