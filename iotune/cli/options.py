@@ -3,8 +3,11 @@ parsers, the options of a training run, and the exit status of a finished worklo
 
 from __future__ import annotations
 
+import shlex
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -243,6 +246,37 @@ def interrupted_exit(signal_name: str) -> int:
 def workload_exit(code: int) -> int:
     """A workload's exit status passed on; killed by signal N (-N) it is 128 + N, as in a shell."""
     return code if code > 0 else 128 - code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def workload_failed(command: list[str], code: int, steps: int | None) -> tuple[str, str]:
+    """The line and hint for a traced command that exited non-zero. `steps` is how many
+    optimizer steps a script was traced through (None: not a script). After its steps, a
+    script most often dies in torch's shutdown: gloo's threads abort the interpreter's
+    finalisation when the process group was never destroyed."""
+    name = Path(command[0]).name
+    if steps is None:
+        when = ""
+    elif steps:
+        when = f" after {steps} step{'s' * (steps != 1)}"
+    else:
+        when = " before its first step"
+    how = f"exited {code}" if code > 0 else f"was killed by {_signal_name(-code)}"
+    line = f"iotune: {name} {how}{when}; the trace above is what ran until then"
+    hint = f"hint: its own output is above ({shlex.join(command)})"
+    if steps:
+        hint += (
+            f"; the {steps} traced step{'s are' if steps != 1 else ' is'} whole. A script that"
+            " ends without torch.distributed.destroy_process_group() can abort (SIGABRT) in"
+            " torch's shutdown after its last step"
+        )
+    return line, hint
 
 
 def confirm(yes: bool, what: str) -> None:

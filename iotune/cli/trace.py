@@ -8,7 +8,6 @@ runs the tracer and renders.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from iotune.cli.options import (
     json_option,
     run_options,
     workload_exit,
+    workload_failed,
 )
 from iotune.cli.running import run_preset
 from iotune.errors import UsageError
@@ -348,12 +348,7 @@ def trace_cmd(
         sys.exit(interrupted_exit(result["interrupted"]))
     if result["exit_code"]:
         code = result["exit_code"]
-        found = (result.get("script") or {}).get("steps_found")
-        before = " before its first step" if script is not None and not found else ""
-        click.echo(
-            f"iotune: {Path(command[0]).name} exited {code}{before}; the trace above is what "
-            "ran until then",
-            err=True,
-        )
-        click.echo(f"hint: its own output is above ({shlex.join(command)})", err=True)
+        steps = (result.get("script") or {}).get("steps_found", 0) if script else None
+        for text in workload_failed(list(command), code, steps):
+            click.echo(text, err=True)
         sys.exit(workload_exit(code))

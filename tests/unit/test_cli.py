@@ -11,7 +11,7 @@ from iotune import cli as cli_mod
 from iotune import doctor
 from iotune.checks import Check, Family, Status
 from iotune.cli import devices as devices_cli
-from iotune.cli.options import interrupted_exit, workload_exit
+from iotune.cli.options import interrupted_exit, workload_exit, workload_failed
 from iotune.probes.host import RecordedHost
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -137,6 +137,24 @@ def test_doctor_json(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_exit_status_of_a_workload() -> None:
     assert (interrupted_exit("SIGINT"), interrupted_exit("SIGTERM")) == (130, 143)
     assert (workload_exit(3), workload_exit(-9), workload_exit(-15)) == (3, 137, 143)
+
+
+def test_a_failed_command_is_named_with_when_it_failed() -> None:
+    """A command, a script before its first step, a script after its steps (most often torch's
+    shutdown abort when the process group was never destroyed): each line says which."""
+    cmd = ["/usr/bin/python", "train.py", "a b"]
+    line, hint = workload_failed(cmd, 2, None)
+    assert line == "iotune: python exited 2; the trace above is what ran until then"
+    assert hint == "hint: its own output is above (/usr/bin/python train.py 'a b')"
+    line, hint = workload_failed(cmd, 1, 0)
+    assert line.startswith("iotune: python exited 1 before its first step;")
+    assert "destroy_process_group" not in hint
+    line, hint = workload_failed(cmd, 1, 3)
+    assert line.startswith("iotune: python exited 1 after 3 steps;")
+    assert "the 3 traced steps are whole" in hint and "destroy_process_group()" in hint
+    assert "python was killed by SIGABRT after 1 step;" in workload_failed(cmd, -6, 1)[0]
+    assert "was killed by signal 99;" in workload_failed(cmd, -99, None)[0]
+    assert "the 1 traced step is whole" in workload_failed(cmd, 1, 1)[1]
 
 
 @pytest.mark.parametrize(
