@@ -258,8 +258,9 @@ def _signal_name(number: int) -> str:
 def workload_failed(command: list[str], code: int, steps: int | None) -> tuple[str, str]:
     """The line and hint for a traced command that exited non-zero. `steps` is how many
     optimizer steps a script was traced through (None: not a script). After its steps, a
-    script most often dies in torch's shutdown: gloo's threads abort the interpreter's
-    finalisation when the process group was never destroyed."""
+    DeepSpeed script can die in Python's shutdown: an async I/O thread that frees a finished
+    request's buffer then must take the GIL, and the interpreter's finalisation aborts it
+    (libstdc++'s "terminate called without an active exception"), a race in DeepSpeed."""
     name = Path(command[0]).name
     if steps is None:
         when = ""
@@ -272,9 +273,10 @@ def workload_failed(command: list[str], code: int, steps: int | None) -> tuple[s
     hint = f"hint: its own output is above ({shlex.join(command)})"
     if steps:
         hint += (
-            f"; the {steps} traced step{'s are' if steps != 1 else ' is'} whole. A script that"
-            " ends without torch.distributed.destroy_process_group() can abort (SIGABRT) in"
-            " torch's shutdown after its last step"
+            f"; the {steps} traced step{'s are' if steps != 1 else ' is'} whole. A DeepSpeed"
+            " script can abort (SIGABRT, 'terminate called without an active exception') as"
+            " Python shuts down after its last step: its async I/O threads may free their last"
+            " buffers then"
         )
     return line, hint
 

@@ -33,6 +33,26 @@ SEQ = "32"
 beside_study = pytest.mark.beside_study
 
 
+#: libstdc++'s words when DeepSpeed's async I/O race aborts a script's shutdown
+SHUTDOWN_ABORT = "terminate called without an active exception"
+
+
+def script_ended(p: subprocess.CompletedProcess[str], steps: int) -> None:
+    """A traced script ended well, or after its *steps* in DeepSpeed's shutdown race: an
+    async I/O thread frees a finished request's pinned buffer once the script's Python has
+    begun to shut down, must take the GIL, and the interpreter aborts it (about one run in
+    ten on a loaded 2-core host: gdb showed io_op_desc_t's destructor on an AIO thread in
+    take_gil, the main thread in finalisation's gc). The script's status is passed on (134
+    run directly; a launcher's own for its child's SIGABRT), iotune's line says when, and
+    its hint that the steps are whole."""
+    if p.returncode == 0:
+        return
+    tail = p.stderr[-3000:]
+    assert SHUTDOWN_ABORT in p.stderr, tail
+    assert f"after {steps} steps; the trace above is what ran until then" in p.stderr, tail
+    assert f"the {steps} traced steps are whole" in p.stderr, tail
+
+
 def _offload_dir(loop_device: Callable[..., str]) -> Path:
     dev = loop_device(size_mib=1024, fs="ext4", mount=True)
     # DeepSpeed's 512 KiB requests whole, as on an NVMe drive (a loop device merges two)
@@ -151,9 +171,10 @@ def test_your_own_script_is_traced_step_by_step_beside_the_estimate(
         # DeepSpeed's ops as iotune built them (a script of its own would build them into
         # ~/.cache/torch_extensions first: minutes)
         env=worker_env(),
+        check=False,
     )
+    script_ended(p, 3)
     doc = json.loads(p.stdout)
-    assert doc["exit_code"] == 0
     s = doc["script"]
     assert s["initialised"] and s["steps_found"] == 3, s
     assert s["late_cuts"] == 0 and not s["events_lost"], s

@@ -18,7 +18,7 @@ import pytest
 
 from iotune.proc import worker_env
 from tests.root.conftest import iotune
-from tests.root.test_custom_root import DATA, FS_WRITES, _offload_dir
+from tests.root.test_custom_root import DATA, FS_WRITES, _offload_dir, script_ended
 
 BIN = Path(sys.executable).parent
 MODEL = str(DATA / "gpt_neox")
@@ -92,7 +92,7 @@ def test_a_launched_script_is_traced_step_by_step_with_the_models_bytes(
         env={**worker_env(), "DS_ACCELERATOR": "cpu"},
         check=False,
     )
-    assert p.returncode == 0, p.stderr[-3000:]
+    script_ended(p, STEPS)
     doc: dict[str, Any] = json.loads(p.stdout)
     s = doc["script"]
     assert s["initialised"] and s["steps_found"] == STEPS, (launcher, s)

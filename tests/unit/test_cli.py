@@ -140,18 +140,18 @@ def test_exit_status_of_a_workload() -> None:
 
 
 def test_a_failed_command_is_named_with_when_it_failed() -> None:
-    """A command, a script before its first step, a script after its steps (most often torch's
-    shutdown abort when the process group was never destroyed): each line says which."""
+    """A command, a script before its first step, a script after its steps (most often
+    DeepSpeed's async I/O threads aborting Python's shutdown): each line says which."""
     cmd = ["/usr/bin/python", "train.py", "a b"]
     line, hint = workload_failed(cmd, 2, None)
     assert line == "iotune: python exited 2; the trace above is what ran until then"
     assert hint == "hint: its own output is above (/usr/bin/python train.py 'a b')"
     line, hint = workload_failed(cmd, 1, 0)
     assert line.startswith("iotune: python exited 1 before its first step;")
-    assert "destroy_process_group" not in hint
+    assert "async I/O" not in hint
     line, hint = workload_failed(cmd, 1, 3)
     assert line.startswith("iotune: python exited 1 after 3 steps;")
-    assert "the 3 traced steps are whole" in hint and "destroy_process_group()" in hint
+    assert "the 3 traced steps are whole" in hint and "async I/O threads" in hint
     assert "python was killed by SIGABRT after 1 step;" in workload_failed(cmd, -6, 1)[0]
     assert "was killed by signal 99;" in workload_failed(cmd, -99, None)[0]
     assert "the 1 traced step is whole" in workload_failed(cmd, 1, 1)[1]

@@ -27,7 +27,6 @@ def main() -> None:
         opt.step()
         opt.zero_grad()
         print(f"step {step + 1} loss {loss.item():.4f}", flush=True)
-    acc.end_training()  # accelerate's own ending: it destroys the process group
 
 
 if __name__ == "__main__":

@@ -76,9 +76,6 @@ def main() -> None:
             engine.backward(loss)
             engine.step()
         print(f"step {step + 1} loss {loss.item():.4f}", flush=True)
-    # torch's documented shutdown: without it gloo's threads can abort (SIGABRT) the
-    # interpreter's finalisation after the last step
-    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

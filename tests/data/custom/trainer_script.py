@@ -49,8 +49,6 @@ def main() -> None:
     model = AutoModelForCausalLM.from_config(cfg)
     data = Tokens(steps * micro * ga, seq, cfg.vocab_size)
     Trainer(model=model, args=args, train_dataset=data).train()
-    if torch.distributed.is_initialized():  # torch's documented shutdown (see train_script.py)
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
