@@ -5,11 +5,14 @@ Drives (serial → state after set-up):
   /dev/md/held (RAID1) · IOT3 ext4 mounted at /tmp/iot3 · IOT4, IOT5 blank (128 MiB)
   IOT6..IOT9 blank (256 MiB, for the raid tests) · IOT10 a stale ext4 signature (256 MiB)
   FAB0, FAB1 blank (64 MiB), exported over NVMe/TCP by the fabrics tests; FAB2 over RDMA
+  FB0, FB1 blank (512 MiB), exported over NVMe/TCP to the study's lab, the second guest, on
+  a virtual network between the two (guest.Link; tests/vm/fabric_lab.py)
 Tests that build arrays leave their drives blank again.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -24,8 +27,8 @@ from typing import Any
 import pytest
 
 from tests.vm.checkpoint_lab import CheckpointRuns, run_checkpoints
-from tests.vm.fabric_lab import FabricRuns, run_fabric
-from tests.vm.guest import Drive, Early, Guest
+from tests.vm.fabric_lab import FAB_SERIALS, FabricRuns, run_fabric
+from tests.vm.guest import Drive, Early, Guest, Link
 from tests.vm.study_lab import (
     STUDY_NICE,
     Lab,
@@ -51,6 +54,8 @@ DRIVES = [
     Drive("FAB0", size_mib=64),
     Drive("FAB1", size_mib=64),
     Drive("FAB2", size_mib=64),  # over NVMe/RDMA (soft-RoCE)
+    # exported over the link to the study's lab, the other host (tests/vm/fabric_lab.py)
+    *(Drive(s, size_mib=512) for s in FAB_SERIALS),
 ]
 BLANK = ("IOT0", "IOT4", "IOT5", "IOT6", "IOT7", "IOT8", "IOT9")
 
@@ -68,15 +73,33 @@ class Session:
         return json.loads(r.stdout)
 
 
+@functools.cache
+def link() -> Link:
+    """The session's virtual network: the session guest (1) and the study's lab (2)."""
+    return Link(Path(tempfile.mkdtemp(prefix="iotune-vm-link-")))
+
+
 def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Session:
     workdir = Path(tempfile.mkdtemp(prefix="iotune-vm-"))
     # NVMe-oF namespaces as disks of their own, not multipath heads: on the guest's 6.1 kernel
-    # a head's hidden paths carry no device number for the tracer (iotune trace says so)
-    guest = Guest(workdir, DRIVES, environ=environ, append=("nvme_core.multipath=N",))
+    # a head's hidden paths carry no device number for the tracer (iotune trace says so).
+    # Without hardened usercopy: its check in the guest's 6.1 kernel stops nvmet-tcp's
+    # receive of a 512 KiB write (the lab's, tests/vm/fabric_lab.py) with a kernel BUG
+    # ("usercopy: Kernel memory ... attempt detected from page alloc", in
+    # nvmet_tcp_io_work), and the target hangs; seen here, and the known workaround for it
+    # on Debian's 6.1
+    guest = Guest(
+        workdir,
+        DRIVES,
+        environ=environ,
+        qemu_opts=link().qemu_opts(1),
+        append=("nvme_core.multipath=N", "hardened_usercopy=off"),
+    )
     guests.append(guest)
     guest.start(timeout=900)  # it may boot beside another guest's emulated import
     if cancel.is_set():
         raise RuntimeError("the vm guest was stopped while it came up")
+    link().up(guest, 1)
     guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid1", "raid456", "raid10"]).check()
     s = Session(guest)
     guest.run(
@@ -102,7 +125,7 @@ def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Se
 #: that its boot and imports take what CPU the root and unit tiers leave idle
 SETUPS: dict[str, Callable[[list[Guest], Event, dict[str, str]], Any]] = {
     "vm": _vm_setup,
-    "lab": bring_up,
+    "lab": lambda guests, cancel, environ: bring_up(guests, cancel, environ, link()),
 }
 _early: dict[str, Early[Any]] = {}
 
@@ -169,7 +192,7 @@ def _start_runs(lost: bool = False) -> None:
         return
     early = _early.get("lab")
     if early is None or early.stopped:
-        early = _early["lab"] = _made(bring_up)
+        early = _early["lab"] = _made(SETUPS["lab"])
 
     def go_on() -> None:
         if early.cancel.is_set():
@@ -191,9 +214,12 @@ def _start_runs(lost: bool = False) -> None:
     def fabric() -> FabricRuns:
         RUNS["lab_runs"].result()
         go_on()
+        # the target: the session guest, the other end of the link
+        target: Session = _early["vm"].take()
+        backing = [target.dev(s) for s in FAB_SERIALS]
         # beside the checkpoints and the member lost, through an agent of its own: none of
         # them is timed, and they wait on the throttled drives while it uses the CPU
-        return run_fabric(early.take().beside(), go_on)
+        return run_fabric(early.take().beside(), target.guest, backing, go_on)
 
     def timed(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         def go() -> Any:
@@ -268,6 +294,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _stop_all([early for early in _early.values() if not early.stopped])
     finally:
         folders = [guest.workdir for early in _all_early for guest in early.guests]
+        if link.cache_info().currsize:
+            shutil.rmtree(link().folder, ignore_errors=True)
         if exitstatus == pytest.ExitCode.OK:
             for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -330,9 +358,10 @@ def lost_member(lab: Lab) -> LostMember:
 
 
 @pytest.fixture(scope="module")
-def fabric_runs(lab: Lab) -> FabricRuns:
-    """A RAID0 over two NVMe/TCP namespaces of the lab's own target, swept and trained on
-    (fabric_lab.run_fabric), beside the checkpoints and the member lost."""
+def fabric_runs(lab: Lab, vm: Session) -> FabricRuns:
+    """A RAID0 over two NVMe/TCP namespaces of the session guest's target, across the link,
+    swept and trained on in the lab (fabric_lab.run_fabric), beside the checkpoints and the
+    member lost."""
     _start_runs()
     if "fabric_runs" not in RUNS:
         raise RuntimeError("the study's runs were started without the fabric's")

@@ -1,16 +1,18 @@
-"""NVMe over TCP under training, in the study's lab (tests/vm/study_lab.py), once its study
-is done, beside its checkpoints and its member lost (through the lab's second agent: none of
-them is timed, and they wait on throttled drives while this uses the CPU): two of its drives
-(FB0, FB1: not throttled, so nothing but the emulated CPU paces the transport) exported by
-the guest's own target (nvmet-tcp on 127.0.0.1, as tests/vm/test_fabrics_vm.py sets it up),
-connected with `iotune fabrics connect`, a RAID0 over the two namespaces built with `iotune
-raid create` (xfs, mounted), and on it, through the lab's zygote: `iotune sweep-aio` with
-DeepSpeed's swapping pattern of the study's model, `iotune trace --run tiny_opt_nvme` (each
-request counted on its namespace), and a second run whose target is taken off its port once
-the run has initialised (LOSE_PATH, in the guest). That one runs while the checkpoint runs
-go on beside it: their start writes back their own drives' file systems (syncfs), not
-every one (sync(2) would wait on the lost namespaces' until ctrl_loss_tmo). The lab's guest
-boots with ``nvme_core.multipath=N``: a namespace is a disk of its own."""
+"""NVMe over TCP across a network under training, in the study's lab (tests/vm/study_lab.py),
+once its study is done, beside its checkpoints and its member lost (through the lab's second
+agent: none of them is timed, and they wait on throttled drives while this uses the CPU).
+Two hosts on one wire (tests/vm/guest.Link): the session's other guest (tests/vm/conftest.py)
+is the target, its kernel's nvmet-tcp exporting two of its drives (FB0, FB1: not
+throttled, so nothing but the emulated CPUs and the link pace the transport) on its address;
+the lab connects them with `iotune fabrics connect`, builds a RAID0 over the two namespaces
+with `iotune raid create` (xfs, mounted), and on it, through the lab's zygote, runs `iotune
+sweep-aio` with DeepSpeed's swapping pattern of the study's model, `iotune trace --run
+tiny_opt_nvme` (each request counted on its namespace), and a second run whose network is
+cut once the run has initialised: the lab's end of the link taken down (LOSE_PATH, in the
+lab). That one runs while the checkpoint runs go on beside it: their start writes back
+their own drives' file systems (syncfs), not every one (sync(2) would wait on the lost
+namespaces' until ctrl_loss_tmo). Both guests boot with ``nvme_core.multipath=N``: a
+namespace is a disk of its own."""
 
 from __future__ import annotations
 
@@ -22,26 +24,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.vm.study_lab import BIN, FAB_SERIALS, SET_ARGS, Lab, sweep_args
+from tests.vm.guest import Guest, Link
+from tests.vm.study_lab import BIN, SET_ARGS, Lab, sweep_args
 
 NQN = "nqn.2026-11.io.iotune:lab"
-PORT = "1"
-ADDR = "127.0.0.1"
+#: the target's nvmet port (the session guest's own fabrics tests use port 1 on 127.0.0.1)
+PORT = "7"
+#: the target: the session guest, host 1 on the link
+ADDR = Link.addr(1)
+#: the target's drives (the session guest's), exported to the lab
+FAB_SERIALS = ("FB0", "FB1")
 TARGET = str(Path(__file__).resolve().parent / "nvmet_target.py")
 #: the traced run's steps: the first, then a steady one
 FAB_STEPS = 2
 
-#: in the guest: a traced run on the fabric RAID0 (argv as JSON), its target's subsystem
-#: taken off the port once the run's init record is written (the steps after it swap to the
-#: namespaces); its exit code, stderr and the seconds from the loss to its end. Then, the
-#: path still lost: whether a sync(2) started then is still held after 3 s (it waits on the
-#: lost namespaces' xfs, and ends once they are back), and the seconds a run's write-back
-#: of another file system (the guest's /tmp) took meanwhile
+#: in the lab: a traced run on the fabric RAID0 (argv as JSON), the lab's end of the link
+#: (its interface, argv 3) taken down once the run's init record is written (the steps after
+#: it swap to the namespaces); its exit code, stderr and the seconds from the loss to its
+#: end. Then, the path still lost: whether a sync(2) started then is still held after 3 s (it
+#: waits on the lost namespaces' xfs, and ends once they are back), and the seconds a run's
+#: write-back of another file system (the guest's /tmp) took meanwhile
 LOSE_PATH = """
 import json, os, subprocess, sys, time
 from iotune.probes.sysfs import SysTree
 from iotune.trace.writeback import write_back
-argv, steps, target, nqn, port = json.loads(sys.argv[1]), *sys.argv[2:6]
+argv, steps, iface = json.loads(sys.argv[1]), *sys.argv[2:4]
 log = open("/tmp/fab-lost.err", "w+")
 p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True)
 deadline = time.monotonic() + 900
@@ -52,7 +59,7 @@ while not (os.path.exists(steps) and '"init"' in open(steps).read()):
         sys.exit(f"no init record (exit {p.poll()}): {log.read()[-3000:]}")
     time.sleep(0.05)
 t0 = time.monotonic()
-subprocess.run([sys.executable, target, "detach", nqn, port], check=True)
+subprocess.run(["ip", "link", "set", iface, "down"], check=True)
 p.wait(timeout=240)
 after = time.monotonic() - t0
 # nothing of the agent's inherited: its output would stay open while sync waits
@@ -71,6 +78,10 @@ print(json.dumps({"rc": p.returncode, "stderr": log.read()[-6000:], "after_s": a
 class FabricRuns:
     #: the two namespaces (block device names), as `fabrics connect` named them
     namespaces: list[str]
+    #: `devices --all --json` of the namespaces once connected
+    devices: dict[str, Any]
+    #: the lab's end of the link (its interface)
+    iface: str
     #: `raid create --json` over them
     created: dict[str, Any]
     #: `sweep-aio --json` on the RAID0's file system
@@ -91,16 +102,22 @@ class FabricRuns:
     refused: dict[str, Any]
 
 
-def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns:
-    """The target up and connected, the RAID0 built, the sweep, the run, the lost path."""
+def run_fabric(
+    lab: Lab, target: Guest, backing: list[str], go_on: Callable[[], None] = lambda: None
+) -> FabricRuns:
+    """The target up in the other guest (*backing*: its drives) and connected across the
+    link, the RAID0 built, the sweep, the run, the lost path."""
     py = sys.executable
-    backing = [f"/dev/{lab.names[s]}" for s in FAB_SERIALS]
-    lab.guest.run([py, TARGET, "up", NQN, ADDR, PORT, *backing]).check()
+    target.run([py, TARGET, "up", NQN, ADDR, PORT, *backing]).check()
+    route = lab.guest.run(["ip", "-o", "route", "get", ADDR]).check().stdout.split()
+    iface = route[route.index("dev") + 1]
+    _wait_reachable(lab)
     done = lab.iotune_json("fabrics", "connect", f"tcp://{ADDR}")
     if not done.get("connected") or len(done.get("namespaces") or []) != 2:
         raise RuntimeError(f"fabrics connect: {done}")
     names = sorted(done["namespaces"])
     devs = [f"/dev/{n}" for n in names]
+    devices = lab.iotune_json("devices", "--all", *devs)
     created = lab.iotune_json(
         "raid", "create", *devs, "--name", "fab", "--mount", "/tmp/fab", "--yes"
     )
@@ -122,7 +139,7 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
     ]
     try:
         r = lab.guest.run(
-            [py, "-c", LOSE_PATH, json.dumps(argv), str(out / "steps.jsonl"), TARGET, NQN, PORT],
+            [py, "-c", LOSE_PATH, json.dumps(argv), str(out / "steps.jsonl"), iface],
             timeout=1500,
             env=lab.env,
         ).check()
@@ -146,11 +163,32 @@ def run_fabric(lab: Lab, go_on: Callable[[], None] = lambda: None) -> FabricRuns
             no = lab.iotune(*args, timeout=120)
             refused[name] = {"rc": no.rc, "stderr": no.stderr, "s": time.monotonic() - t0}
     finally:
-        lab.guest.run([py, TARGET, "attach", NQN, PORT]).check()
+        lab.guest.run(["ip", "link", "set", iface, "up"]).check()
     _wait_live(lab, devs)
     return FabricRuns(
-        names, created, sweep, run, run_out, lost, out, lost_devices, lost_status, refused
+        names,
+        devices,
+        iface,
+        created,
+        sweep,
+        run,
+        run_out,
+        lost,
+        out,
+        lost_devices,
+        lost_status,
+        refused,
     )
+
+
+def _wait_reachable(lab: Lab, seconds: float = 120.0) -> None:
+    """The target's port answers across the link (a TCP connection to it)."""
+    probe = f"import socket; socket.create_connection(({ADDR!r}, 4420), timeout=5).close()"
+    deadline = time.monotonic() + seconds
+    while (r := lab.guest.run([sys.executable, "-c", probe])).rc != 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{ADDR}:4420 does not answer across the link: {r.stderr[-500:]}")
+        time.sleep(1)
 
 
 def _wait_live(lab: Lab, devs: list[str], seconds: float = 180.0) -> None:

@@ -39,6 +39,57 @@ class Drive:
     bps: int = 0  # QEMU's own throttling of the drive (bytes/s, reads and writes together); 0: none
 
 
+@dataclass(frozen=True)
+class Link:
+    """A virtual network between two guests of one session, as two hosts on one wire: each
+    guest's virtio-net NIC on QEMU's datagram netdev, the two unix sockets in *folder* (each
+    guest binds its own and sends to the other's; a frame sent before the other is up is
+    dropped, as on a wire). No bridge, tap or host network set-up. Guest *me* (1 or 2) is
+    10.77.0.*me*; its NIC says *speed_mbps* in /sys/class/net/IF/speed, as a real one does."""
+
+    folder: Path
+    speed_mbps: int = 10000
+
+    @staticmethod
+    def addr(me: int) -> str:
+        return f"10.77.0.{me}"
+
+    @staticmethod
+    def mac(me: int) -> str:
+        return f"52:54:00:77:00:{me:02x}"
+
+    def qemu_opts(self, me: int) -> tuple[str, ...]:
+        mine, other = (self.folder / f"guest{n}.sock" for n in (me, 3 - me))
+        return (
+            "-device",
+            f"virtio-net-pci,netdev=link,mac={self.mac(me)},speed={self.speed_mbps},duplex=full",
+            "-netdev",
+            f"dgram,id=link,local.type=unix,local.path={mine},remote.type=unix,remote.path={other}",
+        )
+
+    def up(self, guest: Guest, me: int) -> str:
+        """The guest's end of the link configured (its NIC's driver loaded, the address set,
+        the link up); its interface's name."""
+        script = (
+            "import glob, os, subprocess, sys, time\n"
+            "subprocess.run(['modprobe', 'virtio_net'], check=True)\n"
+            "deadline = time.monotonic() + 30\n"
+            "while True:\n"
+            "    found = [os.path.basename(os.path.dirname(a)) for a in "
+            "glob.glob('/sys/class/net/*/address') if open(a).read().strip() == sys.argv[1]]\n"
+            "    if found or time.monotonic() > deadline:\n"
+            "        break\n"
+            "    time.sleep(0.2)\n"
+            "if not found:\n"
+            "    sys.exit('no NIC with MAC ' + sys.argv[1])\n"
+            "subprocess.run(['ip', 'addr', 'add', sys.argv[2] + '/24', 'dev', found[0]], check=True)\n"
+            "subprocess.run(['ip', 'link', 'set', found[0], 'up'], check=True)\n"
+            "print(found[0])\n"
+        )
+        out = guest.run([sys.executable, "-c", script, self.mac(me), self.addr(me)]).check()
+        return out.stdout.strip()
+
+
 @dataclass
 class Result:
     argv: list[str]

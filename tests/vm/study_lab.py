@@ -1,8 +1,9 @@
 """The RAID0 study's lab: a guest of its own (QEMU TCG) with seven NVMe drives throttled
 to the same bandwidth, a single drive, a RAID0 of 2 and a RAID0 of 4 built with `iotune raid
-create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py; two more
-for NVMe/TCP: tests/vm/fabric_lab.py), and a zygote that has imported torch, DeepSpeed and transformers once, for every
-training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
+create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py; and a
+NIC on the session's virtual network, whose other guest exports two drives over NVMe/TCP:
+tests/vm/fabric_lab.py), and a zygote that has imported torch, DeepSpeed and transformers
+once, for every training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
 Used by tests/vm/test_study_vm.py through the ``lab`` and ``lab_runs`` fixtures
 (tests/vm/conftest.py), which bring the lab up early and run the study beside the tests
 marked ``beside_study``."""
@@ -21,7 +22,7 @@ from typing import Any
 
 from iotune.records import read_records
 from tests.vm import guest_ops
-from tests.vm.guest import Drive, Guest, Result
+from tests.vm.guest import Drive, Guest, Link, Result
 
 MIB = 2**20
 #: each drive's bandwidth, reads and writes together (QEMU's throttling.bps-total)
@@ -30,13 +31,9 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
-#: exported over NVMe/TCP by the guest's own target once the study is done
-#: (tests/vm/fabric_lab.py): not throttled
-FAB_SERIALS = ("FB0", "FB1")
 DRIVES = [
     *(Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members),
     *(Drive(s, size_mib=1024) for s in CK_SERIALS),
-    *(Drive(s, size_mib=512) for s in FAB_SERIALS),
 ]
 ZYGOTE = "/tmp/iotune-zygote.sock"
 BIN = Path(sys.executable).parent
@@ -131,11 +128,13 @@ def wait_for(log: Path, text: str, seconds: float, cancel: Event | None = None) 
         time.sleep(1)
 
 
-def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab:
+def bring_up(
+    guests: list[Guest], cancel: Event, environ: dict[str, str], link: Link | None = None
+) -> Lab:
     """The guest booted, the zygote's import done, the three volumes built: minutes of
     emulated CPU that measure nothing. The guest goes into *guests* as soon as it exists,
     for whoever stops it; *cancel* set ends the bring-up at its next stage; the ops' build
-    and the guest start in *environ*."""
+    and the guest start in *environ*. On *link*, it is host 2 (tests/vm/fabric_lab.py)."""
 
     def go_on() -> None:
         if cancel.is_set():
@@ -149,20 +148,21 @@ def bring_up(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Lab
         workdir,
         DRIVES,
         memory="4G",
-        qemu_opts=("-accel", "tcg,thread=multi,tb-size=1024"),
+        qemu_opts=(
+            *("-accel", "tcg,thread=multi,tb-size=1024"),
+            *(link.qemu_opts(2) if link else ()),
+        ),
         rwdirs=(top,),
         environ=environ,
         # NVMe-oF namespaces as disks of their own (tests/vm/fabric_lab.py, and see
-        # tests/vm/conftest.py); the emulated PCIe drives have one path each either way.
-        # Without hardened usercopy: its check in the guest's 6.1 kernel stops nvmet-tcp's
-        # receive of a 512 KiB write with a kernel BUG ("usercopy: Kernel memory ...
-        # attempt detected from page alloc", in nvmet_tcp_io_work), and the target hangs;
-        # seen here, and the known workaround for it on Debian's 6.1
-        append=("nvme_core.multipath=N", "hardened_usercopy=off"),
+        # tests/vm/conftest.py); the emulated PCIe drives have one path each either way
+        append=("nvme_core.multipath=N",),
     )
     guests.append(guest)
     guest.start(timeout=600)
     go_on()
+    if link:
+        link.up(guest, 2)
     # a second agent now, while the first is free to start it (tests/vm/fabric_lab.py)
     lab = Lab(guest, env, side=guest.agent("side"))
     # the zygote imports torch, DeepSpeed and transformers once (minutes of emulated

@@ -1,8 +1,9 @@
-"""NVMe over TCP under the real programs' training path, in the study's lab once its study is
-done (tests/vm/fabric_lab.py): a RAID0 over two namespaces of the guest's own nvmet-tcp
-target, `iotune sweep-aio` on it with the study model's swapping, `iotune trace --run
-tiny_opt_nvme` on it, exact to the model summed over the namespaces, and a run whose target
-goes away once it has initialised, stopped with the namespace named."""
+"""NVMe over TCP across a network under the real programs' training path, in the study's lab
+once its study is done (tests/vm/fabric_lab.py): two namespaces of the other guest's nvmet-tcp
+target, seen across the virtual link between the two; a RAID0 over them, `iotune sweep-aio`
+on it with the study model's swapping, `iotune trace --run tiny_opt_nvme` on it, exact to the
+model summed over the namespaces, and a run whose network goes away once it has
+initialised, stopped with the namespace named."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import json
 import re
 from typing import Any
 
-from tests.vm.fabric_lab import ADDR, FAB_STEPS, FabricRuns
+from tests.vm.conftest import Session
+from tests.vm.fabric_lab import ADDR, FAB_SERIALS, FAB_STEPS, NQN, FabricRuns
 from tests.vm.study_lab import SETS
 
 #: what writes move beyond DeepSpeed's files: xfs's log and metadata (tens of KiB a step)
@@ -21,6 +23,28 @@ def _run_doc(fabric_runs: FabricRuns) -> dict[str, Any]:
     doc = fabric_runs.run
     assert doc["steps_done"] == FAB_STEPS, doc.get("error")
     return doc
+
+
+def test_the_namespaces_come_from_the_other_guest_across_the_link(
+    fabric_runs: FabricRuns, vm: Session
+) -> None:
+    """Two hosts on one wire: the lab sees each namespace over TCP from the other guest's
+    address, live, through its NIC at the speed the NIC reports; on the other guest, the
+    drives behind them are in use, exported by its target."""
+    for d in fabric_runs.devices["devices"]:
+        f = d["fabric"]
+        assert d["name"] in fabric_runs.namespaces, d
+        assert (f["transport"], f["nqn"], f["state"]) == ("tcp", NQN, "live"), f
+        assert f["target"] == f"{ADDR}:4420" and len(f["paths"]) == 1, f
+        assert (f["iface"], f["link_mbps"]) == (fabric_runs.iface, 10000), f
+    exported = vm.iotune_json("devices", "--all", *(vm.dev(s) for s in FAB_SERIALS))
+    backing = {d["name"]: d for d in exported["devices"]}
+    for i, serial in enumerate(FAB_SERIALS, 1):
+        d = backing[vm.dev(serial).removeprefix("/dev/")]
+        assert {
+            "kind": "exported",
+            "detail": f"exported by this host's NVMe-oF target as {NQN} namespace {i}",
+        } in d["in_use"], d["in_use"]
 
 
 def test_a_raid0_over_two_tcp_namespaces_is_built_and_swept_with_the_models_swapping(
@@ -74,7 +98,7 @@ def test_training_on_the_fabric_raid0_moves_the_model_on_each_namespace(
 def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
     fabric_runs: FabricRuns,
 ) -> None:
-    """The target's subsystem taken off its port once the run has initialised: the run's
+    """The lab's end of the link taken down once the run has initialised: the run's
     swapping would wait on the namespaces until ctrl_loss_tmo (600 s); the trace stops the
     training after its grace (10 s), in one line naming the namespace and what it lost, and
     keeps the records made until then. `devices` shows both namespaces without a live path,
@@ -96,7 +120,8 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
         + re.escape(str(out)),
         line,
     ), line
-    # the grace, a tick, the worker's stop (SIGTERM, then SIGKILL) and the records written
+    # the keep-alive's timeout (the host's controller sees the link gone: 5 s), the grace,
+    # a tick, the worker's stop (SIGTERM, then SIGKILL) and the records written
     assert 10 <= lost["after_s"] <= 60, lost
     steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x]
     assert any(r["event"] == "init" for r in steps), steps
