@@ -45,18 +45,18 @@ class Link:
     guest's virtio-net NIC on QEMU's datagram netdev, the two unix sockets in *folder* (each
     guest binds its own and sends to the other's; a frame sent before the other is up is
     dropped, as on a wire). No bridge, tap or host network set-up. Guest *me* (1 or 2) is
-    10.77.0.*me*; its NIC says *speed_mbps* in /sys/class/net/IF/speed, as a real one does."""
+    10.78.0.*me*; its NIC says *speed_mbps* in /sys/class/net/IF/speed, as a real one does."""
 
     folder: Path
     speed_mbps: int = 10000
 
     @staticmethod
     def addr(me: int) -> str:
-        return f"10.77.0.{me}"
+        return f"10.78.0.{me}"
 
     @staticmethod
     def mac(me: int) -> str:
-        return f"52:54:00:77:00:{me:02x}"
+        return f"52:54:00:78:00:{me:02x}"
 
     def qemu_opts(self, me: int) -> tuple[str, ...]:
         mine, other = (self.folder / f"guest{n}.sock" for n in (me, 3 - me))
