@@ -202,3 +202,43 @@ def _wait_live(lab: Lab, devs: list[str], seconds: float = 180.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the namespaces did not reconnect: {states}")
         time.sleep(3)
+
+
+def fabric_summary(runs: FabricRuns) -> list[str]:
+    """What the fabric's runs showed, for the test session's summary (the guests' folders go
+    when every test passed)."""
+    mib = 2**20
+    lines = []
+    for d in runs.devices["devices"]:
+        f = d["fabric"]
+        link = f"{f['link_mbps'] / 1000:g} Gb/s" if f["link_mbps"] else "no speed"
+        lines.append(
+            f"{d['name']}: {f['transport']} {f['target']} {f['nqn']} {f['state']}, "
+            f"link {f['iface']} {link}"
+        )
+    ceil = {c["op"]: c["bw_bytes_s"] for c in runs.sweep["ceilings"] if c.get("bw_bytes_s")}
+    swap = runs.sweep["swap"]
+    lines.append(
+        "sweep-aio on the RAID0: fio's ceiling "
+        + ", ".join(f"{op} {bw / mib:.0f} MiB/s" for op, bw in sorted(ceil.items()))
+        + f"; the swap rehearsal read {swap['read_bytes'] / mib:.1f} MiB at "
+        f"{swap['read_bw_bytes_s'] / mib:.0f} MiB/s, wrote {swap['write_bytes'] / mib:.1f} MiB"
+    )
+    steady = runs.run["io_steps"][-1]
+    lines.append(
+        f"trace --run, {steady['label']}: "
+        + ", ".join(
+            f"{m} read {v['read']:,} B, wrote {v['write']:,} B"
+            for m, v in sorted(steady["drives"].items())
+            if m in runs.namespaces
+        )
+        + f"; the model's read {runs.run['estimate']['steady_step']['read']:,} B"
+    )
+    lost = runs.lost
+    lines.append(
+        f"link down under training: exit {lost['rc']} after {lost['after_s']:.1f} s; a sync "
+        f"then {'held' if lost['sync_held'] else 'not held'}, the run's write-back "
+        f"{lost['write_back_s']:.2f} s"
+    )
+    lines += [x for x in lost["stderr"].splitlines() if x.startswith(("iotune: error", "hint:"))]
+    return lines
