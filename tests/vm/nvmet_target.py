@@ -1,13 +1,11 @@
 """The kernel's own NVMe-oF target (nvmet) in the vm guest, through configfs, as its
 documentation sets one up: a subsystem with one namespace per drive, open to any host, on a
-TCP (or RDMA) port; ``detach``/``attach`` take the subsystem off the port and put it back (the
-host's controller loses its connection, then finds it again). RDMA runs over soft-RoCE:
+TCP (or RDMA) port. RDMA runs over soft-RoCE:
 ``rxe`` puts the kernel's rdma_rxe on one end of a veth pair with ADDR, as blktests runs its
 NVMe/RDMA tests on one machine. Run inside the guest:
 
     python nvmet_target.py up NQN ADDR PORT /dev/nvme1n1 /dev/nvme2n1
     python nvmet_target.py up-rdma NQN ADDR PORT /dev/nvme3n1
-    python nvmet_target.py detach|attach NQN PORT
     python nvmet_target.py down NQN PORT
     python nvmet_target.py rxe ADDR | rxe-down
 """
@@ -73,10 +71,6 @@ def attach(nqn: str, port: str) -> None:
     os.symlink(NVMET / "subsystems" / nqn, NVMET / "ports" / port / "subsystems" / nqn)
 
 
-def detach(nqn: str, port: str) -> None:
-    (NVMET / "ports" / port / "subsystems" / nqn).unlink()
-
-
 def down(nqn: str, port: str) -> None:
     link = NVMET / "ports" / port / "subsystems" / nqn
     if link.is_symlink():
@@ -101,10 +95,6 @@ def main() -> None:
         rxe(args[0])
     elif cmd == "rxe-down":
         rxe_down()
-    elif cmd == "attach":
-        attach(args[0], args[1])
-    elif cmd == "detach":
-        detach(args[0], args[1])
     elif cmd == "down":
         down(args[0], args[1])
     else:
