@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -255,7 +255,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def workload_failed(command: list[str], code: int, steps: int | None) -> tuple[str, str]:
+def workload_failed(command: Sequence[str], code: int, steps: int | None) -> tuple[str, str]:
     """The line and hint for a traced command that exited non-zero. `steps` is how many
     optimizer steps a script was traced through (None: not a script). After its steps, a
     DeepSpeed script can die in Python's shutdown: an async I/O thread that frees a finished

@@ -348,7 +348,7 @@ def trace_cmd(
         sys.exit(interrupted_exit(result["interrupted"]))
     if result["exit_code"]:
         code = result["exit_code"]
-        steps = (result.get("script") or {}).get("steps_found", 0) if script else None
-        for text in workload_failed(list(command), code, steps):
+        steps = (result.get("script") or {}).get("steps_found", 0) if script is not None else None
+        for text in workload_failed(command, code, steps):
             click.echo(text, err=True)
         sys.exit(workload_exit(code))

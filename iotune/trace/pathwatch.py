@@ -23,12 +23,18 @@ class PathWatch:
         self.fabrics = {d: f for d in disks if (f := read_fabric(tree, d)) is not None}
         self._since: dict[str, float] = {}
 
+    def _state(self, d: str) -> str | None:
+        """Namespace *d*'s controller state now ("live", "connecting", ...); "gone" if its
+        disk is there but no fabric's; None if its disk is gone."""
+        if not self.tree.exists(f"/sys/block/{d}"):
+            return None
+        f = read_fabric(self.tree, d)
+        return "gone" if f is None else f.state
+
     def not_live(self) -> str | None:
         """Before the workload starts: the first namespace without a live path, in words."""
         for d, first in self.fabrics.items():
-            f = read_fabric(self.tree, d) if self.tree.exists(f"/sys/block/{d}") else None
-            if f is None or f.state != "live":
-                state = "gone" if f is None else f.state
+            if (state := self._state(d) or "gone") != "live":
                 return f"{d} has no live path to {first.describe()} ({state})"
         return None
 
@@ -36,15 +42,13 @@ class PathWatch:
         """None while every namespace has a live path (or has had one within the grace);
         else one line naming the first that has not."""
         for d, first in self.fabrics.items():
-            gone = not self.tree.exists(f"/sys/block/{d}")
-            f = None if gone else read_fabric(self.tree, d)
-            if f is not None and f.state == "live":
+            state = self._state(d)
+            if state == "live":
                 self._since.pop(d, None)
                 continue
             t0 = self._since.setdefault(d, now)
-            if gone or now - t0 >= self.grace_s:
-                state = "gone" if f is None else f.state
-                return f"{d} lost its path to {first.describe()}: {state}" + (
-                    "" if gone else f" for {now - t0:.0f} s"
+            if state is None or now - t0 >= self.grace_s:
+                return f"{d} lost its path to {first.describe()}: {state or 'gone'}" + (
+                    "" if state is None else f" for {now - t0:.0f} s"
                 )
         return None
