@@ -172,7 +172,9 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
 @click.option(
     "--checkpoint-drive",
     metavar="SPEC",
-    help="The checkpoint array's drives, as --drive takes them (default: --drive's).",
+    help="The checkpoint array's drives, as --drive takes them (default: --drive's); their "
+    "writes derated by DeepSpeed's published ratio, or by the measured one where --drive names "
+    "the same kind and a sweep or run measured it.",
 )
 @click.option(
     "--checkpoint-level",
@@ -307,11 +309,17 @@ def estimate_cmd(
     if checkpoint_every is not None:
         from iotune.sweep.ckpt import load_result
         from iotune.train.checkpoint import save_volume
-        from iotune.train.ckplan import checkpoint_plan, parse_share
+        from iotune.train.ckplan import (
+            checkpoint_derate,
+            checkpoint_plan,
+            parse_checkpoint_drive,
+            parse_share,
+        )
         from iotune.train.datasheet import parse_drive
 
         target_share = parse_share(checkpoint_share)
-        spec_text = checkpoint_drive or drive
+        offload_spec = parse_drive(drive) if drive else None
+        ck_spec = parse_checkpoint_drive(checkpoint_drive) if checkpoint_drive else offload_spec
         on_nvme = p.strategy.optimizer == "nvme"
         step_s = pred.step_s if pred else None
         if step_s is None and base is not None and base.kind == "ram" and not on_nvme:
@@ -323,11 +331,15 @@ def estimate_cmd(
             plan,
             step_s,
             bw.read if bw else None,
-            parse_drive(spec_text) if spec_text else None,
+            ck_spec,
             checkpoint_every,
             int(checkpoint_level),
             target_share,
             load_result(Path(checkpoint_sweep)) if checkpoint_sweep else None,
+            # the checkpoint drives' own derating: the plan's only where it measured their kind
+            derate=checkpoint_derate(ck_spec, offload_spec, (plan or {}).get("derate"))
+            if ck_spec is not None
+            else None,
         )
     if STATE.json:
         emit_json(

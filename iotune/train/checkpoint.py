@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iotune.checks import fstype
 from iotune.errors import UsageError
 from iotune.probes.fabrics import refuse_lost
 from iotune.probes.mounts import existing_ancestor
@@ -35,6 +36,29 @@ if TYPE_CHECKING:
     from iotune.trace.targets import Array
 
 WRITERS = ("torch", "fast", "decoupled")
+#: file systems the kernel serves from itself (/proc, /sys, ...): nothing can be saved there
+KERNEL_FS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "devpts",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "efivarfs",
+        "fusectl",
+        "mqueue",
+        "nsfs",
+        "binfmt_misc",
+        "selinuxfs",
+        "rpc_pipefs",
+    }
+)
 #: the tag of the save after step N
 TAG = "step{}"
 #: what DeepSpeed's copy of the swap folder is called in a checkpoint
@@ -109,13 +133,23 @@ def save_volume(est: Estimate, optimizer_on_nvme: bool) -> IoVolume:
 def check_folder(
     ck: Checkpointing, steps: int, offload: list[Path], need: int, force: bool
 ) -> list[str]:
-    """Refuse a checkpoint folder that cannot take the run's saves: not writable, on the
-    offload volume (without --force), too small. Nothing is written. The notes to show."""
+    """Refuse a checkpoint folder that cannot take the run's saves: on a file system the
+    kernel serves from itself (/proc, /sys), not writable, on the offload volume (without
+    --force), too small. Nothing is written. The notes to show."""
     notes = []
     if ck.dir.exists() and not ck.dir.is_dir():
         raise UsageError(f"--checkpoint-dir {ck.dir} is not a folder", hint="name a folder")
     base = existing_ancestor(ck.dir)
     refuse_lost(base, "--checkpoint-dir")
+    fs = fstype(base)
+    if fs in KERNEL_FS:
+        # root may "write" there (access(2) says yes) and statfs reports 0 bytes free: neither
+        # is the reason
+        raise UsageError(
+            f"--checkpoint-dir {ck.dir} is on {fs}, the kernel's own file system: it holds no "
+            "files a checkpoint could be written to",
+            hint="name a folder on the checkpoint volume (a file system on a drive or an array)",
+        )
     if not os.access(base, os.W_OK | os.X_OK):
         raise UsageError(
             f"--checkpoint-dir {ck.dir} is not writable ({base})",

@@ -11,15 +11,20 @@ RAID5/6 of W members with full stripes, each member writes S / (W - p) of a save
 (p = 1 or 2 parity members), at its sustained rate once past its SLC cache. The step waits
 for the save (DeepSpeed's torch writer): a save every M steps takes
 save / (M x step + save) of the training's time.
+
+The members' datasheet rate is derated by what the checkpoint drives' own kind reaches
+(:func:`checkpoint_derate`): measured where the drives plan measured drives of that kind,
+else DeepSpeed's published ratio; never another kind's factor, whatever else is planned.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.train.datasheet import DriveSpec
+from iotune.train.datasheet import Derate, DriveSpec, load_profiles, parse_drive
 
 PARITY = {5: 1, 6: 2}
 #: the widths a plan lists, and the widest --checkpoint-share searches
@@ -59,6 +64,58 @@ class SavePlan:
             "bound_by": self.bound,
             "share": round(self.share, 4),
         }
+
+
+#: how the drive parser names its option in its messages
+_DRIVE_OPTION = re.compile(r"(?<![\w-])--drive\b(?!s)")
+
+
+def parse_checkpoint_drive(text: str) -> DriveSpec:
+    """``--checkpoint-drive``: a profile or keys, as ``--drive`` takes them; its errors name
+    --checkpoint-drive, the option given."""
+    try:
+        return parse_drive(text)
+    except UsageError as exc:
+        raise UsageError(
+            _DRIVE_OPTION.sub("--checkpoint-drive", exc.message),
+            hint=_DRIVE_OPTION.sub("--checkpoint-drive", exc.hint) if exc.hint else None,
+        ) from exc
+
+
+def _same_kind(a: DriveSpec, b: DriveSpec) -> bool:
+    """The same drive as far as its speed goes: its name and its datasheet's rates (a profile
+    at another capacity is still the kind measured)."""
+    return (a.name, a.read, a.write, a.after_cache) == (b.name, b.read, b.write, b.after_cache)
+
+
+def checkpoint_derate(
+    drive: DriveSpec,
+    offload: DriveSpec | None,
+    plan_derate: dict[str, Any] | None,
+    published: Derate | None = None,
+) -> Derate:
+    """What the checkpoint drives' writes reach of their datasheet's rate: the drives plan's
+    measured factor where it measured drives of this kind (*offload*, the --drive a sweep or
+    a run measured, is the same kind), else DeepSpeed's published ratio (configs/drives.toml).
+    A factor measured on another kind of drive, or none (a plan without a datasheet), does
+    not carry over: the checkpoint drives' factor is the same whatever else is planned."""
+    d = plan_derate or {}
+    if offload is not None and d.get("measured") and _same_kind(drive, offload):
+        return Derate(
+            float(d["read"]),
+            float(d["write"]),
+            f"measured on the offload drives, the same kind ({d.get('source')})",
+            measured=True,
+        )
+    if published is None:
+        _, published = load_profiles()
+    # the published source names both ratios' references: the write's is the one that counts
+    _, sep, write_source = published.source.partition("write: ")
+    return Derate(
+        published.read,
+        published.write,
+        f"DeepSpeed's published ratio ({write_source if sep else published.source})",
+    )
 
 
 def parse_share(text: str) -> float:
@@ -202,11 +259,14 @@ def checkpoint_plan(
     level: int,
     share: float,
     sweep: dict[str, Any] | None = None,
+    *,
+    derate: Derate | None = None,
 ) -> dict[str, Any]:
     """``estimate --checkpoint-every``: the offload side from the drives plan (its
     --target-step answer, else its widest RAID0) or the prediction on the swept or run
-    volume; the checkpoint side from *drive*'s datasheet, derated as the plan derates, and
-    each writer on the volume *sweep* measured (:func:`writer_rows`)."""
+    volume; the checkpoint side from *drive*'s datasheet, derated by *derate* (the drive's
+    own: :func:`checkpoint_derate`; DeepSpeed's published ratio where not given), and each
+    writer on the volume *sweep* measured (:func:`writer_rows`)."""
     if drive is None and sweep is None:
         raise UsageError(
             "--checkpoint-every needs the checkpoint drives: their datasheet, or a sweep of "
@@ -214,14 +274,14 @@ def checkpoint_plan(
             hint="--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives), "
             "or --checkpoint-sweep RUN (iotune sweep-checkpoint)",
         )
-    derate = 1.0
+    if drive is not None and derate is None:
+        derate = checkpoint_derate(drive, None, None)
     if plan is not None:
         rows = {r["drives"]: r for r in plan["plans"]}
         k = (plan.get("target") or {}).get("drives") or max(rows)
         row = rows[k]
         step_s, read = row.get("step_s"), row["read_bw_bytes_s"]
         offload = f"RAID0 of {k} (the drives plan)"
-        derate = float((plan.get("derate") or {}).get("write") or 1.0)
     else:
         step_s, read, offload = pred_step_s, bw_read, "the swept or run volume"
     if step_s is None:
@@ -231,8 +291,8 @@ def checkpoint_plan(
         )
     writers = writer_rows(save_bytes, on_nvme, every, step_s, sweep)
     plans = (
-        plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate)
-        if drive is not None
+        plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate.write)
+        if drive is not None and derate is not None
         else []
     )
     best, answer = narrowest(plans, share)
@@ -263,7 +323,9 @@ def checkpoint_plan(
             if sweep is not None
             else "each writer: --checkpoint-sweep RUN (iotune sweep-checkpoint on the checkpoint volume)"
         ),
-        "write_derate": derate,
+        "write_derate": derate.write if derate is not None else None,
+        "write_derate_source": derate.source if derate is not None else None,
+        "write_derate_measured": derate.measured if derate is not None else None,
         "plans": [pl.to_json() for pl in plans],
         "share_target": share,
         "width": best.width if best else None,

@@ -19,9 +19,8 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.paths import data_dir
+from iotune.units import parse_quantity
 
-_DEC = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_BIN = {"KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40, "PI": 2**50}
 _KEYS = (
     "read",
     "write",
@@ -109,33 +108,48 @@ class Derate:
     measured: bool = False
 
 
+#: the lane counts PCIe defines (a drive has 1, 2 or 4; an add-in card up to 16)
+LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+_LINK = re.compile(r"\s*([\d.]+)\s*GT/s\s*,?\s*x(\d+)\s*", re.I)
+
+
 def link_bandwidth(link: str | None) -> float | None:
     """Bytes/s of a PCIe link as sysfs and ``iotune devices`` write it ("16.0 GT/s x4"),
-    None where it is not reported (emulated controllers)."""
+    None where it is not reported (emulated controllers) or is no link PCIe defines."""
     if not link:
         return None
-    m = re.search(r"([\d.]+)\s*GT/s.*?x(\d+)", link)
+    m = _LINK.fullmatch(link) or re.search(r"([\d.]+)\s*GT/s.*?x(\d+)", link)
     if not m:
         return None
     per_lane = _PER_LANE.get(float(m.group(1)))
-    return per_lane * int(m.group(2)) if per_lane else None
+    width = int(m.group(2))
+    return per_lane * width if per_lane and width in LINK_WIDTHS else None
+
+
+def parse_link(text: str, what: str = "--drive link=") -> str:
+    """A PCIe link a user typed (``16GT/s x4``), checked against the speeds and widths PCIe
+    defines: returned as typed."""
+    m = _LINK.fullmatch(text)
+    if m is None or link_bandwidth(text) is None:
+        speeds = ", ".join(f"{v:g}" for v in _PER_LANE)
+        raise UsageError(
+            f"{what}{text!r} is not a PCIe link"
+            if what.endswith("=")
+            else f"{what} {text!r} is not a PCIe link",
+            hint=f"link=16GT/s x4 (speeds {speeds} GT/s; widths "
+            f"x{', x'.join(map(str, LINK_WIDTHS))})",
+        )
+    return text.strip()
 
 
 def _quantity(text: str, key: str, *, per_second: bool) -> float:
-    """``7.0GB/s``, ``7000 MB/s``, ``2MiB/s``; ``2TB``, ``341 GB``, ``1.5TiB``."""
-    unit = r"/S" if per_second else ""
-    m = re.fullmatch(
-        rf"\s*([0-9]*\.?[0-9]+)\s*([KMGTP]?)(I?)B{unit}\s*", text.upper().replace("PS", "/S")
+    """``7.0GB/s``, ``7000 MB/s``, ``2MiB/s``, ``56Gb/s``; ``2TB``, ``341 GB``, ``1.5TiB``."""
+    return parse_quantity(
+        text,
+        what=f"--drive {key}=",
+        rate=per_second,
+        example=f"{key}=7.0GB/s" if per_second else f"{key}=2TB",
     )
-    if not m:
-        example = "7.0GB/s or 2MiB/s" if per_second else "2TB or 1.5TiB"
-        raise UsageError(
-            f"--drive {key}={text!r} is not a {'rate' if per_second else 'size'}",
-            hint=f"write it with its unit, e.g. {key}={example.split(' or ', maxsplit=1)[0]}",
-        )
-    value = float(m.group(1))
-    prefix = m.group(2) + m.group(3)
-    return value * (_BIN[prefix] if m.group(3) else _DEC[m.group(2)])
 
 
 def _number(text: str, key: str) -> float:
@@ -155,9 +169,7 @@ def _set(fields: dict[str, Any], key: str, value: Any) -> None:
     elif key in ("dwpd", "warranty_years"):
         fields[key] = _number(text, key)
     elif key == "link":
-        if link_bandwidth(text) is None:
-            raise UsageError(f"--drive link={text!r} is not a PCIe link", hint="link=16GT/s x4")
-        fields[key] = text
+        fields[key] = parse_link(text)
     elif key == "dram":
         if text.lower() not in ("true", "false", "yes", "no"):
             raise UsageError(f"--drive dram={text!r} is not true or false", hint="dram=false")
@@ -191,11 +203,21 @@ def _check(spec: DriveSpec) -> DriveSpec:
         raise UsageError(
             f"--drive warranty_years={spec.warranty_years:g} is not a warranty", hint="e.g. 5"
         )
-    if (spec.tbw is not None or spec.dwpd is not None) and spec.capacity is None:
+    if spec.dwpd is not None and spec.capacity is None:
+        # a TBW alone gives the days until it is used up; DWPD is a fraction of the capacity
         raise UsageError(
-            "--drive gives an endurance rating without the drive's capacity: drive writes per "
-            "day (DWPD) are a fraction of it",
-            hint="add capacity, e.g. capacity=2TB",
+            "--drive gives drive writes per day (dwpd) without the drive's capacity: DWPD is "
+            "a fraction of it",
+            hint="add capacity, e.g. capacity=2TB, or give tbw= instead",
+        )
+    if (spec.cache is None) != (spec.after_cache is None):
+        given, other = (
+            ("cache", "after_cache") if spec.cache is not None else ("after_cache", "cache")
+        )
+        raise UsageError(
+            f"--drive {given}= needs {other}=: the SLC cache's size and the write rate once it "
+            "is full go together",
+            hint="e.g. cache=341GB,after_cache=450MB/s",
         )
     if spec.cache is not None and spec.capacity is not None and spec.cache > spec.capacity:
         raise UsageError("--drive cache is larger than the drive", hint="e.g. cache=216GB")
@@ -256,14 +278,37 @@ def parse_drive(text: str, path: Path | None = None) -> DriveSpec:
         key, sep, value = part.partition("=")
         if not sep or not value.strip():
             raise UsageError(f"--drive {part!r} is not KEY=VALUE", hint=HINT)
-        _set(fields, key.strip().lower(), value)
+        key = key.strip().lower()
+        if key in fields:
+            raise UsageError(f"--drive gives {key}= twice", hint="give each key once")
+        _set(fields, key, value)
     if base is not None:
-        return _check(
-            replace(
-                base, **fields, source=base.source + (" (with --drive's keys)" if fields else "")
-            )
-        )
+        return _check(_override(base, fields))
     missing = [k for k in ("read", "write") if k not in fields]
     if missing:
         raise UsageError(f"--drive needs a sequential {' and '.join(missing)} rate", hint=HINT)
     return _check(DriveSpec(label="--drive", name="the drive of --drive", **fields))
+
+
+def _override(base: DriveSpec, fields: dict[str, Any]) -> DriveSpec:
+    """A profile with a user's keys. Another capacity of the same drive keeps the profile's
+    endurance per byte (its DWPD: makers rate a family's TBW in proportion to capacity, as
+    the 980 PRO's 600 TBW at 1 TB and 1,200 at 2 TB), and keeps its cache only if it fits;
+    the source says what was scaled."""
+    if not fields:
+        return base
+    notes = ["with --drive's keys"]
+    cap = fields.get("capacity")
+    if cap is not None and base.capacity and cap != base.capacity:
+        ratio = cap / base.capacity
+        if base.tbw is not None and "tbw" not in fields and "dwpd" not in fields:
+            fields["tbw"] = base.tbw * ratio
+            notes.append(
+                f"tbw {fields['tbw'] / 1e12:,.0f} TB scaled from the profile's "
+                f"{base.tbw / 1e12:,.0f} TB at {base.capacity / 1e12:g} TB by capacity"
+            )
+        elif "dwpd" in fields and "tbw" not in fields:
+            fields["tbw"] = None  # the user's DWPD, not the profile's TBW, rates it
+    elif "dwpd" in fields and "tbw" not in fields:
+        fields["tbw"] = None
+    return replace(base, **fields, source=f"{base.source} ({'; '.join(notes)})")

@@ -106,6 +106,10 @@ class DrivePlan:
     compute_s: float | None  # the rest: forward + backward, CPU Adam
     endurance: Endurance | None = None
     study_step_s: float | None = None  # the study's measured step on that many drives
+    read_bound: str = ""  # what bounds each direction's bandwidth (bound_by joins them)
+    write_bound: str = ""
+    #: the run's state fits on K drives' capacity (None: the capacity is not known)
+    fits: bool | None = None
 
     @property
     def drive_bound(self) -> bool | None:
@@ -136,6 +140,9 @@ class DrivePlan:
             "io_s": None if self.io_s is None else round(self.io_s, 3),
             "compute_s": None if self.compute_s is None else round(self.compute_s, 3),
             "drive_bound": self.drive_bound,
+            "read_bound": self.read_bound or self.bound_by,
+            "write_bound": self.write_bound or self.bound_by,
+            "fits": self.fits,
             "endurance": self.endurance.to_json() if self.endurance else None,
             "study_step_s": self.study_step_s,
             **self.prediction.to_json(),
@@ -159,6 +166,10 @@ class DriveInputs:
     writes_left: float | None = None
     #: the network link in front of NVMe-oF drives: one link for all K of them
     network: Limit | None = None
+
+
+#: the bounds that grow with the number of drives: each drive's own
+GROWS = ("drives", "PCIe link", "SLC cache")
 
 
 def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tuple[float, str]:
@@ -197,6 +208,7 @@ def plan_drives(
     out = []
     study = dict(inputs.study_steps)
     writes = float(est.steady_step.write)
+    capacity = inputs.capacity if inputs.spec is None else inputs.spec.capacity
     for k in drives:
         (rbw, rb), (wbw, wb) = (_bandwidth(k, op, inputs, writes) for op in ("read", "write"))
         bound = rb if rb == wb else f"read: {rb}, write: {wb}"
@@ -216,6 +228,9 @@ def plan_drives(
                 compute,
                 _endurance(inputs, writes / k, pred.step_s),
                 study.get(k),
+                rb,
+                wb,
+                None if not capacity else k * capacity >= est.nvme_bytes,
             )
         )
     return out
@@ -241,23 +256,55 @@ def floor_s(plan: DrivePlan) -> float | None:
     return plan.compute_s if plan.prediction.step_s is not None else None
 
 
+def _flat_from(plans: list[DrivePlan], op: str) -> DrivePlan | None:
+    """The first plan from which *op*'s bandwidth no longer grows with more drives (the
+    same at every larger K planned), None where it grows to the last."""
+    bws = [getattr(p, f"{op}_bw") for p in plans]
+    first = None
+    for i in range(len(plans) - 1, -1, -1):
+        if any(b > bws[i] * (1 + 1e-9) for b in bws[i + 1 :]):
+            break
+        first = i
+    return None if first is None or first == len(plans) - 1 else plans[first]
+
+
 def _beyond(plans: list[DrivePlan]) -> str:
-    """What stops more drives from helping: a bandwidth that stops growing (memory, the
-    array's chunk), else the step's floor without drive waits."""
-    grows = [p for p in plans if p.bound_by in ("drives", "PCIe link", "SLC cache")]
-    if len(grows) < len(plans):
-        stop = next(p for p in plans if p not in grows)
-        return (
-            f"from {stop.drives} drives on, {stop.bound_by} caps the swaps at "
-            f"{amount(stop.read_bw, '/s')} read, {amount(stop.write_bw, '/s')} write: more "
-            "drives do not help"
-        )
+    """What stops more drives from helping, from the planned bandwidths themselves: a
+    bandwidth that stops growing in both directions (memory, the array's chunk, a network
+    link) is named with the bound the table gives it from the first count it holds back;
+    one that stops in one direction alone is named, and more drives still help the other;
+    else the step's floor without drive waits."""
     last = plans[-1]
     p = last.prediction
-    return (
+    tail = (
         f"more drives approach the step without drive waits, "
         f"{(last.compute_s or 0.0):.2f} s: forward + backward {p.seconds('compute'):.2f} s and "
         f"CPU Adam {p.seconds('adam'):.2f} s"
+    )
+    # the first count that gains nothing over the one before, per direction (at the last
+    # count that still gains, a cap may tie with the drives, which the table names first)
+    after = {id(q): plans[i + 1] for i, q in enumerate(plans[:-1])}
+    held = {}
+    for op in ("read", "write"):
+        flat = _flat_from(plans, op)
+        held[op] = None if flat is None else after[id(flat)]
+    r, w = held["read"], held["write"]
+    if r is not None and w is not None:
+        at = max(r, w, key=lambda x: x.drives)
+        caps = " and ".join(dict.fromkeys((at.read_bound, at.write_bound)))
+        return (
+            f"from {at.drives} drives on, {caps} caps the swaps at "
+            f"{amount(at.read_bw, '/s')} read, {amount(at.write_bw, '/s')} write: more "
+            "drives do not help"
+        )
+    one = r if r is not None else w
+    if one is None:
+        return tail
+    op, other = ("read", "write") if r is not None else ("write", "read")
+    return (
+        f"from {one.drives} drives on, {getattr(one, f'{op}_bound')} caps the {op}s at "
+        f"{amount(getattr(one, f'{op}_bw'), '/s')}, while the {other}s grow with more drives; "
+        f"{tail}"
     )
 
 
@@ -307,10 +354,15 @@ def smallest_for(
     beyond = _beyond(plans)
     for p in plans:
         step = p.prediction.step_s
-        if step is not None and step <= target_s:
+        if step is not None and step <= target_s and p.fits is not False:
+            room = (
+                f" (fewer drives do not hold the {est.nvme_bytes / 2**30:,.1f} GiB on NVMe)"
+                if any(q.fits is False and q.drives < p.drives for q in plans)
+                else ""
+            )
             return (
                 p.drives,
-                f"{p.drives} drive(s): {step:.2f} s predicted, within {what}; {beyond}",
+                f"{p.drives} drive(s): {step:.2f} s predicted, within {what}{room}; {beyond}",
                 target_s,
             )
     last = plans[-1].prediction.step_s or 0.0

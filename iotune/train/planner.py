@@ -16,7 +16,6 @@ One drive's bandwidth comes from the first of:
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,14 @@ from typing import Any
 from iotune.errors import IotuneError, UsageError
 from iotune.probes.nvme_health import Health
 from iotune.sweep.run import SweepRun, has_points
-from iotune.train.datasheet import Derate, DriveSpec, link_bandwidth, load_profiles, parse_drive
+from iotune.train.datasheet import (
+    Derate,
+    DriveSpec,
+    link_bandwidth,
+    load_profiles,
+    parse_drive,
+    parse_link,
+)
 from iotune.train.drives import (
     DriveInputs,
     Limit,
@@ -45,7 +51,7 @@ from iotune.train.measured import (
     run_drives,
 )
 from iotune.train.presets import Preset
-from iotune.units import GIB, parse_size
+from iotune.units import GIB, parse_quantity, parse_size
 
 #: mdadm's default RAID0 chunk (mdadm(8) --chunk), and `iotune raid create`'s
 DEFAULT_CHUNK = 512 * 1024
@@ -107,14 +113,11 @@ def _health(disks: list[str]) -> tuple[str, Health, float] | None:
 
 
 def parse_network(text: str) -> float:
-    """--network-link: '100G', '25GbE', '200Gb/s', '400 Gbit' → bytes/s (10^9 bits a Gb)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*G(?:b|bit|bps|bE|b/s|bit/s)?\s*", text, re.I)
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(
-            f"--network-link {text!r} is not a link rate",
-            hint="--network-link 100G (Gb/s: 25GbE, 100G, 200Gb/s)",
-        )
-    return float(m.group(1)) * 1e9 / 8
+    """--network-link: '100G', '25GbE', '200Gb/s', '400 Gbit', '12.5GB/s' → bytes/s. A bare
+    G is a link's gigabits, as network gear is named (100G Ethernet); GB/s is bytes."""
+    return parse_quantity(
+        text, what="--network-link", rate=True, bare="bits", example="100G, 25GbE or 12.5GB/s"
+    )
 
 
 def swept_network(aio_config: str | None) -> Limit | None:
@@ -217,6 +220,13 @@ def plan_storage(
     network: str | None = None,
 ) -> dict[str, Any]:
     """--drives / --target-step: the plan as one document, with what it was made from."""
+    if not p.strategy.uses_nvme:
+        raise UsageError(
+            f"{p.name} keeps its optimizer state and parameters off NVMe "
+            f"({p.strategy.name}): --drives plans the drives a run swaps to",
+            hint=f"plan a preset that swaps to NVMe, e.g. opt_nvme_{p.size or '1b'}, or "
+            "--checkpoint-every for a checkpoint volume",
+        )
     spec = parse_drive(drive) if drive else None
     _, default = load_profiles()
     ks = drive_counts(drives or DEFAULT_COUNTS)
@@ -230,13 +240,21 @@ def plan_storage(
         run_disks = list(doc.get("drives") or [])
         if bw is None:
             ran = run_drives(doc, baseline)
+    swept = _swept_disks(aio_config) if bw is not None else []
+    if bw is not None and len(swept) > 1:
+        # a sweep of an array measured all its members at once: one drive is its share
+        members = len(swept)
+        bw = replace(
+            bw,
+            read=bw.read / members,
+            write=bw.write / members,
+            source=f"{bw.source}, one of its {members} drives ({', '.join(swept)})",
+        )
     one, derate = _one_drive(bw, ran, spec, default)
     lim = None
     if link:
-        v = link_bandwidth(link)
-        if v is None:
-            raise UsageError(f"--link {link!r} is not a PCIe link", hint="--link '16.0 GT/s x4'")
-        lim = Limit(f"PCIe link {link} per drive", v, "B/s", "--link")
+        v = link_bandwidth(parse_link(link, "--link"))
+        lim = Limit(f"PCIe link {link} per drive", v or 0.0, "B/s", "--link")
     elif spec is not None and spec.link:
         lim = Limit(
             f"PCIe link {spec.link} per drive",
@@ -327,6 +345,8 @@ def plan_storage(
             "rated endurance: not known (--drive with tbw=, or dwpd= and warranty_years=)"
         )
     out: dict[str, Any] = {
+        "nvme_bytes": e.nvme_bytes,
+        "capacity_bytes": capacity if spec is None else spec.capacity,
         "plans": [pl.to_json() for pl in plans],
         "limits": [{**asdict(x), "text": x.describe()} for x in limits],
         "notes": notes,

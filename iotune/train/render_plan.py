@@ -242,6 +242,17 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
             cells.append("-" if p.get("study_step_s") is None else f"{p['study_step_s']:.2f}")
         t.add_row(*cells)
     con.print(t)
+    short = [p["drives"] for p in rows if p.get("fits") is False]
+    if short:
+        need = plan.get("nvme_bytes")
+        cap = (plan.get("drive") or {}).get("capacity_bytes") or plan.get("capacity_bytes")
+        con.print(
+            f"  does not fit: {', '.join(map(str, short))} drive(s)"
+            + (f" of {cap / 1e9:,.0f} GB ({cap / GIB:,.1f} GiB) each" if cap else "")
+            + (f" hold less than the run's {need / GIB:,.1f} GiB on NVMe" if need else "")
+            + ": their steps are shown, but the state does not fit",
+            soft_wrap=True,
+        )
     _print_endurance(con, plan)
     con.print("  limits:", soft_wrap=True)
     for lim in plan["limits"]:
@@ -364,6 +375,12 @@ def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
         ),
         soft_wrap=True,
     )
+    if drive and ck.get("write_derate_source"):
+        con.print(
+            f"  the checkpoint drives' writes: x {ck['write_derate']:.2f} of the datasheet's, "
+            f"{ck['write_derate_source']}",
+            soft_wrap=True,
+        )
     if ck.get("writers_note"):
         con.print(f"  writers: {ck['writers_note']}", soft_wrap=True)
     con.print(f"  answer: {ck['answer']}", soft_wrap=True)

@@ -143,17 +143,20 @@ _SUMMED = (
     "host_rss_bytes",
     "host_rss_peak_bytes",
     "tokens_per_s",
-    "files",
-    "bytes",
-    "swap_copy_bytes",
 )
+#: a save's figures (iotune.workers.checkpoints): each rank walks the whole tag folder after
+#: DeepSpeed's save_checkpoint, which ends in a barrier (and the decoupled writer's commit
+#: in another), so every rank counts every rank's files: the folder's size is any rank's
+#: count, the largest where one saw more, never their sum
+_FOLDER = ("files", "bytes", "swap_copy_bytes")
 
 
 def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per event and step from every rank's: times are the slowest rank's (a
     ZeRO step waits for the last rank in its collectives), host memory and tokens/s the
-    node's sum, GPU memory the largest device's, swap files the sum of each rank's own,
-    and "ranks" keeps each rank's figures. A single rank's records come back as they are.
+    node's sum, GPU memory the largest device's, swap files the sum of each rank's own, a
+    save's files the tag folder's (each rank counted all of them: _FOLDER), and "ranks"
+    keeps each rank's figures. A single rank's records come back as they are.
     Pure."""
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for r in records:
@@ -171,6 +174,9 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for k in _SUMMED:
             if all(r.get(k) is not None for r in recs):
                 m[k] = round(sum(r[k] for r in recs), 2)
+        for k in _FOLDER:
+            if all(r.get(k) is not None for r in recs):
+                m[k] = max(r[k] for r in recs)
         if all(r.get("peak_accel_bytes") is not None for r in recs):
             m["peak_accel_bytes"] = max(r["peak_accel_bytes"] for r in recs)
         if "loss" in m:
@@ -395,7 +401,9 @@ def build_result(
         "node": req.launch.node if req.launch else None,
         "per_rank": per_rank(steps),
         "per_drive": per_drive((trace or {}).get("steps", []), steps),
-        "drives": list(prep.targets.disks),
+        # the drives the run swapped to: the checkpoint volume's are traced too, and named
+        # under "checkpoints", but a drives plan divides the swaps' bandwidth by these
+        "drives": list(prep.offload_drives),
         "aio": prep.cfg.get("aio"),
         "aio_source": req.aio_source,
         "backend": req.backend if prep.targets.disks else None,

@@ -106,6 +106,15 @@ def swap_medians(run: dict[str, Any]) -> dict[str, float] | None:
     return out
 
 
+def offload_drives(run: dict[str, Any]) -> list[str]:
+    """The drives the run swapped to (an array's members). A run document written before
+    ``drives`` left out the checkpoint volume's drives names them among ``drives``; its
+    ``checkpoints`` record says which were the offload volume's."""
+    ck = run.get("checkpoints")
+    older = ck.get("offload_drives") if isinstance(ck, dict) else None
+    return [str(d) for d in (older or run.get("drives") or [])]
+
+
 def volume_drives(run: dict[str, Any]) -> int:
-    """The drives the run swapped to (an array's members; one where it names none)."""
-    return max(1, len(run.get("drives") or []))
+    """How many drives the run swapped to (one where it names none)."""
+    return max(1, len(offload_drives(run)))

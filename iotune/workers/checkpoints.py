@@ -148,7 +148,10 @@ def save_checkpoint(
 
 def _fsync_tree(path: Path) -> dict[str, int]:
     """fsync every file under *path* and the folders: what the save left durable, and how
-    many bytes: the .pt files the writer wrote, the copy of the swap files beside them."""
+    many bytes: the .pt files the writer wrote, the copy of the swap files beside them.
+    DeepSpeed's save_checkpoint (and the decoupled writer's commit) ends in a barrier, so
+    with several ranks each one's walk finds every rank's files: the figures are the tag
+    folder's, not this rank's share (iotune.train.results.merge_ranks counts them once)."""
     files = copied = written = 0
     for root, dirs, names in os.walk(path):
         for n in names:

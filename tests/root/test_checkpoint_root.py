@@ -201,6 +201,11 @@ def test_bad_checkpoint_options_are_one_line_refusals(saved: dict[str, Any]) -> 
             ("--checkpoint-every", "1", "--checkpoint-dir", str(v["tmp"] / "ro" / "ck")),
             f"--checkpoint-dir {v['tmp'] / 'ro' / 'ck'} is not writable ({v['tmp'] / 'ro'})",
         ),
+        # root may write to /proc as access(2) sees it, and it has 0 bytes free: neither is why
+        (
+            ("--checkpoint-every", "1", "--checkpoint-dir", "/proc"),
+            "--checkpoint-dir /proc is on proc, the kernel's own file system",
+        ),
     ]
     # a read-only file system: root may write anywhere else
     (v["tmp"] / "ro").mkdir()
@@ -318,3 +323,48 @@ def test_the_report_shows_each_writers_saves_beside_the_model(
         # the swap files' copy: the I/O model's bytes read from the offload volume
         assert float(r["Read offload GiB"]) == pytest.approx(gib, abs=0.002), r
         assert r["GiB a save (model)"].endswith(f"({num(gib)})"), r
+
+
+def _du_files(folder: Path) -> int:
+    """The bytes of the files under *folder*: du -sb, less its folders' own sizes."""
+    du = subprocess.run(["du", "-sb", str(folder)], check=True, capture_output=True, text=True)
+    dirs = subprocess.run(
+        ["find", str(folder), "-type", "d", "-printf", "%s\\n"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(du.stdout.split()[0]) - sum(int(x) for x in dirs.stdout.split())
+
+
+def test_a_save_of_two_ranks_is_the_tag_folder_counted_once(tmp_path: Path) -> None:
+    """Two ranks through DeepSpeed's launcher, one step and its save on a volume of its own.
+    Each rank's save event counts the whole tag folder (DeepSpeed's save ends in a barrier):
+    the run's save is that folder, once; and the run's drives are those it swapped to."""
+    devs = LoopDevices(tmp_path)
+    try:
+        off_dev, off = _volume(devs, 1024)
+        ck_dev, ck = _volume(devs, 1024)
+        doc = json.loads(
+            iotune(
+                "--json", "run", "tiny_opt_nvme", "--ranks", "2", "--steps", "1",
+                "--nvme-path", str(off), "--checkpoint-every", "1",
+                "--checkpoint-dir", str(ck / "ck"), "--out", str(tmp_path / "run"),
+            ).stdout
+        )  # fmt: skip
+        assert doc["ranks"] == 2 and doc["exit_code"] == 0
+        assert doc["drives"] == [off_dev]
+        saves = doc["checkpoints"]
+        assert saves["offload_drives"] == [off_dev] and saves["checkpoint_drives"] == [ck_dev]
+        (save,) = saves["saves"]
+        tag = ck / "ck" / "step1"
+        assert {p.name for p in (tag / "offloaded_tensors").iterdir()} == {"rank00", "rank01"}
+        assert save["bytes"] == _du_files(tag), save
+        assert save["files"] == sum(1 for f in tag.rglob("*") if f.is_file())
+        # both ranks' copies of their swap files: the two-rank model's, to the byte
+        n_s = doc["estimate"]["swapped"]["n_s"]
+        assert save["swap_copy_bytes"] == 2 * 12 * n_s == saves["estimate"]["write_bytes"]
+        # the checkpoint drive wrote the save once (and ext4's journal)
+        assert save["bytes"] <= save["checkpoint_write_bytes"] <= save["bytes"] + 8 * MIB, save
+    finally:
+        devs.close()

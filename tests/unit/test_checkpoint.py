@@ -389,3 +389,33 @@ def test_each_interval_carries_what_its_arrays_were_asked() -> None:
             "r",
         )[0]
     )
+
+
+@pytest.mark.parametrize("folder", ["/proc", "/sys/kernel/iotune-ck"])
+def test_a_checkpoint_folder_on_a_kernel_file_system_is_refused_as_such(
+    folder: str, tmp_path: Path
+) -> None:
+    """/proc and /sys hold no files of their own: their 0 bytes free are not the reason."""
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    (tmp_path / "off").mkdir()
+    r = CliRunner().invoke(
+        cli_mod.cli,
+        [
+            *("run", "tiny_opt_nvme", "--nvme-path", str(tmp_path / "off"), "--steps", "1"),
+            *("--checkpoint-every", "1", "--checkpoint-dir", folder),
+            *("--out", str(tmp_path / "out")),
+        ],
+        prog_name="iotune",
+    )
+    assert r.exit_code == 2, r.output
+    first, hint = r.output.strip().splitlines()[-2:]
+    fs = folder.split("/")[1].replace("sys", "sysfs")
+    assert first == (
+        f"iotune: error: --checkpoint-dir {folder} is on {fs}, the kernel's own file system: "
+        "it holds no files a checkpoint could be written to"
+    ), r.output
+    assert "free" not in r.output and hint.startswith("hint: ")
+    assert not (tmp_path / "out").exists()

@@ -164,3 +164,89 @@ def test_estimate_plans_each_writer_from_the_h100_sweep(tmp_path: Path) -> None:
         )
         rb = CliRunner().invoke(cli_mod.cli, bad, prog_name="iotune")
         assert rb.exit_code == 2 and message in rb.output, rb.output
+
+
+TOP = Path(__file__).resolve().parents[2]
+#: an NVMe run of the 1B on the H100 machine, its sweep and its thread sweep
+RUN_1B = TOP / "benchmarks/results/gpu-study-grid-h100/study-1b/runs/opt_nvme_1b"
+SWEEP = TOP / "tests/data/study-h100/sweep-aio"
+THREADS = TOP / "tests/data/study-h100/threads"
+
+
+def _published_write() -> tuple[float, str]:
+    """DeepSpeed's published write ratio, read from the profile table itself."""
+    import tomllib
+
+    doc = tomllib.loads((TOP / "configs" / "drives.toml").read_text())
+    return float(doc["derate"]["write"]), str(doc["derate"]["write_source"])
+
+
+def _ckplan(*extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    args = [
+        *("--json", "estimate", "opt_nvme_1b", "--baseline", str(RUN_1B)),
+        *("--threads-config", str(THREADS), "--aio-config", str(SWEEP)),
+        *("--checkpoint-every", "10", *extra),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    return doc["checkpoints"], doc.get("drives") or {}
+
+
+def test_the_checkpoint_drives_derating_is_their_own_whatever_else_is_planned() -> None:
+    factor, source = _published_write()
+    ck = ("--checkpoint-drive", "samsung-980-pro-2tb")
+    # alone; with a drives plan from the sweep; with another kind of offload drive, which the
+    # sweep measured (its factor is that drive's, not the checkpoint drive's)
+    for extra in ((), ("--drives", "1,2,4,8"), ("--drive", "wd-black-sn770-2tb")):
+        plan, _ = _ckplan(*ck, *extra)
+        assert plan["write_derate"] == factor, extra
+        assert plan["write_derate_measured"] is False
+        assert source in plan["write_derate_source"]
+        # the members' writes at the derated datasheet rate, by hand: a RAID6 of 4 has two
+        # data members, each writes half the save at 5.1 GB/s x the factor (no SLC figures)
+        four = next(p for p in plan["plans"] if p["width"] == 4)
+        assert four["write_s"] == pytest.approx(plan["save_bytes"] / 2 / (5.1e9 * factor), abs=1e-3)
+
+
+def test_a_measurement_of_the_same_kind_of_drive_derates_the_checkpoint_drives() -> None:
+    # --drive samsung-980-pro-2tb: the sweep measured the offload drives as that kind
+    for extra in ((), ("--checkpoint-drive", "samsung-980-pro-2tb")):
+        plan, drives = _ckplan("--drive", "samsung-980-pro-2tb", *extra)
+        (write,) = [x for x in drives["limits"] if x["what"] == "one drive, write (measured)"]
+        assert plan["write_derate"] == pytest.approx(write["value"] / 5.1e9)
+        assert plan["write_derate_measured"] is True
+        assert "measured" in plan["write_derate_source"]
+
+
+def test_the_output_says_which_derating_the_checkpoint_plan_used() -> None:
+    factor, source = _published_write()
+    args = [
+        *("estimate", "opt_nvme_1b", "--baseline", str(RUN_1B)),
+        *("--threads-config", str(THREADS), "--aio-config", str(SWEEP)),
+        *("--checkpoint-every", "10", "--checkpoint-drive", "samsung-980-pro-2tb"),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune", terminal_width=400)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if "checkpoint drives' writes" in x)
+    assert f"x {factor:.2f}" in line and "DeepSpeed's published" in line and source in line
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nosuch", "--checkpoint-drive 'nosuch' is no drive profile"),
+        ("read=1GB/s", "--checkpoint-drive needs a sequential write rate"),
+        ("samsung-980-pro-2tb,speed=1", "--checkpoint-drive has no key 'speed'"),
+    ],
+)
+def test_a_bad_checkpoint_drive_is_named_as_such(spec: str, message: str) -> None:
+    args = [
+        *("estimate", "opt_nvme_16b", "--baseline", "study", "--drive", "samsung-980-pro-2tb"),
+        *("--checkpoint-every", "5", "--checkpoint-drive", spec),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 2, r.output
+    first, hint = r.output.strip().splitlines()
+    assert first == f"iotune: error: {message}"
+    assert hint.startswith("hint: ") and "--drive " not in first.replace("--checkpoint-drive", "")

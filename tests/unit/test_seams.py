@@ -1,0 +1,418 @@
+"""Figures where features meet, and what a careful user types: each case a defect that printed
+a wrong figure or an internal error, now a true figure or one line with a hint; and a list of
+hostile inputs over the planner, the trace filters, checkpoints and fabrics, none of which
+may reach an internal error or say something untrue. Pure logic and CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from iotune import cli as cli_mod
+from iotune.errors import UsageError
+from iotune.train import planner
+from iotune.train.datasheet import load_profiles, parse_drive
+from iotune.units import parse_quantity
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(cli_mod.cli, list(args), prog_name="iotune")
+
+
+def _plan_json(*args: str) -> dict[str, Any]:
+    r = _cli("--json", "estimate", *args)
+    assert r.exit_code == 0, r.output
+    plan: dict[str, Any] = json.loads(r.stdout)["drives"]
+    return plan
+
+
+# ------------------------------------------------------------------ defects, one by one
+
+
+def test_a_link_bound_read_does_not_stop_more_drives_from_helping() -> None:
+    """Reads bound by each drive's PCIe link, writes by the drives: both grow with K, so
+    nothing caps the swaps from 1 drive on (the sentence said "more drives do not help"
+    under a table whose bandwidth doubled up to 8 drives)."""
+    spec = "read=7.0GB/s,write=5.1GB/s,link=8GT/s x4,capacity=2TB,tbw=1200TB"
+    plan = _plan_json(
+        "opt_nvme_16b", "--drive", spec, "--baseline", "study", "--target-step", "1.2x"
+    )
+    rows = plan["plans"]
+    assert rows[0]["bound_by"] == "read: PCIe link, write: drives"
+    answer = plan["target"]["answer"]
+    assert "from 1 drives on" not in answer
+    # the sentence's K is the first count whose bandwidth is no more than the one before
+    k = int(answer.split("from ")[1].split(" drives on")[0])
+    bws = {r["drives"]: r["read_bw_bytes_s"] for r in rows}
+    assert bws[8] == 2 * bws[4] == 8 * bws[1]  # the table: it grows to 8 (8 members busy)
+    assert k == 9 and "RAID0 chunk caps the swaps" in answer
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("read=7iB/s,write=5GB/s", "'i' belongs to a prefix"),
+        ("read=7GB/s,write=5GB/s,link=16GT/s x0", "is not a PCIe link"),
+    ],
+)
+def test_drive_specs_that_raised_internal_errors_are_one_line(spec: str, message: str) -> None:
+    r = _cli("estimate", "opt_nvme_1b", "--drive", spec, "--drives", "1,2")
+    assert r.exit_code == 2 and message in r.stderr and "internal error" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2, r.stderr
+
+
+def test_bits_are_not_bytes_and_bytes_not_bits() -> None:
+    # 56 Gb/s is 7 GB/s, not 56
+    d = parse_drive("read=56Gbps,write=5GB/s")
+    assert d.read == 7e9
+    assert parse_drive("read=56Gb/s,write=5GB/s").read == parse_drive("read=7GB/s,write=5GB/s").read
+    # a network link of 100 GB/s is 100 GB/s, not 12.5
+    assert planner.parse_network("100GB/s") == 100e9
+    assert planner.parse_network("100G") == planner.parse_network("100Gb/s") == 12.5e9
+    plan = _plan_json(
+        "opt_nvme_1b",
+        "--drive",
+        "read=56Gbps,write=5GB/s",
+        "--drives",
+        "1",
+        "--network-link",
+        "100GB/s",
+    )
+    (net,) = [x for x in plan["limits"] if x["what"].startswith("network link")]
+    assert net["value"] == 100e9
+    one = next(x for x in plan["limits"] if x["what"].startswith("one drive, read"))
+    _, derate = load_profiles()
+    assert one["value"] == pytest.approx(7e9 * derate.read)
+
+
+def test_a_state_that_does_not_fit_is_said_and_never_the_answer() -> None:
+    spec = "read=7.0GB/s,write=5.1GB/s,capacity=100GB"
+    plan = _plan_json(
+        "opt_nvme_16b",
+        "--drive",
+        spec,
+        "--baseline",
+        "study",
+        "--drives",
+        "1,2,3",
+        "--target-step",
+        "400",
+    )
+    fits = {p["drives"]: p["fits"] for p in plan["plans"]}
+    need = plan["nvme_bytes"]
+    assert fits == {k: k * 100e9 >= need for k in (1, 2, 3)} == {1: False, 2: False, 3: True}
+    # every count meets 400 s, but the fewest that holds the state is 3
+    assert plan["target"]["drives"] == 3 and "fewer drives do not hold" in plan["target"]["answer"]
+    r = _cli(
+        "estimate", "opt_nvme_16b", "--drive", spec, "--baseline", "study", "--drives", "1,2,3"
+    )
+    assert "does not fit: 1, 2 drive(s) of 100 GB (93.1 GiB) each" in r.stdout
+
+
+def test_drives_are_not_planned_for_a_run_that_keeps_its_state_in_ram() -> None:
+    r = _cli("estimate", "opt_ram_1b", "--drive", "samsung-980-pro-2tb", "--drives", "1,2")
+    assert r.exit_code == 2 and "keeps its optimizer state and parameters off NVMe" in r.stderr
+    assert "BOUND BY" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("read=7GB/s,write=5GB/s,read=6GB/s", "gives read= twice"),
+        ("read=7GB/s,write=5GB/s,link=16GT/s x99", "is not a PCIe link"),
+        ("read=7GB/s,write=5GB/s,cache=100GB", "cache= needs after_cache="),
+        ("read=7GB/s,write=5GB/s,after_cache=1GB/s", "after_cache= needs cache="),
+        ("read=-7GB/s,write=5GB/s", "read must be positive"),
+        ("read=1e400GB/s,write=5GB/s", "is not a finite figure"),
+        ("read=7gb/s,write=5GB/s", "ambiguous: bits or bytes"),
+        ("read=7GB,write=5GB/s", "is a size, not a rate"),
+        ("read=7,write=5GB/s", "has no unit"),
+        ("read=7GB/s,write=5GB/s,capacity=2TB/s", "is a rate, not a size"),
+    ],
+)
+def test_nonsense_in_a_drive_spec_is_refused_for_what_it_is(spec: str, message: str) -> None:
+    with pytest.raises(UsageError) as e:
+        parse_drive(spec)
+    assert message in e.value.message and e.value.hint
+
+
+def test_a_smaller_capacity_of_a_profile_scales_its_rated_writes() -> None:
+    """The 980 PRO's 1 TB is rated 600 TBW, half the 2 TB's 1,200: a profile's endurance
+    goes with its capacity, and the source says so."""
+    d = parse_drive("samsung-980-pro-2tb,capacity=1TB")
+    assert d.capacity == 1e12 and d.tbw == 600e12 and d.rated_writes == 600e12
+    assert "scaled" in d.source
+    # the user's own TBW wins
+    assert parse_drive("samsung-980-pro-2tb,capacity=1TB,tbw=700TB").tbw == 700e12
+
+
+def test_tbw_alone_gives_days_to_tbw() -> None:
+    plan = _plan_json(
+        "opt_nvme_16b",
+        "--drive",
+        "read=7GB/s,write=5GB/s,tbw=600TB",
+        "--baseline",
+        "study",
+        "--drives",
+        "1,2",
+    )
+    for p in plan["plans"]:
+        en = p["endurance"]
+        assert en["dwpd"] is None  # a fraction of a capacity not given
+        per_day = en["write_bytes_per_drive_day"]
+        assert en["days_to_rated_writes"] == pytest.approx(600e12 / per_day, abs=0.05)  # 0.1 d
+
+
+def test_a_swept_array_is_its_drives_not_one_drive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep of a RAID0 of 3 measured all three at once: the plan's one drive is a third
+    of it (it was planned as one drive as fast as the array)."""
+    args = ("opt_nvme_1b", "--aio-config", str(DATA / "sweep-aio"), "--drives", "1,3")
+    alone = _plan_json(*args)
+    monkeypatch.setattr(planner, "_swept_disks", lambda aio: ["nvme0n1", "nvme1n1", "nvme2n1"])
+    monkeypatch.setattr(planner, "swept_link", lambda aio: None)
+    monkeypatch.setattr(planner, "swept_network", lambda aio: None)
+    monkeypatch.setattr(planner, "_health", lambda disks: None)
+    array = _plan_json(*args)
+    one_alone = {p["drives"]: p for p in alone["plans"]}
+    one_array = {p["drives"]: p for p in array["plans"]}
+    assert one_array[3]["read_bw_bytes_s"] == pytest.approx(one_alone[1]["read_bw_bytes_s"], abs=2)
+    assert one_array[3]["write_bw_bytes_s"] == pytest.approx(
+        one_alone[1]["write_bw_bytes_s"], abs=2
+    )
+    src = next(x for x in array["limits"] if x["what"].startswith("one drive, read"))["source"]
+    assert "one of its 3 drives" in src
+
+
+# ------------------------------------------------------------------ hostile inputs
+
+#: (arguments, what the one line must say); each exits 1 or 2 with a hint, never an internal
+#: error, never a traceback
+HOSTILE: list[tuple[tuple[str, ...], str]] = [
+    # the planner and its drive specs
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s", "--drives", "1"),
+        "needs a sequential write rate",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s,write=5GB/s,warranty_years=50"),
+        "is not a warranty",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s,write=5GB/s,dram=maybe"),
+        "is not true or false",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s,write=5GB/s,capacity=-2TB"),
+        "capacity must be positive",
+    ),
+    (("estimate", "opt_nvme_1b", "--drive", "read=nanGB/s,write=5GB/s"), "is not a rate"),
+    (("estimate", "opt_nvme_1b", "--drive", ",,,"), "--drive is empty"),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s,write=5GB/s,dwpd=1"),
+        "without the drive's capacity",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "read=7GB/s,write=5GB/s,capacity=1TB,cache=2TB,after_cache=1GB/s",
+        ),
+        "cache is larger than the drive",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "read=7GB/s,write=5GB/s,speed=9"),
+        "has no key 'speed'",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--drives", "1,1e3"),
+        "is not a list of drive counts",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--drives", "-1"),
+        "is not a list of drive counts",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--target-step", "inf"),
+        "--target-step must be positive",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--target-step", "0.5x"),
+        "at least 1x",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--target-step", "fast"),
+        "is neither seconds nor a multiple",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--network-link",
+            "100MB",
+        ),
+        "is a size, not a rate",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--network-link",
+            "-1G",
+        ),
+        "must be positive",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--chunk",
+            "512KB",
+        ),
+        "is ambiguous",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--chunk",
+            "0",
+        ),
+        "must be positive",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--memory-bw",
+            "-5",
+        ),
+        "--memory-bw must be the host's memory bandwidth",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--link",
+            "16GT/s x3",
+        ),
+        "--link '16GT/s x3' is not a PCIe link",
+    ),
+    (
+        (
+            "estimate",
+            "opt_nvme_1b",
+            "--drive",
+            "samsung-980-pro-2tb",
+            "--drives",
+            "2",
+            "--link",
+            "7GT/s x4",
+        ),
+        "is not a PCIe link",
+    ),
+    (("estimate", "opt_ram_1b", "--drive", "samsung-980-pro-2tb", "--drives", "2"), "off NVMe"),
+    (("estimate", "opt_nvme_1b", "--network-link", "100G"), "--network-link bounds a drives plan"),
+    (("estimate", "opt_nvme_1b", "--set", "ds.aio.queue_depth=-1"), "must be a positive integer"),
+    (("estimate", "opt_nvme_1b", "--set", "seq_len=abc"), "must be a positive integer"),
+    (("estimate", "opt_nvme_1b", "--set", "nosuchkey=1"), "unknown setting"),
+    # checkpoints
+    (
+        ("estimate", "opt_nvme_1b", "--checkpoint-every", "10", "--checkpoint-drive", "nosuch"),
+        "--checkpoint-drive 'nosuch' is no drive profile",
+    ),
+    (
+        ("estimate", "opt_nvme_1b", "--checkpoint-every", "10", "--checkpoint-share", "200%"),
+        "is not a share of the training's time",
+    ),
+    (("estimate", "opt_nvme_1b", "--checkpoint-sweep", "x"), "--checkpoint-every says how often"),
+    (
+        ("run", "tiny_opt_nvme", "--checkpoint-every", "1", "--checkpoint-dir", "/proc"),
+        "holds no files a checkpoint could be written to",
+    ),
+    (
+        ("run", "tiny_opt_nvme", "--checkpoint-every", "1", "--checkpoint-writer", "nosuch"),
+        "is not one of",
+    ),
+    (("sweep-checkpoint", "--target", "/nonexistent"), "does not exist"),
+    # trace filters and sizes
+    (("trace", "--duration", "-1"), "--duration must be positive"),
+    (("trace", "--focus-size", "512KB", "--duration", "1"), "is ambiguous"),
+    (("trace", "--focus-size", "0", "--duration", "1"), "must be positive"),
+    (("trace", "--pid", "999999999", "--duration", "1"), "--pid 999999999"),
+    (
+        ("trace", "--cgroup", "/nonexistent/iotune-none", "--duration", "1"),
+        "--cgroup /nonexistent/iotune-none",
+    ),
+    # fabrics
+    (("fabrics", "connect", "tcp://"), "is not a fabrics target"),
+    (("fabrics", "connect", "tcp://10.0.0.1:99999"), "is not a port"),
+    (("fabrics", "connect", "xyz://1.2.3.4"), "unknown transport 'xyz'"),
+    # sizes a sweep takes
+    (("sweep-aio", "--target", "/tmp", "--block-size", "1.5M"), "is not a whole number"),
+    (("sweep-aio", "--target", "/tmp", "--io-size", "16MB"), "is ambiguous"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"), HOSTILE, ids=[" ".join(a[:1] + a[-2:]) for a, _ in HOSTILE]
+)
+def test_hostile_inputs_get_one_true_line_and_a_hint(args: tuple[str, ...], says: str) -> None:
+    r = _cli(*args)
+    err = r.stderr
+    assert r.exit_code in (1, 2), (r.exit_code, r.output)
+    assert "internal error" not in err and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("iotune: error: ") and says in lines[0], err
+    assert len(lines) == 2 and lines[1].startswith("hint: "), err
+
+
+def test_the_hostile_list_is_forty_or_more() -> None:
+    assert len(HOSTILE) >= 40
+
+
+@pytest.mark.parametrize(
+    ("text", "rate", "value"),
+    [
+        ("7.0GB/s", True, 7e9),
+        ("56Gbps", True, 7e9),
+        ("25GbE", True, 25e9 / 8),
+        ("2MiB/s", True, 2 * 2**20),
+        ("1.5TiB", False, 1.5 * 2**40),
+        ("2TB", False, 2e12),
+        ("341 GB", False, 341e9),
+        ("56kbps", True, 7000.0),
+    ],
+)
+def test_the_documented_forms(text: str, rate: bool, value: float) -> None:
+    assert parse_quantity(text, what="--x", rate=rate) == pytest.approx(value)
