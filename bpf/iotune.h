@@ -58,7 +58,8 @@ struct comm_val {
 };
 
 /* a filter: only the requests whose first bio the workload (its process tree) or one
- * cgroup submitted (the bio's submitter, at block_bio_queue) */
+ * cgroup v2 (its processes and those of every cgroup below it) submitted (the bio's
+ * submitter, at block_bio_queue) */
 #define ONLY_ALL 0
 #define ONLY_WORKLOAD 1
 #define ONLY_CGROUP 2

@@ -48,7 +48,8 @@
 // `devices` are counted), OWNERS (1: attribute bios to submitters), LATENCY (1: time the
 // requests and count the depth), FOCUS_BYTES (the request size whose latency is kept apart
 // from every other's), ONLY (iotune.h ONLY_*: count only the workload's or one cgroup's
-// requests, BTF programs only; with OWNERS) and ONLY_CGROUP_ID.
+// requests, BTF programs only; with OWNERS). With ONLY_CGROUP, user space puts the cgroup v2
+// in slot 0 of `only_cgroup` (by a file descriptor of its directory) before the programs attach.
 //
 // Latency and depth (iotune.h): every request of a device with a row is timed from its issue
 // to its completion in `starts`, keyed by the request (BTF) or by (dev, sector) (classic
@@ -272,7 +273,7 @@ static __always_inline u32 rq_dev(char *rq)
 }
 
 #if ONLY
-/* with a filter (ONLY, ONLY_CGROUP_ID): the bios the workload or the cgroup submitted, by
+/* with a filter (ONLY): the bios the workload or the cgroup (and those below it) submitted, by
  * address, from block_bio_queue until the completion of the request they start */
 BPF_TABLE("lru_hash", u64, u8, mine_bios, MINE_BIOS);
 #endif
@@ -491,6 +492,11 @@ BPF_HASH(comms, u32, struct comm_val, 1024);
 #if SLOT_DEVS
 BPF_F_TABLE("array", u32, struct owner_val, wowners, SLOT_DEVS * OWNER_OPS, (1U << 10));
 #endif
+#if ONLY == ONLY_CGROUP
+/* the cgroup named, in slot 0: its processes are mostly in the cgroups below it (under cgroup
+ * v2 a cgroup with controllers enabled holds none itself: a pod, a slice) */
+BPF_CGROUP_ARRAY(only_cgroup, 1);
+#endif
 
 /* Whether a tgid is the workload's, without a hash lookup per bio: each CPU remembers its
  * last answer, valid while the workload set has not grown (`generation`, bumped by every
@@ -545,7 +551,11 @@ static __always_inline void on_bio(u32 dev, u32 op, u32 nr_sector, u64 bio)
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct owner_key k = {.dev = dev, .op = op};
 #if ONLY == ONLY_CGROUP
-    bool mine = bpf_get_current_cgroup_id() == ONLY_CGROUP_ID;
+    /* the submitter's cgroup is the one named or below it (bpf_current_task_under_cgroup():
+     * 1 yes, 0 no, < 0 an empty slot). Its own cgroup's id alone would match only a cgroup
+     * that holds processes itself; an ancestor's id at the named cgroup's level would need
+     * that level, which a path under a cgroup namespace's mount does not tell */
+    bool mine = only_cgroup.check_current_task(0) == 1;
 #else
     bool mine = is_workload(tgid);
 #endif
@@ -597,12 +607,16 @@ TRACEPOINT_PROBE(block, block_bio_queue)
 }
 #endif
 
-/* every task the workload creates, threads included (parent_pid is the creating thread),
- * joins it: ZenFlow's optimizer process, or a compiler the workload starts, is the workload */
+/* every process the workload creates joins it: ZenFlow's optimizer process, or a compiler the
+ * workload starts, is the workload. The event fires in the creating task, whose process is
+ * looked up: parent_pid names the creating thread, which may be any thread of a workload
+ * process (one that existed before the trace, whose id was never added, included). A new
+ * thread's id is added too (the event does not say whether the child is a thread): harmless,
+ * as a thread's bios are looked up by its process's id */
 TRACEPOINT_PROBE(sched, sched_process_fork)
 {
     set_busy(1);
-    u32 parent = args->parent_pid, child = args->child_pid;
+    u32 parent = bpf_get_current_pid_tgid() >> 32, child = args->child_pid;
     u8 one = 1;
     if (workload.lookup(&parent)) {
         workload.update(&child, &one);

@@ -70,7 +70,7 @@ struct bio {
 } __attribute__((preserve_access_index));
 
 struct task_struct {
-    int pid;
+    int tgid;
 } __attribute__((preserve_access_index));
 
 /* enum req_op (6.0 and later; before, req_opf): its values relocated by name where the
@@ -104,8 +104,6 @@ struct config {
     u32 focus;      /* the request size whose latency is kept apart (FOCUS_BYTES) */
     u32 latency;    /* 1: time the requests and count the depth (LATENCY) */
     u32 only;       /* ONLY_*: count only the requests whose first bio was submitted so */
-    u32 pad;
-    u64 cgroup;     /* with ONLY_CGROUP: the cgroup v2 id (its directory's inode number) */
 };
 
 const volatile struct config cfg = {};
@@ -142,6 +140,16 @@ MAP(BPF_MAP_TYPE_ARRAY, qstamps, u32, struct qstamp, STAMP_SLOTS);
 /* with a filter (cfg.only): the bios submitted by the workload or its cgroup, by address,
  * from block_bio_queue until the completion of the request they start */
 MAP(BPF_MAP_TYPE_LRU_HASH, mine_bios, u64, u8, MINE_BIOS);
+/* with ONLY_CGROUP: the cgroup v2 named, in slot 0 (user space puts a file descriptor of its
+ * directory there before the programs attach). Its processes are mostly in the cgroups below
+ * it: under cgroup v2 a cgroup with controllers enabled (a pod, a slice) holds none itself.
+ * An fd array: sizes, not BTF types, as the kernel takes no BTF for one */
+struct {
+    __uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+    __uint(max_entries, 1);
+    __uint(key_size, sizeof(u32));
+    __uint(value_size, sizeof(u32));
+} only_cgroup SEC(".maps");
 
 struct mine_cache {
     u32 tgid;
@@ -487,7 +495,11 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
     u32 op = req_class(bio->bi_opf), nr_sector = bio->bi_iter.bi_size >> 9;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct owner_key k = {.dev = dev, .op = op};
-    bool mine = cfg.only == ONLY_CGROUP ? bpf_get_current_cgroup_id() == cfg.cgroup
+    /* the submitter's cgroup is the one named or below it (1; 0 not, < 0 an empty slot):
+     * its own cgroup's id alone would match only a cgroup that holds processes itself, and an
+     * ancestor's id at the named cgroup's level needs that level, which a path under a cgroup
+     * namespace's mount does not tell (reqsize.bpf.c says the same) */
+    bool mine = cfg.only == ONLY_CGROUP ? bpf_current_task_under_cgroup(&only_cgroup, 0) == 1
                                         : is_workload(tgid);
     if (cfg.only) { /* a bio's address is reused: forget what it was before */
         u64 key = (u64)bio;
@@ -516,14 +528,17 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
     return 0;
 }
 
-/* every task the workload creates, threads included, joins it */
+/* every process the workload creates joins it. *parent* is the creating thread, which may be
+ * any thread of a workload process (one older than the trace included): the workload is a set
+ * of processes (tgids), looked up by the creator's. A new thread is its creator's process
+ * already: nothing to add */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct *child)
 {
-    u32 ppid = parent->pid, cpid = child->pid;
+    u32 ptgid = parent->tgid, ctgid = child->tgid;
     u8 one = 1;
-    if (bpf_map_lookup_elem(&workload, &ppid)) {
-        bpf_map_update_elem(&workload, &cpid, &one, BPF_ANY);
+    if (ctgid != ptgid && bpf_map_lookup_elem(&workload, &ptgid)) {
+        bpf_map_update_elem(&workload, &ctgid, &one, BPF_ANY);
         u32 zero = 0;
         u64 *gen = bpf_map_lookup_elem(&generation, &zero);
         if (gen)

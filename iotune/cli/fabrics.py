@@ -27,6 +27,8 @@ def fabrics_group() -> None:
     \b
     iotune fabrics connect tcp://10.0.0.2:4420 --nqn nqn.2026-01.com.example:flash
     iotune fabrics connect rdma://10.0.0.2          the one subsystem the target offers
+    iotune fabrics connect fc://nn-0x20000090fa942779:pn-0x10000090fa942779
+        --host-traddr nn-0x20000090fa94277a:pn-0x10000090fa94277a   this host's FC port
     iotune fabrics disconnect nqn.2026-01.com.example:flash
 
     Once connected, the namespaces are drives like the others: `iotune devices` shows
@@ -44,21 +46,31 @@ def _root(what: str) -> None:
 @click.argument("target")
 @click.option("--nqn", help="The subsystem to connect (default: the one the target offers).")
 @click.option("--host-iface", help="TCP: the network interface to connect from.")
+@click.option(
+    "--host-traddr",
+    metavar="ADDRESS",
+    help="The host's side (nvme-cli's --host-traddr): FC: this host's port as "
+    "nn-0x<WWNN>:pn-0x<WWPN>, required; TCP, RDMA: the address to connect from.",
+)
 @click.option("--dry-run", is_flag=True, help="Check and show the command; connect nothing.")
 @json_option
-def fabrics_connect(target: str, nqn: str | None, host_iface: str | None, dry_run: bool) -> None:
+def fabrics_connect(
+    target: str, nqn: str | None, host_iface: str | None, host_traddr: str | None, dry_run: bool
+) -> None:
     """Connect the subsystem at TARGET (TRANSPORT://ADDRESS[:PORT], port 4420 by default;
-    or 'loop').
+    fc://nn-0x<WWNN>:pn-0x<WWPN> with --host-traddr; or 'loop').
 
     Before nvme-cli is asked: the transport's kernel module is loaded (named, with the kernel
     option, where the kernel has none), a TCP target's port answers, and the target's
     discovery log offers the subsystem (those it offers are listed where it does not). A
-    subsystem already connected at that address is left as it is.
+    subsystem already connected at that address (however it is written: 10.000.0.1 is
+    10.0.0.1, 0:0::1 is ::1) is left as it is.
     """
     from iotune.fabrics import connect as fc
     from iotune.fabrics.target import choose_nqn, parse_target
+    from iotune.probes.fabrics import fc_host_ports
 
-    where = parse_target(target)
+    where = parse_target(target, host_traddr, fc_host_ports(SysTree("/")))
     if host_iface and where.transport != "tcp":
         raise UsageError("--host-iface is for the tcp transport", hint="leave it out")
     _root("iotune fabrics connect")
@@ -74,6 +86,8 @@ def fabrics_connect(target: str, nqn: str | None, host_iface: str | None, dry_ru
         chosen = choose_nqn(where, fc.discover(where), nqn)
     there = [c for c in fc.controllers(tree) if fc.same_place(c, where, chosen)]
     doc: dict[str, Any] = {"target": where.text(), "nqn": chosen, "dry_run": dry_run}
+    if where.host_traddr is not None:
+        doc["host_traddr"] = where.host_traddr
     if there:
         already = [c.name for c in there]
         names = fc.namespaces_of(tree, chosen)

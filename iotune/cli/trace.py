@@ -127,7 +127,14 @@ def _workload_focus(
         raise UsageError(
             f"--duration must be positive, got {duration:g}", hint="e.g. --duration 30"
         )
-    if bool(command) == (duration is not None):
+    if command and duration is not None:
+        # a command ends the trace when it exits: a duration would be a second end
+        raise UsageError(
+            f"--duration {duration:g} and a command both say when the trace ends: give one",
+            hint="iotune trace --devices nvme0n1 -- fio job.fio (until it exits), "
+            "or iotune trace --devices nvme0n1 --duration 30",
+        )
+    if not command and duration is None:
         raise UsageError(
             "say what to trace: --duration S, or a command after --",
             hint="iotune trace --devices nvme0n1 -- fio job.fio",
@@ -163,7 +170,7 @@ def _request(
     if pid is not None:
         only.check_pid(pid)
     if cgroup is not None:
-        only.cgroup_id(cgroup)
+        only.cgroup_dir(cgroup)
     targets = select(SysTree("/"), device_list, target)
     chosen = _backend(backend)
     out_dir = Path(out) if out else Path("results") / f"trace-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -236,13 +243,14 @@ def _request(
 @click.option(
     "--pid",
     type=int,
-    help="Count only the requests of process PID and the processes it starts (a drive "
-    "shared with others; BTF tracepoints).",
+    help="Count only the requests of process PID and the processes it starts, from any of "
+    "its threads (a drive shared with others; BTF tracepoints).",
 )
 @click.option(
     "--cgroup",
     metavar="PATH",
-    help="Count only the requests of the processes in the cgroup v2 at PATH.",
+    help="Count only the requests of the processes in the cgroup v2 at PATH and in the "
+    "cgroups below it.",
 )
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
 @click.option(

@@ -9,12 +9,21 @@ import json
 import re
 import socket
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from iotune import proc
 from iotune.errors import CommandFailed, IotuneError, ToolMissing, last_line
-from iotune.fabrics.target import CONFIG, Offer, Target, parse_discovery
+from iotune.fabrics.target import (
+    CONFIG,
+    Offer,
+    Target,
+    address_key,
+    ip_of,
+    parse_discovery,
+    port_key,
+)
 from iotune.probes.fabrics import FabricPath, controllers_of, read_path
 from iotune.probes.sysfs import SysTree
 
@@ -132,14 +141,41 @@ def namespaces_of(tree: SysTree, nqn: str) -> list[str]:
     return sorted(out)
 
 
-def same_place(c: Controller, target: Target, nqn: str) -> bool:
+def resolve_host(name: str) -> list[str]:
+    """The addresses a host name resolves to ([] where it does not)."""
+    try:
+        return [str(a[4][0]) for a in socket.getaddrinfo(name, None)]
+    except (socket.gaierror, UnicodeError):
+        return []
+
+
+def same_place(
+    c: Controller,
+    target: Target,
+    nqn: str,
+    resolve: Callable[[str], Iterable[str]] = resolve_host,
+) -> bool:
+    """Whether controller *c* connects subsystem *nqn* at *target* (and from its
+    host_traddr, where one is given). The kernel shows each address as nvme-cli gave it
+    (nvmf_get_address), so both sides are compared as the kernel reads them: ``10.000.0.1``
+    is ``10.0.0.1``, ``0:0::1`` is ``::1``, an FC port's hex digits in either case; a host
+    name is the addresses it resolves to (nvme-cli resolves it before the kernel sees it)."""
     p = c.path
-    return (c.nqn, p.transport, p.traddr, p.trsvcid) == (
-        nqn,
-        target.transport,
-        target.traddr,
-        target.trsvcid,
-    )
+    if (c.nqn, p.transport) != (nqn, target.transport):
+        return False
+    if target.transport in ("tcp", "rdma") and port_key(p.trsvcid) != port_key(target.trsvcid):
+        return False
+    here = address_key(p.transport, p.traddr)
+    wanted = {address_key(target.transport, target.traddr)}
+    if target.traddr is not None and ip_of(target.traddr) is None and target.transport != "fc":
+        wanted |= {address_key(target.transport, a) for a in resolve(target.traddr)}
+    if here not in wanted:
+        return False
+    if target.host_traddr is not None:
+        return address_key(p.transport, p.host_traddr) == address_key(
+            target.transport, target.host_traddr
+        )
+    return True
 
 
 def connect(

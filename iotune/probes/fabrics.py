@@ -2,13 +2,16 @@
 this host's PCIe slots. Read from sysfs, as the kernel's NVMe host driver publishes it:
 
 - each controller, ``/sys/class/nvme/nvmeN``: ``transport`` (pcie, tcp, rdma, fc, loop),
-  ``address`` (``traddr=...,trsvcid=...[,src_addr=...][,host_iface=...]``), ``subsysnqn`` and
+  ``address`` (``traddr=...,trsvcid=...[,host_traddr=...][,host_iface=...][,src_addr=...]``:
+  the kernel's fabrics options as nvme-cli gave them, nvmf_get_address), ``subsysnqn`` and
   ``state`` (live, connecting, resetting, deleting, dead, new);
 - a namespace's controllers: with native multipath the block device is the subsystem's
   head, and its paths are the hidden ``nvmeXcYnZ`` (listed in ``/sys/block/HEAD/multipath/``
   from kernel 6.14); without it, ``device`` is the one controller;
 - the network link: the interface the route to the target address leaves by (the host's
-  routing, :meth:`iotune.probes.host.Host.route_iface`) and its ``/sys/class/net/IF/speed``.
+  routing, :meth:`iotune.probes.host.Host.route_iface`) and its ``/sys/class/net/IF/speed``;
+- this host's Fibre Channel ports, ``/sys/class/fc_host/hostN``: ``node_name`` and
+  ``port_name`` (the WWNN and WWPN nvme-fc takes as ``host_traddr``) and ``port_state``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class FabricPath:
     state: str
     src_addr: str | None = None
     host_iface: str | None = None
+    host_traddr: str | None = None  # the host's side as connected (FC: its port's WWNN:WWPN)
 
     @property
     def target(self) -> str:
@@ -100,6 +104,7 @@ class Fabric:
                     "state": p.state,
                     "src_addr": p.src_addr,
                     "host_iface": p.host_iface,
+                    "host_traddr": p.host_traddr,
                 }
                 for p in self.paths
             ],
@@ -159,7 +164,24 @@ def read_path(tree: SysTree, controller: str) -> FabricPath:
         state=(tree.read(f"{base}/state") or "gone").strip(),
         src_addr=addr.get("src_addr"),
         host_iface=addr.get("host_iface"),
+        host_traddr=addr.get("host_traddr"),
     )
+
+
+def fc_host_ports(tree: SysTree) -> list[str]:
+    """This host's online Fibre Channel ports as nvme-fc takes them for ``host_traddr``:
+    ``nn-0x<WWNN>:pn-0x<WWPN>`` from ``/sys/class/fc_host/hostN`` (node_name and port_name
+    read ``0x`` and 16 hex digits)."""
+    out = []
+    for host in sorted(tree.listdir("/sys/class/fc_host")):
+        base = f"/sys/class/fc_host/{host}"
+        if (tree.read(f"{base}/port_state") or "").strip() != "Online":
+            continue
+        nn = (tree.read(f"{base}/node_name") or "").strip().lower()
+        pn = (tree.read(f"{base}/port_name") or "").strip().lower()
+        if re.fullmatch(r"0x[0-9a-f]{16}", nn) and re.fullmatch(r"0x[0-9a-f]{16}", pn):
+            out.append(f"nn-{nn}:pn-{pn}")
+    return out
 
 
 def link_speed(tree: SysTree, iface: str) -> int | None:

@@ -125,11 +125,12 @@ def open_tracer(
     focus: int,
     latency: bool = True,
     only: str | None = None,
-    cgroup: int = 0,
+    cgroup: str | None = None,
 ) -> Any:
     """The eBPF tracer of *backend* (libbpf or bcc), attached to *devs*; *focus*: the request
     size whose latency it keeps apart; *latency* False: requests are not timed; *only*
-    ("workload", "cgroup" with its id *cgroup*): only those requests are counted."""
+    ("workload", or "cgroup" with the path of its directory *cgroup*): only those requests
+    are counted (a cgroup's: those of its processes and of every cgroup below it)."""
     if backend == "libbpf":
         from iotune.trace.libbpf import LibbpfTracer
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import mmap
@@ -11,7 +12,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from iotune.errors import IotuneError
+from iotune.errors import IotuneError, UsageError
 from iotune.paths import bpf_source
 from iotune.trace.btf import BtfError, attach, attach_tp_btf, btf_cflags
 
@@ -40,7 +41,8 @@ DEPTH_SLOTS = 1024
 INFLIGHT_WORDS = 8
 #: the request size the tracers' latency keeps apart unless told otherwise (DeepSpeed's AIO)
 FOCUS_DEFAULT = 524288
-#: a filter (bpf/iotune.h ONLY_*): the workload's process tree, or one cgroup v2
+#: a filter (bpf/iotune.h ONLY_*): the workload's process tree, or one cgroup v2 and the
+#: cgroups below it
 ONLY = {None: 0, "workload": 1, "cgroup": 2}
 
 
@@ -229,7 +231,7 @@ class ReqSizeTracer(MapReader):
         focus: int = FOCUS_DEFAULT,
         latency: bool = True,
         only: str | None = None,
-        cgroup: int = 0,
+        cgroup: str | None = None,
     ) -> None:
         if only is not None:
             # the filter reads the request's first bio: BTF programs only; the workload's
@@ -265,7 +267,6 @@ class ReqSizeTracer(MapReader):
             f"-DFOCUS_BYTES={int(focus)}U",
             f"-DLATENCY={1 if latency else 0}",
             f"-DONLY={ONLY[only]}",
-            f"-DONLY_CGROUP_ID={int(cgroup)}ULL",
         ]
         self.owners_enabled = owners
         self.latency_enabled = latency
@@ -283,8 +284,13 @@ class ReqSizeTracer(MapReader):
             try:
                 btf_flags, self._tp_ids = btf_cflags(owners=owners)
                 self._load(bcc, source, [*cflags, "-DBTF_TP=1", "-DNESTED=0", *btf_flags])
+                if only == "cgroup":
+                    self._put_cgroup(cgroup)  # before the programs attach
                 self._attach_btf(bcc, owners, latency)
                 self.probes = "tp_btf"
+            except UsageError:
+                self.close()
+                raise
             except (BtfError, IotuneError) as exc:
                 self.close()  # what attached before the failure
                 if only is not None:
@@ -322,6 +328,14 @@ class ReqSizeTracer(MapReader):
                 f"loading {source.name} failed: {str(exc).strip().splitlines()[-1]}",
                 hint=HINT_DOCTOR,
             ) from exc
+
+    def _put_cgroup(self, path: str | None) -> None:
+        """The cgroup of the filter into slot 0 of ``only_cgroup``."""
+        with cgroup_fd(path) as fd:
+            try:
+                self._bpf["only_cgroup"][0] = fd
+            except Exception as exc:  # bcc raises a plain Exception where an update fails
+                raise not_a_cgroup(path, str(exc)) from exc
 
     def _attach_btf(self, bcc: Any, owners: bool, latency: bool) -> None:
         """Load and attach the ``btf__*`` programs that bcc compiled (bcc does not load this
@@ -429,6 +443,31 @@ class ReqSizeTracer(MapReader):
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+
+
+@contextlib.contextmanager
+def cgroup_fd(path: str | None) -> Iterator[int]:
+    """A file descriptor of the cgroup v2 directory *path*, for a cgroup array's slot (the
+    map holds the cgroup itself once set: the descriptor is closed after)."""
+    if not path:
+        raise ValueError("a cgroup filter needs the cgroup's path")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise not_a_cgroup(path, str(exc.strerror)) from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def not_a_cgroup(path: str | None, why: str) -> UsageError:
+    """The cgroup of a filter cannot be opened, or the kernel does not take it as a cgroup
+    v2 (a cgroup v1 directory, one removed meanwhile)."""
+    return UsageError(
+        f"--cgroup {path}: not a cgroup v2 the kernel can filter by ({why})",
+        hint="name a directory under the cgroup2 mount, e.g. /sys/fs/cgroup/system.slice/X",
+    )
 
 
 def lat_arrays(rows: int) -> dict[str, int]:

@@ -32,7 +32,9 @@ from iotune.trace.bpf import (
     SLOT_DEVS,
     SLOT_SECTORS,
     MapReader,
+    cgroup_fd,
     lat_arrays,
+    not_a_cgroup,
 )
 from iotune.trace.maps import MAP_TYPES
 
@@ -54,8 +56,6 @@ class Config(ctypes.Structure):  # struct config in bpf/reqsize.core.bpf.c (its 
         ("focus", ctypes.c_uint32),
         ("latency", ctypes.c_uint32),
         ("only", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
-        ("cgroup", ctypes.c_uint64),
     ]
 
 
@@ -187,7 +187,7 @@ class LibbpfTracer(MapReader):
         focus: int = FOCUS_DEFAULT,
         latency: bool = True,
         only: str | None = None,
-        cgroup: int = 0,
+        cgroup: str | None = None,
     ) -> None:
         import numpy  # noqa: F401 - before the attach, as the bcc tracer does
 
@@ -197,7 +197,7 @@ class LibbpfTracer(MapReader):
         owners = owners or only is not None
         self.owners_enabled = owners
         self.latency_enabled = latency
-        self._only = (ONLY[only], int(cgroup))
+        self._only = ONLY[only]
         self.rows = list(devs or [])[:SLOT_DEVS]
         self._views = {}
         self._links: dict[str, Any] = {}  # label -> struct bpf_link * (None: switched off)
@@ -220,6 +220,8 @@ class LibbpfTracer(MapReader):
                     self._update("devices", ctypes.c_uint32(d), ctypes.c_uint32(row))
             # a CPU's zeroed cache is never valid (bpf/reqsize.core.bpf.c is_workload)
             self._update("generation", ctypes.c_uint32(0), ctypes.c_uint64(1))
+            if only == "cgroup":
+                self._put_cgroup(so, cgroup)  # before the programs attach
             self._map_views(len(self.rows), owners)
             for label in self._progs:
                 self._attach(label)
@@ -244,8 +246,7 @@ class LibbpfTracer(MapReader):
             filter=1 if devs else 0,
             focus=focus,
             latency=self.latency_enabled,
-            only=self._only[0],
-            cgroup=self._only[1],
+            only=self._only,
         )
         for i, d in enumerate(self.rows):
             cfg.devs[i] = d
@@ -270,6 +271,14 @@ class LibbpfTracer(MapReader):
             so.bpf_program__set_autoload(prog, wanted)
             if wanted:
                 self._progs[label] = prog
+
+    def _put_cgroup(self, so: Any, path: str | None) -> None:
+        """The cgroup of the filter into slot 0 of ``only_cgroup``."""
+        fd = self._fd(so, "only_cgroup")
+        with cgroup_fd(path) as cg:
+            key, value = ctypes.c_uint32(0), ctypes.c_uint32(cg)
+            if so.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0):
+                raise not_a_cgroup(path, os.strerror(ctypes.get_errno()))
 
     def _map(self, so: Any, name: str) -> Any:
         m = so.bpf_object__find_map_by_name(self._obj, name.encode())

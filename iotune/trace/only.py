@@ -1,11 +1,11 @@
 """A trace of one workload's requests on a shared drive: ``--pid PID`` (the process and
-everything it starts) or ``--cgroup PATH`` (a cgroup v2). The programs count a request when
-its first bio was submitted by them (bpf/iotune.h ONLY_*); the kernel's per-drive counters
-hold everyone's, so the cross-check becomes a share."""
+everything it starts, from any of its threads) or ``--cgroup PATH`` (a cgroup v2 and the
+cgroups below it). The programs count a request when its first bio was submitted by them
+(bpf/iotune.h ONLY_*); the kernel's per-drive counters hold everyone's, so the cross-check
+becomes a share."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,10 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return tree
 
 
-def cgroup_id(path: str, mounts: Path = Path("/proc/self/mounts")) -> int:
-    """The id of the cgroup v2 at *path* (its directory's inode number, as
-    bpf_get_current_cgroup_id() gives it), or a UsageError where *path* is not one."""
+def cgroup_dir(path: str, mounts: Path = Path("/proc/self/mounts")) -> Path:
+    """The directory of the cgroup v2 at *path*, resolved (the tracer opens it: the kernel
+    matches a task in it or in any cgroup below it), or a UsageError where *path* is not
+    one."""
     p = Path(path).resolve()
     roots = [
         Path(f.split()[1]) for f in mounts.read_text().splitlines() if f.split()[2:3] == ["cgroup2"]
@@ -57,7 +58,7 @@ def cgroup_id(path: str, mounts: Path = Path("/proc/self/mounts")) -> int:
             f"--cgroup {path}: not a cgroup v2 directory (cgroup2 at: {where})",
             hint="name a directory under the cgroup2 mount, e.g. /sys/fs/cgroup/system.slice/X",
         )
-    return os.stat(p).st_ino
+    return p
 
 
 def describe(pid: int | None, cgroup: str | None) -> dict[str, Any] | None:

@@ -172,7 +172,8 @@ def _binary(n: int) -> str:
 
 def other_io_line(result: dict[str, Any], top: int = 4) -> str | None:
     """One line naming I/O on the traced drives that the workload did not submit (writeback,
-    journal, other processes): counted in the drives' figures, but not the workload's."""
+    journal, other processes): counted in the drives' figures, but not the workload's; under
+    a filter (--cgroup with a COMMAND), not the cgroup's and left out of the figures."""
     other = result.get("other_io")
     if not other or not other["others"]:
         return None
@@ -182,8 +183,13 @@ def other_io_line(result: dict[str, Any], top: int = 4) -> str | None:
         for r in other["others"][:top]
     )
     more = len(other["others"]) - top
+    only = result.get("only")
+    whose = "not the workload's but in the figures above"
+    if only:
+        owner = f"cgroup {only['cgroup']}" if "cgroup" in only else f"pid {only['pid']}"
+        whose = f"not {owner}'s and not in the figures above"
     return (
-        f"other I/O on the traced drive(s), not the workload's but in the figures above: "
+        f"other I/O on the traced drive(s), {whose}: "
         f"{_binary(tot['read'])} read, {_binary(tot['write'])} written by {who}"
         + (f" and {more} more" if more > 0 else "")
     )

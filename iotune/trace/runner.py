@@ -236,7 +236,7 @@ class Tracer:
                 # bios are attributed to submitters when there is a workload to tell apart
                 devs = list(self.devs.values())
                 only = "workload" if req.only_pid else "cgroup" if req.only_cgroup else None
-                cg = filt.cgroup_id(req.only_cgroup) if req.only_cgroup else 0
+                cg = str(filt.cgroup_dir(req.only_cgroup)) if req.only_cgroup else None
                 self.bpf = open_tracer(
                     req.backend, devs, bool(req.command), req.focus, req.latency, only, cg
                 )

@@ -19,6 +19,7 @@ from iotune.train.presets import (
     PresetError,
     Strategy,
     apply_sets,
+    check_ds_value,
     parse_sets,
 )
 
@@ -36,8 +37,50 @@ def _worker(module: str, arg: str, what: str) -> dict[str, Any]:
         ) from exc
 
 
+def model_config_file(path: str) -> Path:
+    """The config.json a --model names: the file itself, or the one in the folder (as
+    iotune.workers.model_meta finds it)."""
+    p = Path(path)
+    folder = p.parent if p.name == "config.json" or p.is_file() else p
+    return folder / "config.json"
+
+
+def check_model_config(path: str) -> None:
+    """The model's config.json is there and is one JSON object, said before any worker
+    starts: transformers reports a file that does not parse only as "not a valid JSON
+    file", without where, and its other errors are about model_type."""
+    f = model_config_file(path)
+    try:
+        doc = json.loads(f.read_bytes())
+    except FileNotFoundError as exc:
+        raise PresetError(
+            f"{path}: no config.json there",
+            hint="point --model at a Hugging Face model folder (with config.json) or the file",
+        ) from exc
+    except OSError as exc:
+        raise PresetError(f"cannot read {f}: {exc.strerror}", hint="check the path") from exc
+    except json.JSONDecodeError as exc:
+        raise PresetError(
+            f"{f} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            hint="a model's config.json is one JSON object, as transformers saves it "
+            "(python -m json.tool shows where)",
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise PresetError(
+            f"{f} is not JSON: not UTF-8 text ({exc.reason} at byte {exc.start})",
+            hint="a model's config.json is one JSON object in UTF-8, as transformers saves it",
+        ) from exc
+    if not isinstance(doc, dict):
+        raise PresetError(
+            f"{f} is not a JSON object",
+            hint="a model's config.json is {...}: its model_type and sizes, as transformers "
+            "saves it",
+        )
+
+
 def load_model(path: str) -> ModelGeometry:
     """The model at *path* (a folder with config.json, or the file) as transformers builds it."""
+    check_model_config(path)
     doc = _worker("iotune.workers.model_meta", str(Path(path).resolve()), "reading the model")
     if "error" in doc:
         raise PresetError(doc["error"], hint=doc.get("hint"))
@@ -294,6 +337,11 @@ def custom_preset(
     overrides = parse_sets(sets)
     if steps is not None:
         overrides["steps"] = steps
+    # what can be refused without DeepSpeed or transformers is, before their workers start
+    check_model_config(model)
+    for key, value in overrides.items():
+        if key.startswith("ds."):
+            check_ds_value(key, value)
     dtype = overrides.get("dtype")
     cfg, notes, filled = read_ds_config(
         ds_config_path,

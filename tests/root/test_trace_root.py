@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -478,14 +480,15 @@ def test_events_on_a_cpu_busy_with_the_tracer_are_counted(
     assert end["nested:block_rq_complete"] - start["nested:block_rq_complete"] >= 17
 
 
-def _tracer(kind: str, kdev: int, owners: bool = False) -> Any:
-    """libbpf's CO-RE object, or bcc's build with BTF (tp_btf) or classic tracepoints."""
+def _tracer(kind: str, kdev: int, owners: bool = False, **only: Any) -> Any:
+    """libbpf's CO-RE object, or bcc's build with BTF (tp_btf) or classic tracepoints;
+    *only*: a filter (``only="workload"``, or ``only="cgroup", cgroup=PATH``)."""
     from iotune.trace.bpf import ReqSizeTracer
     from iotune.trace.libbpf import LibbpfTracer
 
     if kind == "libbpf":
-        return LibbpfTracer([kdev], owners=owners)
-    return ReqSizeTracer([kdev], owners=owners, btf=kind == "tp_btf")
+        return LibbpfTracer([kdev], owners=owners, **only)
+    return ReqSizeTracer([kdev], owners=owners, btf=kind == "tp_btf", **only)
 
 
 def test_btf_and_classic_tracepoints_count_the_same(loop_device: Callable[..., str]) -> None:
@@ -669,3 +672,228 @@ def test_the_programs_own_time_is_recorded_when_the_kernel_keeps_it(
     assert off["bpf_time"] is None
     # sampling and the workload's events, not fio's own CPU (a child's)
     assert 0 < off["tracer_cpu_s"] < wall and on["tracer_cpu_s"] > 0, (off["tracer_cpu_s"], wall)
+
+
+# ---------------------------------------------------------------- --pid and --cgroup over a tree
+
+#: a workload whose I/O is done by processes its threads fork: it joins cgroup argv[2] ("-":
+#: none), starts a thread, prints that thread's id and waits for a line on stdin (the tracer
+#: is attached); then that thread (older than the trace) forks dd, and after it a thread
+#: created while traced forks another; each dd writes argv[3] blocks of 64 KiB with O_DIRECT
+#: (one request each), one dd after the other (no request of one merged with the other's)
+THREAD_FORKS = """
+import os, subprocess, sys, threading
+dev, join, n = sys.argv[1], sys.argv[2], sys.argv[3]
+if join != "-":
+    with open(os.path.join(join, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+go = threading.Event()
+def writer(seek):
+    go.wait()
+    subprocess.run(["dd", "if=/dev/zero", "of=" + dev, "bs=64k", "count=" + n,
+                    "seek=" + seek, "oflag=direct", "status=none"], check=True)
+old = threading.Thread(target=writer, args=("0",))
+old.start()
+print(old.native_id, flush=True)
+sys.stdin.readline()
+go.set()
+old.join()
+new = threading.Thread(target=writer, args=(n,))
+new.start()
+new.join()
+"""
+#: the workload's writes (half by each of THREAD_FORKS's dd), and a stranger's (outside the
+#: process tree and the cgroup tree)
+MINE, STRANGERS = 24, 8
+
+
+def _write_stat(dev: str) -> tuple[int, int]:
+    """The kernel's write ios and write sectors of *dev* (/sys/block/DEV/stat fields 5, 7)."""
+    f = Path(f"/sys/block/{Path(dev).name}/stat").read_text().split()
+    return int(f[4]), int(f[6])
+
+
+def _stranger(dev: str) -> None:
+    """STRANGERS writes of 128 KiB by a process of the test's own (neither the traced pid's
+    tree nor the traced cgroup's)."""
+    sh("dd", "if=/dev/zero", f"of={dev}", "bs=128k", f"count={STRANGERS}", "seek=8",
+       "oflag=direct", "status=none")  # fmt: skip
+
+
+@pytest.fixture
+def cgroup_tree() -> Iterator[tuple[Path, Path]]:
+    """A cgroup v2 with a child (parent, child): a pod, a container's parent or a systemd
+    slice, whose processes are in the cgroups below it (under cgroup v2 one with controllers
+    enabled holds none itself)."""
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    roots = [Path(m.split()[1]) for m in mounts if m.split()[2:3] == ["cgroup2"]]
+    assert roots, "no cgroup v2 hierarchy mounted"
+    parent = roots[0] / f"iotune-test-{uuid.uuid4().hex[:8]}"
+    child = parent / "job"
+    child.mkdir(parents=True)
+    yield parent, child
+    for cg in (child, parent):
+        deadline = time.monotonic() + 30  # its processes have exited
+        while cg.exists():
+            try:
+                cg.rmdir()
+            except OSError:
+                assert time.monotonic() < deadline, f"{cg} still holds processes"
+                time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _thread_forks(dev: str, join: Path | None) -> Iterator[subprocess.Popen[str]]:
+    """THREAD_FORKS started, its thread created; killed (if still there) on the way out."""
+    with subprocess.Popen(
+        [sys.executable, "-c", THREAD_FORKS, dev, str(join or "-"), str(MINE // 2)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            tid = proc.stdout.readline()
+            assert tid, "the workload did not start"
+            # the premise: the fork comes from a thread that is not the process's main thread
+            assert int(tid) != proc.pid
+            yield proc
+        finally:
+            proc.kill()
+
+
+def _go(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 0
+
+
+def _only_the_workload(entry: dict[str, Any], kernel: tuple[int, int]) -> None:
+    """The kernel saw the workload's writes and the stranger's; iotune counts the workload's,
+    all of them, by their exact size."""
+    assert kernel == (MINE + STRANGERS, (MINE * 64 + STRANGERS * 128) * 2), kernel
+    ks = entry["diskstats"]
+    assert (ks["write_ios"], ks["write_bytes"] // 512) == kernel, ks
+    assert entry["write"]["sizes"] == {str(64 * K): MINE}, entry["write"]["sizes"]
+    assert entry["write"]["bytes"] == MINE * 64 * K
+    assert f"writes {MINE} of the drive's {MINE + STRANGERS}" in entry["check"]["summary"]
+    assert entry["latency"]["write"]["requests"] == MINE
+
+
+@pytest.mark.parametrize("backend", ["libbpf", "bcc"])
+def test_cgroup_counts_the_cgroups_below_it(
+    backend: str, loop_device: Callable[..., str], tmp_path: Path, cgroup_tree: tuple[Path, Path]
+) -> None:
+    """--cgroup names the parent; the command moves itself into its child before it writes.
+    What it wrote before it joined is not the cgroup's."""
+    parent, child = cgroup_tree
+    dev = loop_device()
+    script = (
+        "import os, subprocess, sys\n"
+        "dev, child = sys.argv[1], sys.argv[2]\n"
+        "dd = ['dd', 'if=/dev/zero', 'of=' + dev, 'oflag=direct', 'status=none']\n"
+        f"subprocess.run([*dd, 'bs=128k', 'count={STRANGERS}', 'seek=8'], check=True)\n"
+        "with open(child + '/cgroup.procs', 'w') as f:\n"
+        "    f.write(str(os.getpid()))\n"
+        f"subprocess.run([*dd, 'bs=64k', 'count={MINE}'], check=True)\n"
+    )
+    before = _write_stat(dev)
+    code, doc = trace_json(
+        tmp_path, "--backend", backend, "--devices", dev, "--cgroup", str(parent),
+        "--", sys.executable, "-c", script, dev, str(child),
+    )  # fmt: skip
+    after = _write_stat(dev)
+    assert code == 0 and doc["backend"] == backend
+    assert doc["only"] == {"cgroup": str(parent)}
+    _only_the_workload(dev_entry(doc, dev), (after[0] - before[0], after[1] - before[1]))
+
+
+@pytest.mark.parametrize("backend", ["libbpf", "bcc"])
+def test_pid_counts_what_a_thread_older_than_the_trace_forks(
+    backend: str, loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """--pid of a process whose thread, created before the trace started, forks a writer (and
+    a thread created while traced forks another)."""
+    dev = loop_device()
+    out = tmp_path / "run"
+    before = _write_stat(dev)
+    with _thread_forks(dev, None) as proc, subprocess.Popen(
+        [IOTUNE, "--json", "trace", "--backend", backend, "--devices", dev, "--pid",
+         str(proc.pid), "--duration", "600", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as trace:  # fmt: skip
+        try:
+            # the first sample is taken once the programs are attached and the tree is known
+            deadline = time.monotonic() + 120
+            while not (out / "samples.jsonl").exists():
+                assert trace.poll() is None, trace.communicate()
+                assert time.monotonic() < deadline, "the trace did not start"
+                time.sleep(0.05)
+            _stranger(dev)
+            _go(proc)
+            trace.send_signal(signal.SIGINT)  # the workload has ended: so does the trace
+            _, stderr = trace.communicate(timeout=120)
+        finally:
+            trace.kill()
+    after = _write_stat(dev)
+    assert trace.returncode == 130, stderr
+    doc = json.loads((out / "trace.json").read_text())
+    assert doc["only"] == {"pid": proc.pid} and doc["backend"] == backend
+    _only_the_workload(dev_entry(doc, dev), (after[0] - before[0], after[1] - before[1]))
+
+
+@pytest.mark.parametrize("kind", ["libbpf", "tp_btf"])
+def test_both_filters_count_a_thread_forked_writer_in_a_child_cgroup(
+    kind: str, loop_device: Callable[..., str], cgroup_tree: tuple[Path, Path]
+) -> None:
+    """The pair: a process in the child cgroup whose pre-existing thread forks a writer,
+    traced by its pid and by the parent cgroup, with libbpf's object and bcc's build: the
+    same exact requests, completions and bios each time, and the kernel's count beside them."""
+    from iotune.trace import only
+    from iotune.trace.targets import kernel_dev
+
+    parent, child = cgroup_tree
+    dev = loop_device()
+    st = os.stat(dev)
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    seen: dict[str, tuple[Any, ...]] = {}
+    for how in ("workload", "cgroup"):
+        with _thread_forks(dev, child) as proc:
+            tracer = _tracer(kind, kdev, only=how, cgroup=str(parent))
+            try:
+                for pid in only.descendants(proc.pid) if how == "workload" else []:
+                    tracer.add_workload(pid)  # as the trace of --pid does
+                before = _write_stat(dev)
+                _stranger(dev)
+                _go(proc)
+                after = _write_stat(dev)
+                counts, done, owners = tracer.counts(), tracer.done(), tracer.owners()
+            finally:
+                tracer.close()
+        seen[how] = (
+            (after[0] - before[0], after[1] - before[1]),  # the kernel's: everyone's writes
+            {size: n for (d, op, size), n in counts.items() if d == kdev and op == 1},
+            done.get((kdev, 1)),
+            owners.get((kdev, 1, 0)),  # the workload's bios
+        )
+    kernel = (MINE + STRANGERS, (MINE * 64 + STRANGERS * 128) * 2)
+    want = (kernel, {64 * K: MINE}, (MINE, MINE * 128), (MINE, MINE * 128))
+    assert seen == {"workload": want, "cgroup": want}
+
+
+@pytest.mark.parametrize("kind", ["libbpf", "tp_btf"])
+def test_a_cgroup_the_kernel_does_not_take_is_one_line(
+    kind: str, loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """The tracer puts the cgroup's directory in a cgroup array: a directory that is not a
+    cgroup v2 (one removed after the command line was checked, say) is refused by the kernel,
+    and said in one line."""
+    from iotune.errors import UsageError
+    from iotune.trace.targets import kernel_dev
+
+    st = os.stat(loop_device())
+    kdev = kernel_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    for path, why in ((tmp_path, "Bad file descriptor"), (tmp_path / "gone", "No such file")):
+        with pytest.raises(UsageError, match=f"not a cgroup v2 the kernel can filter by .*{why}"):
+            _tracer(kind, kdev, only="cgroup", cgroup=str(path))

@@ -413,3 +413,67 @@ def test_a_warmup_an_older_transformers_fills_with_0_is_advice_and_1_for_our_run
     # a value the user wrote, or one filled with 1, is theirs
     assert warmup_below_one({"scheduler": {"params": {"warmup_num_steps": 0}}}, []) == []
     assert warmup_below_one({"scheduler": {"params": {"warmup_num_steps": 1}}}, filled) == []
+
+
+def _no_worker(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError(f"a worker was started: {args}")
+
+
+@pytest.mark.parametrize("trainer", [False, True])
+@pytest.mark.parametrize("as_file", [False, True])
+def test_a_model_config_that_is_not_json_says_so_with_the_line_and_column(
+    trainer: bool, as_file: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a hint about model_type: the file does not parse. Said before any worker reads it
+    (the one filling a Trainer config's "auto" values reads the model's config too)."""
+    model = tmp_path / "mine"
+    model.mkdir()
+    text = (DATA / "gpt_neox" / "config.json").read_text().replace('",', '"', 1)
+    (model / "config.json").write_text(text)
+    with pytest.raises(json.JSONDecodeError) as parsed:
+        json.loads(text)
+    err = parsed.value
+    assert (err.msg, err.lineno, err.colno) == ("Expecting ',' delimiter", 3, 5)
+    cfg = _cfg("hf_zero3_nvme.json" if trainer else "opt_nvme.json")
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    where = model / "config.json" if as_file else model
+    args = ["estimate", "--model", str(where), "--ds-config", str(tmp_path / "ds.json")]
+    if trainer:
+        args += ["--micro-batch", "2", "--set", "dtype=bf16"]
+    monkeypatch.setattr("iotune.proc.run_worker", _no_worker)
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    first, hint = r.stderr.strip().splitlines()
+    assert r.exit_code == 2, r.output
+    assert first == (
+        f"iotune: error: {model / 'config.json'} is not JSON: Expecting ',' delimiter "
+        "at line 3 column 5"
+    ), first
+    assert "model_type" not in r.stderr and hint.startswith("hint: ") and "JSON" in hint, hint
+
+
+def test_a_model_config_that_is_not_an_object_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from iotune.train.custom import load_model
+
+    monkeypatch.setattr("iotune.proc.run_worker", _no_worker)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(PresetError, match=r"config.json is not a JSON object") as info:
+        load_model(str(tmp_path))
+    assert info.value.hint and "{...}" in info.value.hint
+
+
+def test_a_bad_deepspeed_set_on_your_model_is_refused_before_any_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("iotune.proc.run_worker", _no_worker)
+    r = _estimate(
+        _cfg("opt_nvme.json"), tmp_path, "--set", "ds.zero_optimization.sub_group_size=-1"
+    )
+    assert r.exit_code == 2 and r.stderr.startswith(
+        "iotune: error: ds.zero_optimization.sub_group_size must be an integer of 0 or more, got -1"
+    ), r.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_a_rate_that_is_not_one_is_refused() -> None:
     from iotune.errors import UsageError
 
     for bad in ("fast", "0G", "100MB"):
-        with pytest.raises(UsageError, match="is not a link rate"):
+        with pytest.raises(UsageError, match=r"is not a rate|must be positive|a size, not a rate"):
             parse_network(bad)
 
 
@@ -376,3 +377,193 @@ def test_a_workload_on_a_namespace_without_a_live_path_is_not_started(tmp_path: 
     assert lost_behind(h, os.makedev(259, 0)) is None
     assert lost_behind(h, os.makedev(0, 45)) is None
     assert lost_behind(h, os.makedev(8, 1)) is None
+
+
+# ------------------------------------------------- fabrics connect: FC's host port, same place
+
+
+def _controller(transport: str, address: str, nqn: str = NQN) -> Any:
+    from iotune.fabrics.connect import Controller
+    from iotune.probes.fabrics import FabricPath
+
+    a = parse_address(address)
+    host = {"host_traddr": a["host_traddr"]} if "host_traddr" in a else {}
+    path = FabricPath("nvme4", transport, a.get("traddr"), a.get("trsvcid"), "live", **host)
+    return Controller("nvme4", nqn, path)
+
+
+FC_T = "nn-0x20000090fa942779:pn-0x10000090fa942779"
+FC_H = "nn-0x20000090fa94277a:pn-0x10000090fa94277a"
+
+
+@pytest.mark.parametrize(
+    ("target", "host", "address", "same"),
+    [
+        ("tcp://10.0.0.1", None, "traddr=10.0.0.1,trsvcid=4420", True),
+        # the kernel keeps the address as nvme-cli gave it (nvmf_get_address prints opts)
+        ("tcp://10.0.0.1", None, "traddr=10.000.0.1,trsvcid=4420,src_addr=10.0.0.9", True),
+        ("tcp://10.0.0.1", None, "traddr=10.0.0.1,trsvcid=04420", True),
+        ("tcp://[::1]", None, "traddr=0:0::1,trsvcid=4420", True),
+        ("tcp://[fd00::a]", None, "traddr=FD00:0::A,trsvcid=4420", True),
+        ("tcp://10.0.0.1", None, "traddr=10.0.0.10,trsvcid=4420", False),
+        ("tcp://10.0.0.1:4421", None, "traddr=10.0.0.1,trsvcid=4420", False),
+        ("tcp://10.0.0.1", "10.0.0.9", "traddr=10.0.0.1,trsvcid=4420,host_traddr=10.0.0.9", True),
+        ("tcp://10.0.0.1", "10.0.0.9", "traddr=10.0.0.1,trsvcid=4420,host_traddr=10.0.0.8", False),
+        (
+            f"fc://{FC_T}",
+            FC_H,
+            f"traddr={FC_T.upper().replace('X', 'x').replace('NN', 'nn').replace('PN', 'pn')},host_traddr={FC_H}",
+            True,
+        ),
+        (f"fc://{FC_T}", FC_H, f"traddr={FC_T.replace('-0x', '-')},host_traddr={FC_H}", True),
+        (f"fc://{FC_T}", FC_H, f"traddr={FC_T},host_traddr={FC_T}", False),  # another host port
+    ],
+)
+def test_already_connected_compares_addresses_as_the_kernel_reads_them(
+    target: str, host: str | None, address: str, same: bool
+) -> None:
+    from iotune.fabrics.connect import same_place
+    from iotune.fabrics.target import parse_target
+
+    t = parse_target(target, host) if host else parse_target(target)
+    assert same_place(_controller(t.transport, address), t, NQN) is same
+    assert same_place(_controller(t.transport, address), t, "nqn.other") is False
+    other = "rdma" if t.transport == "tcp" else "tcp"
+    assert same_place(_controller(other, address), t, NQN) is False
+
+
+def test_a_target_named_by_host_name_is_the_addresses_it_resolves_to() -> None:
+    """nvme-cli resolves a TCP host name before the kernel sees it: sysfs holds the address."""
+    from iotune.fabrics.connect import same_place
+    from iotune.fabrics.target import parse_target
+
+    t = parse_target("tcp://flash-a.example")
+    here = _controller("tcp", "traddr=10.0.0.2,trsvcid=4420")
+    assert same_place(here, t, NQN, resolve=lambda name: ["10.0.0.2", "fd00::2"]) is True
+    assert same_place(here, t, NQN, resolve=lambda name: ["10.0.0.3"]) is False
+
+
+def _fake_nvme(monkeypatch: pytest.MonkeyPatch, there: list[Any], offers: str) -> list[list[str]]:
+    """`fabrics connect` with nvme-cli, the module and the root check stood in for; the argv
+    of every program it runs."""
+    import subprocess
+
+    from iotune.fabrics import connect as fc
+
+    ran: list[list[str]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(list(argv))
+        out = offers if argv[:2] == ["nvme", "discover"] else '{"device": "nvme4"}'
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr("iotune.proc.run", run)
+    monkeypatch.setattr(fc, "need_nvme_cli", lambda: None)
+    monkeypatch.setattr(fc, "load_module", lambda target, tree: None)
+    monkeypatch.setattr(fc, "controllers", lambda tree: there)
+    monkeypatch.setattr(fc, "namespaces_of", lambda tree, nqn: ["nvme4n1"])
+    monkeypatch.setattr("iotune.cli.fabrics.os.geteuid", lambda: 0)
+    return ran
+
+
+def _offers(transport: str, traddr: str) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "records": [
+                {"trtype": transport, "subtype": "nvme subsystem", "subnqn": NQN, "traddr": traddr}
+            ]
+        }
+    )
+
+
+def test_fabrics_connect_over_fc_passes_the_hosts_port_to_discover_and_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+
+    ran = _fake_nvme(monkeypatch, [], _offers("fc", FC_T))
+    args = ["fabrics", "connect", f"fc://{FC_T}", "--host-traddr", FC_H]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    assert ran[0] == ["nvme", "discover", "-t", "fc", "-a", FC_T, "-w", FC_H, "-o", "json"]
+    assert ran[1] == [
+        "nvme",
+        "connect",
+        "-t",
+        "fc",
+        "-a",
+        FC_T,
+        "-w",
+        FC_H,
+        "-n",
+        NQN,
+        "-o",
+        "json",
+    ]
+    assert f"connected {NQN} at fc://{FC_T} as nvme4: /dev/nvme4n1" in r.stdout
+    r = CliRunner().invoke(cli_mod.cli, ["fabrics", "connect", f"fc://{FC_T}"], prog_name="iotune")
+    assert r.exit_code == 2 and "needs --host-traddr" in r.stderr and "hint: " in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "address"),
+    [
+        ("tcp://10.0.0.1", "traddr=10.000.0.1,trsvcid=4420"),
+        ("tcp://[::1]", "traddr=0:0::1,trsvcid=4420"),
+        (
+            f"fc://{FC_T}",
+            f"traddr={FC_T.replace('0x2', '0X2').replace('fa', 'FA')},host_traddr={FC_H}",
+        ),
+    ],
+)
+def test_fabrics_connect_leaves_a_subsystem_connected_under_another_spelling(
+    target: str, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from iotune import cli as cli_mod
+    from iotune.fabrics.target import parse_target
+
+    t = parse_target(target, FC_H) if target.startswith("fc") else parse_target(target)
+    ran = _fake_nvme(monkeypatch, [_controller(t.transport, address)], _offers(t.transport, "x"))
+    monkeypatch.setattr("iotune.fabrics.connect.check_answers", lambda target: None)
+    args = ["fabrics", "connect", target, "--nqn", NQN]
+    if target.startswith("fc"):
+        args += ["--host-traddr", FC_H]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    assert "is already connected (nvme4): /dev/nvme4n1" in r.stdout, r.stdout
+    assert [a[:2] for a in ran] == [["nvme", "discover"]]  # no second connect
+
+
+def test_a_controllers_host_port_is_read_and_this_hosts_fc_ports_are_listed(tmp_path: Path) -> None:
+    from iotune.probes.fabrics import fc_host_ports, read_path
+
+    ctl = "sys/devices/virtual/nvme-fabrics/ctl/nvme5"
+    _put(tmp_path, f"{ctl}/transport", "fc")
+    _put(tmp_path, f"{ctl}/address", f"traddr={FC_T},host_traddr={FC_H}")
+    _put(tmp_path, f"{ctl}/state", "live")
+    _link(tmp_path, "sys/class/nvme/nvme5", "../../devices/virtual/nvme-fabrics/ctl/nvme5")
+    tree = SysTree(tmp_path)
+    p = read_path(tree, "nvme5")
+    assert (p.traddr, p.trsvcid, p.host_traddr, p.target) == (FC_T, None, FC_H, FC_T)
+    for host, state in (("host3", "Online"), ("host4", "Linkdown")):
+        base = f"sys/devices/pci0000:00/0000:00:05.0/{host}/fc_host/{host}"
+        _put(tmp_path, f"{base}/node_name", "0x20000090fa94277a")
+        _put(
+            tmp_path,
+            f"{base}/port_name",
+            "0x10000090fa94277a" if host == "host3" else "0x10000090fa94277b",
+        )
+        _put(tmp_path, f"{base}/port_state", state)
+        _link(
+            tmp_path,
+            f"sys/class/fc_host/{host}",
+            f"../../devices/pci0000:00/0000:00:05.0/{host}/fc_host/{host}",
+        )
+    assert fc_host_ports(tree) == [FC_H]
+    assert fc_host_ports(SysTree(tmp_path / "none")) == []

@@ -21,10 +21,6 @@ NQN = "nqn.2026-11.io.iotune:fabric"
         ("tcp://[fe80::1]:4420", Target("tcp", "fe80::1", "4420")),
         ("tcp://[fd00::2]", Target("tcp", "fd00::2", "4420")),
         ("tcp://flash-a.example", Target("tcp", "flash-a.example", "4420")),
-        (
-            "fc://nn-0x20000090fa942779:pn-0x10000090fa942779",
-            Target("fc", "nn-0x20000090fa942779:pn-0x10000090fa942779"),
-        ),
         ("loop", Target("loop")),
     ],
 )
@@ -94,3 +90,66 @@ def test_the_subsystem_is_the_one_asked_for_or_the_only_one_offered() -> None:
         choose_nqn(t, two, None)
     with pytest.raises(UsageError, match=r"offers no subsystem$"):
         choose_nqn(t, offers[:1], None)
+
+
+# ------------------------------------------------------------- NVMe over FC: the host's port
+
+TGT_FC = "nn-0x20000090fa942779:pn-0x10000090fa942779"
+HOST_FC = "nn-0x20000090fa94277a:pn-0x10000090fa94277a"
+
+
+def test_fc_takes_the_hosts_port_and_gives_both_to_nvme_cli() -> None:
+    """The kernel's nvme-fc requires host_traddr (drivers/nvme/host/fc.c: required_opts
+    NVMF_OPT_TRADDR | NVMF_OPT_HOST_TRADDR): nvme-cli's --host-traddr (-w)."""
+    t = parse_target(
+        f"fc://{TGT_FC.upper().replace('NN-0X', 'nn-0x').replace('PN-0X', 'pn-0x')}", HOST_FC
+    )
+    assert t == Target("fc", TGT_FC, None, HOST_FC)
+    assert t.nvme_args() == ["-t", "fc", "-a", TGT_FC, "-w", HOST_FC]
+    assert t.text() == f"fc://{TGT_FC}"
+    # the kernel's other form, without 0x, is the same port
+    short = "nn-20000090fa942779:pn-10000090fa942779"
+    assert parse_target(f"fc://{short}", HOST_FC.replace("-0x", "-")) == t
+    # TCP and RDMA: the source address, optional
+    tcp = parse_target("tcp://10.0.0.2", "10.0.0.1")
+    assert tcp.nvme_args() == ["-t", "tcp", "-a", "10.0.0.2", "-s", "4420", "-w", "10.0.0.1"]
+    assert parse_target("tcp://10.0.0.2").nvme_args() == [
+        "-t",
+        "tcp",
+        "-a",
+        "10.0.0.2",
+        "-s",
+        "4420",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "message", "hint"),
+    [
+        (f"fc://{TGT_FC}", None, f"fc://{TGT_FC} needs --host-traddr", "--host-traddr " + HOST_FC),
+        ("fc://20000090fa942779", HOST_FC, "is not an FC port", "nn-0x"),
+        (f"fc://{TGT_FC}", "10.0.0.1", "--host-traddr '10.0.0.1' is not an FC port", "nn-0x"),
+        ("tcp://10.0.0.2", HOST_FC, f"--host-traddr {HOST_FC!r} is not an IP address", "10.0.0.1"),
+        ("loop", "10.0.0.1", "the loop transport takes no --host-traddr", "leave it out"),
+        ("tcp://10.010.0.2", None, "leading zeros", "tcp://10.10.0.2:4420"),
+        ("tcp://10.0.0.2", "10.000.0.1", "leading zeros", "--host-traddr 10.0.0.1"),
+    ],
+)
+def test_a_host_address_that_is_not_one_is_one_line(
+    text: str, host: str | None, message: str, hint: str
+) -> None:
+    with pytest.raises(UsageError) as e:
+        parse_target(text, host, fc_ports=[HOST_FC])
+    assert message in e.value.message and hint in (e.value.hint or ""), (
+        e.value.message,
+        e.value.hint,
+    )
+
+
+def test_an_fc_target_without_the_hosts_port_names_this_hosts_ports() -> None:
+    with pytest.raises(UsageError) as e:
+        parse_target(f"fc://{TGT_FC}", fc_ports=[HOST_FC, "nn-0x1:pn-0x2"])
+    assert e.value.hint is not None and HOST_FC in e.value.hint and "nn-0x1" in e.value.hint
+    with pytest.raises(UsageError) as e:
+        parse_target(f"fc://{TGT_FC}")
+    assert e.value.hint is not None and "/sys/class/fc_host" in e.value.hint

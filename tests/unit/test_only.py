@@ -1,9 +1,8 @@
 """The filter's inputs (iotune/trace/only.py): a process and the tree below it, a cgroup v2
-directory and its id, the one-line errors; the check under a filter."""
+directory, the one-line errors; the check under a filter."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -54,10 +53,11 @@ def test_a_cgroup_is_a_directory_under_a_cgroup2_mount(tmp_path: Path) -> None:
     (root / "job").mkdir(parents=True)
     mounts = tmp_path / "mounts"
     mounts.write_text(f"cgroup2 {root} cgroup2 rw,nosuid 0 0\ntmpfs /tmp tmpfs rw 0 0\n")
-    assert only.cgroup_id(str(root / "job"), mounts) == os.stat(root / "job").st_ino
+    assert only.cgroup_dir(str(root / "job"), mounts) == root / "job"
+    assert only.cgroup_dir(str(root / "job" / ".."), mounts) == root  # the root is one too
     for bad in (tmp_path, root / "missing"):
         with pytest.raises(UsageError, match="not a cgroup v2 directory") as exc:
-            only.cgroup_id(str(bad), mounts)
+            only.cgroup_dir(str(bad), mounts)
         assert exc.value.hint
 
 

@@ -295,6 +295,15 @@ def test_other_io_names_each_submitter_that_is_not_the_workload() -> None:
     )
     assert other_io_line({"other_io": {**got, "others": []}}) is None
     assert other_io_line({}) is None
+    assert line.startswith(
+        "other I/O on the traced drive(s), not the workload's but in the figures"
+    )
+    # under --cgroup (with a COMMAND) the figures are the cgroup's alone: the rest is not in them
+    line = other_io_line({"other_io": got, "only": {"cgroup": "/sys/fs/cgroup/pod"}})
+    assert line is not None and line.startswith(
+        "other I/O on the traced drive(s), not cgroup /sys/fs/cgroup/pod's and not in the "
+        "figures above: 4 KiB read, 8 KiB written by jbd2/vda1-8"
+    ), line
 
 
 def test_events_the_kernel_skipped_are_named_as_the_cause() -> None:
@@ -384,3 +393,26 @@ def test_the_kernels_own_miss_count_from_6_7() -> None:
 
     assert kernel_counts_misses("6.18.44-fc-v657") and kernel_counts_misses("6.7.0")
     assert not kernel_counts_misses("6.1.0-28-amd64") and not kernel_counts_misses("5.15.0")
+
+
+def _trace_cli(*args: str) -> tuple[int, list[str]]:
+    from click.testing import CliRunner
+
+    from iotune import cli
+
+    result = CliRunner().invoke(cli.cli, ["trace", *args], prog_name="iotune")
+    return result.exit_code, result.stderr.strip().splitlines()
+
+
+def test_a_duration_and_a_command_are_refused_for_what_they_are() -> None:
+    """Both end the trace (the command when it exits, --duration after S seconds): the
+    error names the two given, not a missing one."""
+    code, lines = _trace_cli("--devices", "loop0", "--duration", "2", "--", "true")
+    assert code == 2 and len(lines) == 2, lines
+    assert lines[0] == (
+        "iotune: error: --duration 2 and a command both say when the trace ends: give one"
+    )
+    assert lines[1].startswith("hint: ") and "-- fio job.fio" in lines[1], lines
+    # neither: there is something to say
+    code, lines = _trace_cli("--devices", "loop0")
+    assert code == 2 and lines[0].startswith("iotune: error: say what to trace"), lines

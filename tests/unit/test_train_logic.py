@@ -25,6 +25,7 @@ from iotune.train.presets import (
     get_preset,
     load_presets,
     parse_sets,
+    parse_value,
     preset_with,
     resolve_dtype,
 )
@@ -608,3 +609,108 @@ def test_the_studys_figures_are_data_printed_beside_the_estimate() -> None:
     assert code == 0 and "study     'Opt-state to NVMe'" in text
     assert "read 158.9 GiB (12.0N)" in text and "init + first step read 12.0N" in text
     assert "DeepSpeed's default (1e9) would peak at" in text
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("zero_optimization.sub_group_size", "-1", "an integer of 0 or more, got -1"),
+        ("zero_optimization.reduce_bucket_size", "0", "a positive integer, got 0"),
+        ("zero_optimization.stage3_max_reuse_distance", "-5", "an integer of 0 or more"),
+        ("zero_optimization.offload_optimizer.buffer_count", "0", "a positive integer, got 0"),
+        ("zero_optimization.offload_param.buffer_size", "-4096", "a positive integer"),
+        ("zero_optimization.offload_param.max_in_cpu", "-1", "an integer of 0 or more"),
+        ("zero_optimization.sub_group_size", "1.5", "an integer of 0 or more, got 1.5"),
+        ("zero_optimization.sub_group_size", "true", "an integer of 0 or more, got True"),
+        ("zero_optimization.sub_group_size", "lots", "an integer of 0 or more, got 'lots'"),
+        ("aio.queue_depth", "0", "a positive integer, got 0"),
+        ("aio.block_size", "-524288", "a positive integer"),
+        ("zero_optimization.offload_optimizer.ratio", "1.5", "a number from 0 to 1, got 1.5"),
+        ("zero_optimization.zenflow.topk_ratio", "0", "a number above 0 and below 1, got 0"),
+        ("zero_optimization.zenflow.update_interval", "0", 'a positive integer or "auto"'),
+        ("steps_per_print", "0", "a positive integer, got 0"),
+        ("gradient_clipping", "-1.0", "a number of 0 or more, got -1.0"),
+    ],
+)
+def test_a_deepspeed_value_that_makes_no_sense_is_refused_naming_its_key(
+    key: str, value: str, says: str
+) -> None:
+    code, out, err = invoke("estimate", "tiny_opt_nvme", "--set", f"ds.{key}={value}")
+    assert code == 2 and out == "", (code, out, err)
+    first, hint = err.splitlines()
+    assert first.startswith(f"iotune: error: ds.{key} must be ") and says in first, first
+    assert hint.startswith(f"hint: e.g. --set ds.{key}="), hint
+    # the same rule on a section given whole, and on a preset's own [preset.X.set] table
+    section, _, leaf = key.rpartition(".")
+    if section:
+        with pytest.raises(PresetError, match=f"ds.{key} must be "):
+            apply_sets(get_preset("tiny_opt_nvme"), {f"ds.{section}": {leaf: parse_value(value)}})
+
+
+def test_deepspeed_values_in_range_are_taken_and_integral_floats_become_integers() -> None:
+    p = apply_sets(
+        get_preset("tiny_params_opt_nvme"),
+        parse_sets(
+            [
+                "ds.zero_optimization.sub_group_size=1e8",
+                "ds.zero_optimization.sub_group_size=0",
+                "ds.zero_optimization.stage3_max_reuse_distance=0",
+                "ds.zero_optimization.offload_param.max_in_cpu=0",
+                "ds.gradient_clipping=0",
+            ]
+        ),
+    )
+    assert p.ds_set["ds.zero_optimization.sub_group_size"] == 0
+    zen = apply_sets(p, parse_sets(['ds.zero_optimization.zenflow.update_interval="auto"']))
+    assert zen.ds_set["ds.zero_optimization.zenflow.update_interval"] == "auto"
+    p = apply_sets(p, parse_sets(["ds.zero_optimization.sub_group_size=1e8"]))
+    value = p.ds_set["ds.zero_optimization.sub_group_size"]
+    assert value == 100_000_000 and type(value) is int
+    assert ds_config(p)["zero_optimization"]["sub_group_size"] == 100_000_000
+
+
+def test_the_deepspeed_bounds_are_never_looser_than_deepspeeds_own() -> None:
+    """Each key the --set rules bound that DeepSpeed's pydantic config classes bound too: the
+    rule refuses at least what DeepSpeed refuses (deepspeed/runtime/zero/config.py,
+    offload_config.py, zenflow_config.py)."""
+    import os
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.zenflow.zenflow_config import ZenFlowConfig
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import (
+        DeepSpeedZeroOffloadOptimizerConfig,
+        DeepSpeedZeroOffloadParamConfig,
+    )
+
+    from iotune.train.presets import DS_BOUNDS
+
+    classes = {
+        "zero_optimization": DeepSpeedZeroConfig,
+        "zero_optimization.offload_optimizer": DeepSpeedZeroOffloadOptimizerConfig,
+        "zero_optimization.offload_param": DeepSpeedZeroOffloadParamConfig,
+        "zero_optimization.zenflow": ZenFlowConfig,
+    }
+    compared = 0
+    for cls_at, cls in classes.items():
+        for name, f in cls.model_fields.items():
+            for meta in f.metadata:
+                for key in {f"{cls_at}.{name}", f"{cls_at}.{f.alias or name}"}:
+                    bound = DS_BOUNDS.get(key)
+                    if bound is None:
+                        continue
+                    compared += 1
+                    if (ge := getattr(meta, "ge", None)) is not None:
+                        assert bound.least >= ge, key
+                    if (gt := getattr(meta, "gt", None)) is not None:
+                        assert bound.least > gt or (bound.least == gt and bound.above), key
+                    if (le := getattr(meta, "le", None)) is not None:
+                        assert bound.most is not None and bound.most <= le, key
+                    if (lt := getattr(meta, "lt", None)) is not None:
+                        assert bound.most is not None and bound.most <= lt and bound.below, key
+    assert compared >= 12
+    for key in DS_BOUNDS:  # every bounded key is one DeepSpeed's config has
+        section, _, leaf = key.rpartition(".")
+        if section in classes:
+            fields_ = classes[section].model_fields
+            assert leaf in fields_ or leaf in {f.alias for f in fields_.values()}, key
