@@ -42,8 +42,17 @@ from iotune.train.planner import drive_counts, parse_network
 from iotune.train.presets import get_preset
 from iotune.units import GIB, binary_size, format_size, parse_quantity, parse_size
 
-PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: the loaded profile's examples (tests/conftest.py: fewer under mutation testing) scaled up
+#: for the cheap parsers, down for the planner
+_N = settings().max_examples
+PROPS = settings(
+    max_examples=min(150, 2 * _N), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+FEW = settings(
+    max_examples=max(4, min(40, _N // 2)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 SI = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}

@@ -416,3 +416,181 @@ def test_the_hostile_list_is_forty_or_more() -> None:
 )
 def test_the_documented_forms(text: str, rate: bool, value: float) -> None:
     assert parse_quantity(text, what="--x", rate=rate) == pytest.approx(value)
+
+
+#: (parser, text, options) -> the whole message and hint a user reads
+MESSAGES = [
+    (
+        "q",
+        "7iB/s",
+        {"rate": True},
+        "--x '7iB/s' is not a rate: 'i' belongs to a prefix (KiB, MiB, GiB)",
+        "e.g. 7.0GB/s or 2MiB/s",
+    ),
+    ("q", "-5GB/s", {"rate": True}, "--x must be positive, got '-5GB/s'", "e.g. 7.0GB/s or 2MiB/s"),
+    (
+        "q",
+        "1e400GB/s",
+        {"rate": True},
+        "--x '1e400GB/s' is not a finite figure",
+        "e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "fast",
+        {"rate": True},
+        "--x 'fast' is not a rate",
+        "write it with its unit, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "fast",
+        {"rate": False},
+        "--x 'fast' is not a size",
+        "write it with its unit, e.g. 2TB or 1.5TiB",
+    ),
+    (
+        "q",
+        "7GB",
+        {"rate": True},
+        "--x '7GB' is a size, not a rate",
+        "add /s, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    ("q", "7GB/s", {"rate": False}, "--x '7GB/s' is a rate, not a size", "e.g. 2TB or 1.5TiB"),
+    (
+        "q",
+        "7",
+        {"rate": True},
+        "--x '7' has no unit: bytes (B) or bits (b)?",
+        "write it with its unit, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "7G/s",
+        {"rate": True, "bare": "binary"},
+        "--x '7G/s' has no unit: bytes (B) or bits (b)?",
+        "write it with its unit, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    ("q", "7Gi", {"rate": False, "bare": "binary"}, "--x '7Gi' has no unit", "e.g. 2TB or 1.5TiB"),
+    (
+        "q",
+        "5gb/s",
+        {"rate": True},
+        "--x '5gb/s' is ambiguous: bits or bytes?",
+        "write GB for bytes or Gb for bits, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "5tb/s",
+        {"rate": True},
+        "--x '5tb/s' is ambiguous: bits or bytes?",
+        "write TB for bytes or Tb for bits, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "5eb/s",
+        {"rate": True},
+        "--x '5eb/s' is ambiguous: bits or bytes?",
+        "write EB for bytes or Eb for bits, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "5mB/s",
+        {"rate": True},
+        "--x '5mB/s' is ambiguous: a small m is milli",
+        "write MB or MiB, e.g. 7.0GB/s or 2MiB/s",
+    ),
+    (
+        "q",
+        "7x",
+        {"rate": True, "example": "read=7.0GB/s"},
+        "--x '7x' is not a rate",
+        "write it with its unit, e.g. read=7.0GB/s",
+    ),
+    (
+        "s",
+        "512KB",
+        {},
+        "--x '512KB' is ambiguous: KB is 10^3 bytes on a datasheet and 2^10 in fio",
+        "write 512K or 512KiB (binary)",
+    ),
+    (
+        "s",
+        "+64MB",
+        {},
+        "--x '+64MB' is ambiguous: MB is 10^6 bytes on a datasheet and 2^20 in fio",
+        "write 64M or 64MiB (binary)",
+    ),
+    (
+        "s",
+        "2gB",
+        {},
+        "--x '2gB' is ambiguous: GB is 10^9 bytes on a datasheet and 2^30 in fio",
+        "write 2G or 2GiB (binary)",
+    ),
+    ("s", "1.5M", {}, "--x '1.5M' is not a whole number of bytes or units", "e.g. 512K, 1M"),
+    (
+        "s",
+        "12Q",
+        {},
+        "--x '12Q' is not a size",
+        "write it as bytes or with K, M, G (binary): 512K, 1M",
+    ),
+    ("s", "0", {}, "--x must be positive, got '0'", "e.g. 512K"),
+]
+
+
+@pytest.mark.parametrize(("parser", "text", "opts", "message", "hint"), MESSAGES)
+def test_each_refusal_says_exactly_what_is_wrong(
+    parser: str, text: str, opts: dict[str, Any], message: str, hint: str
+) -> None:
+    from iotune.units import parse_size
+
+    with pytest.raises(UsageError) as e:
+        if parser == "q":
+            parse_quantity(text, what="--x", **opts)
+        else:
+            parse_size(text, what="--x")
+    assert (e.value.message, e.value.hint) == (message, hint)
+
+
+def test_a_keys_name_is_joined_to_its_value() -> None:
+    with pytest.raises(UsageError) as e:
+        parse_quantity("7x", what="--drive read=", rate=True)
+    assert e.value.message == "--drive read='7x' is not a rate"
+    with pytest.raises(UsageError) as e:
+        parse_quantity("-7GB/s", what="--drive read=", rate=True)
+    assert e.value.message == "--drive read must be positive, got '-7GB/s'"
+
+
+@pytest.mark.parametrize(
+    ("text", "bare", "value"),
+    [
+        ("100Gb", "bits", 12.5e9),  # a link's bits, per second by trade
+        ("100 Gbit", "bits", 12.5e9),
+        ("100 Gbits", "bits", 12.5e9),
+        ("25GbE", "refuse", 25e9 / 8),
+        ("7 bytes/s", "refuse", 7.0),
+        ("7 byte/s", "refuse", 7.0),
+        ("8 bit/s", "refuse", 1.0),
+        ("1 Pb/s", "refuse", 1e15 / 8),
+        ("1 Eb/s", "refuse", 1e18 / 8),
+        ("1 PiB/s", "refuse", 2.0**50),
+        ("1 kB/s", "refuse", 1e3),
+        ("1.5e3MB/s", "refuse", 1.5e9),
+        (".5GB/s", "refuse", 0.5e9),
+        ("2GB/sec", "refuse", 2e9),
+    ],
+)
+def test_rates_in_every_form_users_write(text: str, bare: Any, value: float) -> None:
+    assert parse_quantity(text, what="--x", rate=True, bare=bare) == pytest.approx(value)
+
+
+def test_a_bare_figure_is_binary_only_for_a_block_size() -> None:
+    assert parse_quantity("512K", what="--x", rate=False, bare="binary") == 512 * 1024
+    assert parse_quantity("3", what="--x", rate=False, bare="binary") == 3
+    assert parse_quantity("1m", what="--x", rate=False, bare="binary") == 2**20
+    with pytest.raises(UsageError, match="no unit"):
+        parse_quantity("512K", what="--x", rate=False)
+    with pytest.raises(UsageError, match="a size, not a rate"):
+        parse_quantity("100GB", what="--x", rate=True, bare="bits")
