@@ -594,3 +594,52 @@ def test_a_bare_figure_is_binary_only_for_a_block_size() -> None:
         parse_quantity("512K", what="--x", rate=False)
     with pytest.raises(UsageError, match="a size, not a rate"):
         parse_quantity("100GB", what="--x", rate=True, bare="bits")
+
+
+@pytest.mark.parametrize(
+    ("n", "short", "spelled"),
+    [
+        (1, "1", "1 B"),
+        (1023, "1023", "1023 B"),
+        (1024, "1K", "1 KiB"),
+        (1536, "1536", "1536 B"),
+        (3 * 1024, "3K", "3 KiB"),
+        (524288, "512K", "512 KiB"),
+        (1023 * 1024, "1023K", "1023 KiB"),
+        (2**20, "1M", "1 MiB"),
+        (3 * 2**20, "3M", "3 MiB"),
+        (2**20 + 1024, "1025K", "1025 KiB"),
+        (2**30, "1G", "1 GiB"),
+        (5 * 2**30, "5G", "5 GiB"),
+        (2**30 + 2**20, "1025M", "1025 MiB"),
+    ],
+)
+def test_block_sizes_print_exactly(n: int, short: str, spelled: str) -> None:
+    from iotune.units import binary_size, format_size, parse_size
+
+    assert format_size(n) == short and binary_size(n) == spelled
+    assert parse_size(short) == n
+
+
+@pytest.mark.parametrize(
+    ("n", "per", "text"),
+    [
+        (0.0, "", "0.0 KiB"),
+        (1023.0, "", "1.0 KiB"),
+        (2**20 - 1, "/s", "1024.0 KiB/s"),
+        (2**20, "", "1.0 MiB"),
+        (25 * 2**20, "/s", "25.0 MiB/s"),
+        (2**30 - 1, "", "1024.0 MiB"),
+        (2**30, "", "1.00 GiB"),
+        (1.5 * 2**30, "/s", "1.50 GiB/s"),
+    ],
+)
+def test_amounts_print_in_the_unit_that_fits(n: float, per: str, text: str) -> None:
+    from iotune.units import amount, gib_text, gib_value, scale_for
+
+    assert amount(n, per) == text
+    unit = text.split()[1].removesuffix("/s")
+    assert scale_for(n) == (unit, {"KiB": 1024.0, "MiB": 2.0**20, "GiB": 2.0**30}[unit])
+    assert gib_text(None) == "-" and gib_value(None) is None
+    assert gib_text(1.25 * 2**30) == "1.2" and gib_text(1.25 * 2**30, 2) == "1.25"
+    assert gib_value(2**30 / 3) == 0.3333
