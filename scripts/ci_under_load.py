@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Run `.ci/run` on a fresh clone with work beside it, as a user's workstation or a shared CI
+runner has: the suite must pass on what the program did, never on a quiet machine.
+
+    scripts/ci_under_load.py                       # quiet: the clone alone
+    scripts/ci_under_load.py --cpu 1               # one CPU-bound loop at nice 0
+    scripts/ci_under_load.py --cpu 1 --io          # and a steady O_DIRECT writer on the root disk
+    scripts/ci_under_load.py --mem                 # page-cache pressure
+    scripts/ci_under_load.py --bursty              # the three in bursts, as a working machine has them
+
+The clone is made under --where (default /tmp: the vm tier's guests see the host's /tmp) from
+this checkout's HEAD; the load runs in its own process group and ends with the run. The last
+line says the result and the wall time, which benchmarks/RESULTS.md records. Root, as .ci/run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+
+
+def cpu_loop() -> None:
+    """One core's worth of arithmetic, at nice 0."""
+    x = 0
+    while True:
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+
+
+def io_writer(folder: Path, burst: bool) -> None:
+    """A steady (or bursty) O_DIRECT writer of 1 MiB blocks on the root disk, cycling over a
+    256 MiB file, never on the devices under test."""
+    import mmap
+
+    path = folder / "io-load.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    buf = mmap.mmap(-1, 1 << 20)
+    buf.write(os.urandom(1 << 20))
+    off = 0
+    try:
+        while True:
+            os.pwritev(fd, [buf], off)
+            off = (off + (1 << 20)) % (256 << 20)
+            if burst and off == 0:
+                time.sleep(random.uniform(2, 10))
+    finally:
+        os.close(fd)
+
+
+def mem_pressure(folder: Path, burst: bool) -> None:
+    """Page-cache pressure: a 2 GiB file written, then read through the cache over and over,
+    pushing the suite's files out of it."""
+    path = folder / "mem-load.bin"
+    block = os.urandom(1 << 20)
+    with path.open("wb") as fh:
+        for _ in range(2048):
+            fh.write(block)
+    while True:
+        with path.open("rb") as fh:
+            while fh.read(1 << 20):
+                pass
+        if burst:
+            time.sleep(random.uniform(2, 15))
+
+
+def bursty(folder: Path) -> None:
+    """CPU, I/O and memory in bursts: each child runs for 5-40 s, then rests 5-30 s, like the
+    imports, downloads and builds beside a developer's test run."""
+    kinds = ("cpu", "io", "mem")
+    while True:
+        kind = random.choice(kinds)
+        pid = os.fork()
+        if pid == 0:
+            if kind == "cpu":
+                cpu_loop()
+            elif kind == "io":
+                io_writer(folder, burst=False)
+            else:
+                mem_pressure(folder, burst=False)
+            os._exit(0)
+        time.sleep(random.uniform(5, 40))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        time.sleep(random.uniform(5, 30))
+
+
+def start(fn: object, *args: object) -> int:
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        random.seed(os.getpid())
+        fn(*args)  # type: ignore[operator]
+        os._exit(0)
+    return pid
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu", type=int, default=0, metavar="N", help="N CPU-bound loops at nice 0")
+    ap.add_argument("--io", action="store_true", help="a steady O_DIRECT writer on the root disk")
+    ap.add_argument("--mem", action="store_true", help="pressure on the page cache")
+    ap.add_argument("--bursty", action="store_true", help="CPU, I/O and memory in bursts")
+    ap.add_argument("--where", type=Path, default=Path("/tmp"), help="where the clone is made")
+    ap.add_argument("--keep", action="store_true", help="keep the clone")
+    args = ap.parse_args()
+    clone = Path(tempfile.mkdtemp(prefix="iotune-ci-", dir=args.where))
+    load_dir = Path(tempfile.mkdtemp(prefix="iotune-load-", dir="/var/tmp"))
+    subprocess.run(["git", "clone", "-q", str(TOP), str(clone / "repo")], check=True)
+    load = [f"--cpu {args.cpu}"] * bool(args.cpu) + ["--io"] * args.io + ["--mem"] * args.mem
+    load += ["--bursty"] * args.bursty
+    pids = [start(cpu_loop) for _ in range(args.cpu)]
+    if args.io:
+        pids.append(start(io_writer, load_dir, False))
+    if args.mem:
+        pids.append(start(mem_pressure, load_dir, False))
+    if args.bursty:
+        pids.append(start(bursty, load_dir))
+    t0 = time.monotonic()
+    try:
+        run = subprocess.run(
+            ["bash", ".ci/run"],
+            cwd=clone / "repo",
+            env={**os.environ, "CI": "true"},
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    finally:
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+        for f in load_dir.iterdir():
+            f.unlink()
+        load_dir.rmdir()
+        if not args.keep:
+            subprocess.run(["rm", "-rf", str(clone)], check=False)
+    wall = time.monotonic() - t0
+    head = subprocess.run(
+        ["git", "-C", str(TOP), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    print(
+        f"ci_under_load: {head} with {' '.join(load) or 'nothing'} beside it: "
+        f"{'passed' if run.returncode == 0 else f'failed ({run.returncode})'} in {wall:.0f} s "
+        f"({wall / 60:.1f} min)"
+    )
+    return run.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
