@@ -16,6 +16,7 @@ line says the result and the wall time, which benchmarks/RESULTS.md records. Roo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
+#: the load's jitter: system entropy, so forked children do not share one sequence
+_RNG = random.SystemRandom()
 
 
 def cpu_loop() -> None:
@@ -50,7 +53,7 @@ def io_writer(folder: Path, burst: bool) -> None:
             os.pwritev(fd, [buf], off)
             off = (off + (1 << 20)) % (256 << 20)
             if burst and off == 0:
-                time.sleep(random.uniform(2, 10))
+                time.sleep(_RNG.uniform(2, 10))
     finally:
         os.close(fd)
 
@@ -68,7 +71,7 @@ def mem_pressure(folder: Path, burst: bool) -> None:
             while fh.read(1 << 20):
                 pass
         if burst:
-            time.sleep(random.uniform(2, 15))
+            time.sleep(_RNG.uniform(2, 15))
 
 
 def bursty(folder: Path) -> None:
@@ -76,7 +79,7 @@ def bursty(folder: Path) -> None:
     imports, downloads and builds beside a developer's test run."""
     kinds = ("cpu", "io", "mem")
     while True:
-        kind = random.choice(kinds)
+        kind = _RNG.choice(kinds)
         pid = os.fork()
         if pid == 0:
             if kind == "cpu":
@@ -86,17 +89,16 @@ def bursty(folder: Path) -> None:
             else:
                 mem_pressure(folder, burst=False)
             os._exit(0)
-        time.sleep(random.uniform(5, 40))
+        time.sleep(_RNG.uniform(5, 40))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        time.sleep(random.uniform(5, 30))
+        time.sleep(_RNG.uniform(5, 30))
 
 
 def start(fn: object, *args: object) -> int:
     pid = os.fork()
     if pid == 0:
         os.setpgid(0, 0)
-        random.seed(os.getpid())
         fn(*args)  # type: ignore[operator]
         os._exit(0)
     return pid
@@ -108,7 +110,9 @@ def main() -> int:
     ap.add_argument("--io", action="store_true", help="a steady O_DIRECT writer on the root disk")
     ap.add_argument("--mem", action="store_true", help="pressure on the page cache")
     ap.add_argument("--bursty", action="store_true", help="CPU, I/O and memory in bursts")
-    ap.add_argument("--where", type=Path, default=Path("/tmp"), help="where the clone is made")
+    ap.add_argument(
+        "--where", type=Path, default=Path(tempfile.gettempdir()), help="where the clone is made"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the clone")
     args = ap.parse_args()
     clone = Path(tempfile.mkdtemp(prefix="iotune-ci-", dir=args.where))
@@ -134,10 +138,8 @@ def main() -> int:
         )
     finally:
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             os.waitpid(pid, 0)
         for f in load_dir.iterdir():
             f.unlink()
