@@ -643,3 +643,24 @@ def test_amounts_print_in_the_unit_that_fits(n: float, per: str, text: str) -> N
     assert gib_text(None) == "-" and gib_value(None) is None
     assert gib_text(1.25 * 2**30) == "1.2" and gib_text(1.25 * 2**30, 2) == "1.25"
     assert gib_value(2**30 / 3) == 0.3333
+
+
+def test_the_vm_tier_names_a_checkout_its_guest_cannot_see(tmp_path: Path) -> None:
+    """virtme-ng's guest mounts a fresh /var/tmp (and /run, /var/cache, ...): a checkout
+    there is an empty folder in the guest, and every vm test failed with 'python: not
+    found'. The tier refuses in one line that names the path and the way around it."""
+    from tests.vm.guest import hidden_from_guest
+
+    line = hidden_from_guest(Path("/var/tmp/ci/iotune"), Path("/var/tmp/ci/iotune/.venv/bin"))
+    assert line is not None and "\n" not in line
+    assert line.startswith(
+        "the vm tier cannot run from /var/tmp/ci/iotune: its guest mounts a fresh /var/tmp"
+    )
+    assert "clone the repository elsewhere" in line
+    assert hidden_from_guest(Path("/tmp/ci/iotune"), Path("/srv/x/.venv/bin")) is None
+    assert hidden_from_guest(Path("/home/u/iotune"), Path("/var/cache/v/bin")) is not None
+    # a link into a hidden folder is followed
+    link = tmp_path / "link"
+    link.symlink_to("/run")
+    assert hidden_from_guest(link) is not None
+    assert hidden_from_guest(Path("/var/tmpx/iotune")) is None

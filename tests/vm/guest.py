@@ -105,6 +105,45 @@ class Result:
         return self
 
 
+#: host folders the guest does not see: virtme-ng's init mounts a fresh tmpfs over each
+#: (virtme/guest/virtme-init: /run, /var/log, /var/tmp, /var/cache, ...), so a checkout, a
+#: virtualenv or a share under one of them is an empty folder in the guest
+HIDDEN_IN_GUEST = (
+    "/run",
+    "/var/log",
+    "/var/tmp",
+    "/var/spool/rsyslog",
+    "/var/lib/portables",
+    "/var/lib/machines",
+    "/var/lib/private",
+    "/var/cache",
+    "/var/lib/apt",
+    "/var/lib/snapd/cookie",
+    "/var/lib/sudo",
+    "/dev/shm",
+)
+
+
+def hidden_from_guest(*paths: Path) -> str | None:
+    """One line naming the first of *paths* the guest cannot see and the way around it;
+    None where the guest sees them all."""
+    for path in paths:
+        # as written (a virtualenv's python is a link out of it) and with its links followed
+        for real in dict.fromkeys((path.absolute(), path.resolve())):
+            hidden = next(
+                (h for h in HIDDEN_IN_GUEST if real == Path(h) or Path(h) in real.parents), None
+            )
+            if hidden is not None:
+                return (
+                    f"the vm tier cannot run from {real}: its guest mounts a fresh {hidden} "
+                    "(virtme-ng), so it does not see the checkout or its virtualenv there; "
+                    "clone the repository elsewhere (under /tmp, /home or /srv) and run "
+                    "'scripts/setup.sh test' there, or put the virtualenv elsewhere "
+                    "(VENV=/srv/iotune-venv)"
+                )
+    return None
+
+
 def find_kernel() -> tuple[Path, str]:
     """A distribution kernel whose modules include nvme and md (IOTUNE_VM_KERNEL overrides)."""
     override = os.environ.get("IOTUNE_VM_KERNEL")
@@ -169,6 +208,9 @@ class Guest:
         return images
 
     def start(self, timeout: float = 300.0) -> None:
+        hidden = hidden_from_guest(TOP, Path(sys.executable).parent, self.share, *self.rwdirs)
+        if hidden is not None:
+            raise RuntimeError(hidden)
         self.share.mkdir(parents=True, exist_ok=True)
         images = self._prepare_images()
         kernel, _version = find_kernel()
