@@ -137,6 +137,69 @@ def _forked(cmd: dict[str, Any]) -> dict[str, Any]:
     return {"rc": os.waitstatus_to_exitcode(status), "stdout": stdout, "stderr": stderr}
 
 
+#: a command running longer than the first figure has a snapshot written (``doing.txt``)
+#: then and every second figure's seconds after, for the host to show where a wait ran out:
+#: what the guest was doing, not only that it took long (a shorter one costs nothing)
+SNAPSHOT_S = (60.0, 30.0)
+
+
+def _snapshot(d: str, argv: list[str], started: float) -> None:
+    """What the guest is doing while *argv* runs: the command and its age, every process
+    with its state and the kernel function it sleeps in (a process in D waits on the
+    kernel: I/O, md), md's state and the kernel log's last lines; written atomically."""
+    parts = [f"running {argv} for {time.monotonic() - started:.0f} s"]
+    for what, cmd in (
+        ("processes", ["ps", "-eo", "pid,stat,wchan:28,etime,args", "--sort=start_time"]),
+        ("md", ["cat", "/proc/mdstat"]),
+        ("kernel log", ["dmesg", "--ctime"]),
+    ):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+            lines = out.stdout.splitlines()
+            if what == "processes":  # kernel threads only where they wait in the kernel (D)
+                lines = [
+                    x
+                    for i, x in enumerate(lines)
+                    if i == 0
+                    or len(x.split(None, 4)) < 5
+                    or not x.split(None, 4)[4].startswith("[")
+                    or "D" in x.split(None, 4)[1]
+                ]
+            elif what == "kernel log":
+                lines = lines[-25:]
+            parts.append(f"--- {what}:\n" + "\n".join(lines))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            parts.append(f"--- {what}: {exc}")
+    tmp = os.path.join(d, "doing.tmp")
+    with open(tmp, "w") as fh:
+        fh.write("\n".join(parts) + "\n")
+    os.rename(tmp, os.path.join(d, "doing.txt"))
+
+
+class _Watch:
+    """Snapshots of the guest while one command runs (SNAPSHOT_S)."""
+
+    def __init__(self, d: str, argv: list[str]) -> None:
+        self.stop = threading.Event()
+        started = time.monotonic()
+
+        def loop() -> None:
+            wait = SNAPSHOT_S[0]
+            while not self.stop.wait(wait):
+                wait = SNAPSHOT_S[1]
+                with contextlib.suppress(OSError):
+                    _snapshot(d, argv, started)
+
+        self.thread = threading.Thread(target=loop, daemon=True)
+        self.thread.start()
+
+    def __enter__(self) -> "_Watch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+
+
 def main() -> None:
     d = sys.argv[1]
     with open(os.path.join(d, "ready.tmp"), "w") as fh:
@@ -180,7 +243,8 @@ def main() -> None:
             starts = any(k.startswith("PYTHON") for k in cmd.get("env", {}))
             if cmd["argv"][:1] == [IOTUNE] and not starts:
                 try:
-                    res = _forked(cmd)
+                    with _Watch(d, cmd["argv"]):
+                        res = _forked(cmd)
                 except OSError as exc:
                     res = {"rc": -2, "stdout": "", "stderr": str(exc)}
                 out = os.path.join(d, "res-" + name[4:])
@@ -188,6 +252,7 @@ def main() -> None:
                     json.dump(res, fh)
                 os.rename(out + ".tmp", out)
                 continue
+            watch = _Watch(d, cmd["argv"])
             try:
                 p = subprocess.run(
                     cmd["argv"],
@@ -203,6 +268,8 @@ def main() -> None:
                 res = {"rc": -9, "stdout": str(exc.stdout or ""), "stderr": "timeout"}
             except OSError as exc:
                 res = {"rc": -2, "stdout": "", "stderr": str(exc)}
+            finally:
+                watch.stop.set()
             out = os.path.join(d, "res-" + name[4:])
             with open(out + ".tmp", "w") as fh:
                 json.dump(res, fh)

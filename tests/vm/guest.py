@@ -336,8 +336,19 @@ class Guest:
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"guest died while {doing}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"guest did not {undone}")
+                raise TimeoutError(f"guest did not {undone}\n{self.doing()}")
             time.sleep(0.05)
+
+    def doing(self) -> str:
+        """What the guest was doing at its agent's last snapshot of a running command (its
+        processes, their states and wait channels, md's state, the kernel log's end) and the
+        console's last lines: what a wait that ran out reports."""
+        snap = self.share / "doing.txt"
+        try:
+            text = snap.read_text()
+        except OSError:
+            text = "(no snapshot of the running command)"
+        return f"{text}--- console:\n{self.log_tail()}"
 
     def iotune(self, *args: str, timeout: float = 300.0) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)
