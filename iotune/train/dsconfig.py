@@ -66,7 +66,10 @@ def ds_config(
         # after use unless it comes back within stage3_max_reuse_distance elements; at 0 the
         # buffers in use are one module's parameters and the prefetched ones, so a dozen do,
         # where the default (1e9) keeps several layers' worth and needs dozens of
-        # embedding-sized buffers. max_in_cpu 0: every parameter streams from the drive.
+        # embedding-sized buffers. max_in_cpu 0: every parameter streams from the drive;
+        # DeepSpeed's default (1e9 elements) would read the optimizer's first sub-groups up
+        # to 1e9 elements into CPU memory once and never touch their files again
+        # (zero/stage3.py:888-911, 984-993; iotune.train.estimate.parameter_placement).
         zo["offload_param"] = {
             "device": "nvme",
             "nvme_path": path,

@@ -3,8 +3,8 @@ read and write on the NVMe path, from the parameter tensors and the DeepSpeed co
 
 The I/O model follows DeepSpeed's ZeRO-3 swap code (0.16 to 0.19; file references are to
 deepspeed/runtime/). N_s counts the elements of optimizer sub-groups that are swapped,
-N_g the gradient elements swapped, N_p the bf16 parameter elements swapped; for a model of
-billions of parameters all three equal the parameter count N.
+N_g the gradient elements swapped, N_p the bf16 parameter elements swapped (given a file);
+for a model of billions of parameters all three equal the parameter count N.
 
 * Only tensors of at least max(1 MiB, aio.block_size) bytes are swapped
   (swap_tensor/utils.py MIN_AIO_BYTES, optimizer_utils.py min_aio_bytes): a sub-group's fp32
@@ -22,19 +22,33 @@ billions of parameters all three equal the parameter count N.
     gradients and the three states (12 N_s + 4 N_g). Gradient accumulation happens in a CPU
     buffer: micro-steps between boundaries do no NVMe I/O.
   - so initialisation + first step: read 12 N, write 24 N; steady step: read 16 N, write 16 N.
-* Parameters on NVMe as well (offload_param). Footprint + 2 N_p (one bf16 file per parameter).
-  - construction: zero.Init partitions and writes each parameter once (2 N_p), after the
-    module's own initialisation has filled it (nothing gathers it back to initialise again).
-  - deepspeed.initialize reads the bf16 partitions twice (4 N_p: _create_fp32_partitions,
-    and once more; measured on an H100, 1B) and initialize_optimizer_states writes them
-    back (2 N_p).
-  - every micro-step fetches the parameters for forward, for the recomputation of each
-    checkpointed layer, and for backward. While DeepSpeed records the first step's trace it
-    releases each parameter after use (three reads, 6 N_p); afterwards parameters reused
-    within stage3_max_reuse_distance elements stay resident, so recompute and backward share
-    a fetch (2 N_p + 2 max(0, N_p - max_reuse_distance) per micro-step; measured on an H100
-    with the presets' distance 0: 2.1 fetches a step after the first's 3.0).
-  - after the optimizer step the updated bf16 parameters are written back (2 N_p).
+* Parameters on NVMe as well (offload_param). Which partitions DeepSpeed reads back from the
+  drive during training is decided at deepspeed.initialize, by offload_param.max_in_cpu and
+  the optimizer's sub-groups, never by GPU memory, the swap buffers or the live-parameter
+  limit (parameter_placement below cites the lines). N_p counts the elements that get a
+  parameter file, N_r those of them that stay on the drive (read back at every use), N_k
+  those of N_r that are persistent (stage3_param_persistence_threshold).
+  - construction: zero.Init partitions and writes each swappable parameter once (eb N_p),
+    after the module's own initialisation has filled it (nothing gathers it back to
+    initialise again). Every file stays for the run: the footprint is eb N_p.
+  - deepspeed.initialize reads the N_p - N_r elements kept in CPU memory once, into the
+    pinned buffer, for good; it reads each of N_r twice (_create_fp32_partitions, and the
+    gather of every parameter when it hooks the gradients) and initialize_optimizer_states
+    writes N_r back. So N_p + N_r read and written (measured on the CPU: to the byte).
+  - every micro-step fetches the non-persistent N_r - N_k for forward, for the
+    recomputation of each checkpointed layer, and for backward. While DeepSpeed records
+    the first step's trace it releases each parameter after use (three reads); afterwards
+    parameters reused within stage3_max_reuse_distance elements stay resident, so
+    recompute and backward share a fetch ((N_r - N_k) + max(0, N_r - N_k - distance) per
+    micro-step; measured on an H100 with the presets' distance 0: 2.1 fetches a step after
+    the first's 3.0). A persistent parameter is released like any other while the trace
+    is recorded, then stays gathered from its next use to the optimizer step and is
+    gathered again right after it: one read a steady step, whatever the accumulation.
+  - after the optimizer step the updated partitions of N_r are written back (eb N_r); the
+    ones in CPU memory are updated there and never written again.
+  - so with max_in_cpu at or above the model (DeepSpeed's default 1e9 elements), a steady
+    step moves no parameter bytes at all: read 16N, write 16N, as the optimizer state alone
+    (the Hugging Face Trainer's ZeRO-3 template at 0.29B on an H200, measured).
   - with tied embeddings, zero.Init has already swapped out lm_head's own weight when
     transformers ties it to the embedding: one unused 2 x vocab x hidden file stays.
   Measured on the tiny CPU preset, parameter offload's initialisation reads more than this
@@ -63,7 +77,8 @@ at least the largest parameter, zero/stage3.py _create_fp16_sub_groups):
 * parameter swap buffers (offload_param nvme): buffer_count x buffer_size bf16 elements,
   locked, each at least the largest parameter (swap_tensor/partitioned_param_swapper.py);
   a pinned CPU cache of min(N, max_in_cpu) bf16 elements (zero/stage3.py
-  _create_param_groups_fp16_flat_cpu_memory); a 2 S_max write-back buffer.
+  _create_param_groups_fp16_flat_cpu_memory); a 2 S_max write-back buffer where a
+  sub-group stays on the drive (zero/stage3.py: should_create_fp16_flat_reuse_buffer).
 * transients: the first optimizer step creates Adam's moments as pageable tensors per
   sub-group (8 S_max) before the swapper copies them into its buffers, and every step
   stages a sub-group's fp32 master as bf16 on the way to the GPU (2 S_max); with the
@@ -74,6 +89,7 @@ at least the largest parameter, zero/stage3.py _create_fp16_sub_groups):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +169,11 @@ class Swapped:
     n: int  # all parameters
     n_s: int  # elements in swapped optimizer sub-groups
     n_g: int  # gradient elements swapped
-    n_p: int  # bf16 parameter elements swapped (0 without parameter offload)
+    n_p: int  # bf16 parameter elements with a file (0 without parameter offload)
     largest_subgroup: int
     largest_param: int
+    n_r: int = 0  # of n_p, the elements left on the drive and read back at each use
+    n_k: int = 0  # of n_r, the persistent ones: gathered once a step, kept between uses
 
 
 @dataclass(frozen=True)
@@ -226,6 +244,7 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
     n_g = sum(sum(gs) for _, gs in layout)
     eb = model_element_size(cfg)
     n_p = sum(n for n in tensors if eb * n >= min_bytes) if par_nvme else 0
+    place = parameter_placement(preset, cfg)
     return Swapped(
         n=sum(tensors),
         n_s=n_s,
@@ -233,7 +252,81 @@ def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
         n_p=n_p,
         largest_subgroup=max(groups) if groups else 0,
         largest_param=max(n for _, n in preset.geometry.tensors()),  # gathered whole
+        n_r=sum(n for n, w in zip(tensors, place, strict=True) if w in (ON_NVME, PERSISTENT)),
+        n_k=sum(n for n, w in zip(tensors, place, strict=True) if w == PERSISTENT),
     )
+
+
+def zero_setting(zo: dict[str, Any], name: str, default: int) -> int:
+    """A ZeRO-3 setting by its config key (stage3_NAME) or its pydantic field name (NAME),
+    which DeepSpeed takes too (runtime/zero/config.py: populate_by_name)."""
+    return int(zo.get(f"stage3_{name}", zo.get(name, default)))
+
+
+#: where a parameter's partition lives during training (parameter_placement)
+NO_FILE = "no file"  # under the aio minimum: a CPU (or, persistent, accelerator) tensor
+IN_CPU = "in cpu"  # a file, read once at initialisation into the pinned CPU buffer
+ON_NVME = "on nvme"  # a file read back at every use and written after every step
+PERSISTENT = "persistent"  # on nvme, but gathered once a step and kept between uses
+
+
+def parameter_placement(preset: Preset, cfg: dict[str, Any]) -> list[str]:
+    """Where each parameter's partition (rank_tensors order) lives during training with
+    offload_param on NVMe (all NO_FILE without it). DeepSpeed 0.19.8 decides it in two
+    places, and nothing else (GPU memory, buffer_count x buffer_size, the swapper's free
+    buffers, stage3_max_live_parameters) moves a partition between RAM and the drive:
+
+    * zero.Init: a partition of at least max(1 MiB, aio.block_size) bytes gets a file and
+      is swapped out; a smaller one is a CPU tensor for good
+      (partition_parameters.py:1820-1836, partitioned_param_swapper.py:100,141).
+    * deepspeed.initialize: one pinned CPU buffer per optimizer param group of
+      min(its elements, max_in_cpu less the groups before) elements, a 1-element tensor
+      where that is 0 (zero/stage3.py:888-911; offload_param.max_in_cpu, default 1e9
+      elements: offload_config.py:39). The optimizer's sub-groups fill it in order, each
+      whole or not at all (stage3.py:984-993): the swappable parameters of a sub-group that
+      fits are read into it once and marked 'not-nvme' (stage3.py:873-886), so they are
+      never read or written on the drive again; those of a sub-group that does not stay on
+      the drive. iotune's worker and a plain script pass model.parameters() as one group,
+      as the Trainer does with an "optimizer" section in its config (its DummyOptim); a
+      Trainer config without one gets the Trainer's own two groups (decay, no decay), not
+      modelled here.
+
+    A parameter at or below stage3_param_persistence_threshold elements (its whole numel,
+    within stage3_model_persistence_threshold in parameters() order:
+    parameter_offload.py:317-329) is never released after use
+    (partitioned_param_coordinator.py:640), has its swap buffer freed once gathered
+    (:615-620), is released by the optimizer step (stage3.py:2878) and gathered again
+    right after it (stage3.py:2841): one read a step where it stays on the drive."""
+    tensors = rank_tensors(preset)
+    zo = cfg.get("zero_optimization", {})
+    op = zo.get("offload_param") or {}
+    if not isinstance(op, dict) or op.get("device") != "nvme":
+        return [NO_FILE] * len(tensors)
+    eb = model_element_size(cfg)
+    min_bytes = min_aio_bytes(cfg)
+    keep = zero_setting(zo, "param_persistence_threshold", 100_000)
+    model_keep = zero_setting(zo, "model_persistence_threshold", sys.maxsize)
+    persistent: list[bool] = []
+    kept = 0
+    for _, full in preset.geometry.tensors():  # ds_numel: the whole parameter
+        if full + kept > model_keep:
+            persistent.append(False)
+            continue
+        persistent.append(full <= keep)
+        kept += full if full <= keep else 0
+    budget = min(sum(tensors), int(op.get("max_in_cpu", 1_000_000_000)))
+    capacity = budget if budget > 0 else 1  # torch.empty(1) where nothing is kept
+    out = [NO_FILE] * len(tensors)
+    offset = 0
+    for group in _subgroup_indices(preset, cfg):
+        size = sum(tensors[i] for i in group)
+        fits = offset + size <= capacity
+        offset += size
+        for i in group:
+            if eb * tensors[i] < min_bytes:
+                continue
+            out[i] = IN_CPU if fits else PERSISTENT if persistent[i] else ON_NVME
+    return out
 
 
 def activation_bytes(preset: Preset, eb: int = 2) -> int:
@@ -269,11 +362,19 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         first += IoVolume(4 * n_s + 4 * n_g, 12 * n_s + 4 * n_g)
         steady += IoVolume(12 * n_s + 4 * n_g, 12 * n_s + 4 * n_g)
     if n_p:
-        reuse = int(zo.get("stage3_max_reuse_distance", 1_000_000_000))
-        per_micro = eb * n_p + eb * max(0, n_p - reuse)
-        recording = (3 if preset.gradient_checkpointing else 2) * eb * n_p
+        n_r, n_k = sw.n_r, sw.n_k
+        fetched = n_r - n_k  # released after use, fetched again at the next
+        reuse = zero_setting(zo, "max_reuse_distance", 1_000_000_000)
+        per_micro = eb * fetched + eb * max(0, fetched - reuse)
+        # while the first micro-step records the trace, every parameter is released after
+        # each use, persistent or not (partitioned_param_coordinator.py:498-499)
+        recording = (3 if preset.gradient_checkpointing else 2) * eb * n_r
+        # every file is written by zero.Init and stays (partition_parameters.py:1893)
         nvme += eb * n_p
-        init += IoVolume(2 * eb * n_p, 2 * eb * n_p)
+        # construction writes N_p; initialisation reads the CPU-kept ones once
+        # (stage3.py:876) and the drive's twice (stage3.py:1138 or 1154, and the gather
+        # at 1504), and writes the drive's back (stage3.py:1347)
+        init += IoVolume(eb * (n_p - n_r) + 2 * eb * n_r, eb * n_p + eb * n_r)
         for _, tied in preset.geometry.tied_tensors():
             orphan = eb * -(-tied // max(1, preset.world))
             if orphan >= min_aio_bytes(cfg):
@@ -281,8 +382,12 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
                 # ties it to the embedding: its file stays on the drive, unused
                 nvme += orphan
                 init += IoVolume(0, orphan)
-        first += IoVolume(recording + (ga - 1) * per_micro, eb * n_p)
-        steady += IoVolume(ga * per_micro, eb * n_p)
+        # persistent ones: read again in the second micro-step's forward and kept, and read
+        # after every optimizer step (stage3.py:2841); the updated partitions on the drive
+        # are written back (stage3.py:2854-2864), the CPU-kept ones are updated in place
+        again = eb * n_k if ga > 1 else 0
+        first += IoVolume(recording + (ga - 1) * per_micro + again + eb * n_k, eb * n_r)
+        steady += IoVolume(ga * per_micro + eb * n_k, eb * n_r)
 
     acts = activation_bytes(preset, eb)
     s = preset.strategy
@@ -323,7 +428,7 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
             steady = IoVolume(steady.read * per_step, steady.write * per_step)
     k = max(1, preset.ranks)
     caveats = []
-    if n_p and preset.geometry.tied_tensors():
+    if sw.n_r and preset.geometry.tied_tensors():
         caveats.append(
             "tied weights with the parameters on NVMe: a step reads a tied weight's file 0 to "
             "2 times, where one is counted here (DeepSpeed keeps it gathered between its two "
@@ -397,7 +502,10 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
         count = int(off_par.get("buffer_count", 5))
         size = int(off_par.get("buffer_size", 100_000_000))
         cache = eb * min(n, int(off_par.get("max_in_cpu", 1_000_000_000)))
-        params = eb * count * size + (pin(cache) if cache > eb else 0) + eb * s_max
+        # the write-back buffer exists only where a sub-group stays on the drive
+        # (stage3.py:1007-1018)
+        back = eb * s_max if _param_subgroup_on_nvme(preset, cfg) else 0
+        params = eb * count * size + (pin(cache) if cache > eb else 0) + back
     elif off_par.get("device") == "cpu":
         params = pin(eb * n)
     # a CPU run keeps what a GPU would hold in RAM too: the bf16 parameters (unless they are
@@ -424,16 +532,16 @@ def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> Hos
     )
 
 
-def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
-    """Each optimizer sub-group's parameter tensors, in elements: a sub-group closes once it
-    reaches sub_group_size and never splits a parameter (zero/stage3.py
+def _subgroup_indices(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
+    """Each optimizer sub-group's parameters, as indices into rank_tensors: a sub-group
+    closes once it reaches sub_group_size and never splits a parameter (zero/stage3.py
     _create_fp16_sub_groups)."""
     size = int(cfg.get("zero_optimization", {}).get("sub_group_size", 1_000_000_000))
     groups: list[list[int]] = []
     cur: list[int] = []
     elements = 0
-    for n in rank_tensors(preset):
-        cur.append(n)
+    for i, n in enumerate(rank_tensors(preset)):
+        cur.append(i)
         elements += n
         if elements >= size:
             groups.append(cur)
@@ -441,6 +549,23 @@ def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
     if cur:
         groups.append(cur)
     return groups
+
+
+def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
+    """Each optimizer sub-group's parameter tensors, in elements."""
+    tensors = rank_tensors(preset)
+    return [[tensors[i] for i in g] for g in _subgroup_indices(preset, cfg)]
+
+
+def _param_subgroup_on_nvme(preset: Preset, cfg: dict[str, Any]) -> bool:
+    """Whether some optimizer sub-group has no room in max_in_cpu's CPU buffer (with
+    offload_param on NVMe), swappable parameters or not (zero/stage3.py:984-993)."""
+    op = cfg.get("zero_optimization", {}).get("offload_param") or {}
+    if not isinstance(op, dict) or op.get("device") != "nvme":
+        return False
+    total = sum(rank_tensors(preset))
+    budget = min(total, int(op.get("max_in_cpu", 1_000_000_000)))
+    return total > max(1, budget)
 
 
 def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,9 +18,11 @@ from iotune.probes.cpu import Bf16Support, bf16_support
 from iotune.probes.sysfs import SysTree
 from iotune.train import data as tdata
 from iotune.train.dsconfig import check_ds_config, ds_config
-from iotune.train.estimate import estimate
+from iotune.train.estimate import IoVolume, estimate, pinned
 from iotune.train.preflight import Resources, Shortfall, preflight
 from iotune.train.presets import (
+    Geometry,
+    Preset,
     PresetError,
     apply_sets,
     get_preset,
@@ -714,3 +717,182 @@ def test_the_deepspeed_bounds_are_never_looser_than_deepspeeds_own() -> None:
         if section in classes:
             fields_ = classes[section].model_fields
             assert leaf in fields_ or leaf in {f.alias for f in fields_.values()}, key
+
+
+# ------------------------------------------------------------- parameters on NVMe: what stays
+
+
+def _trainer_template(ga: int = 4, hidden: int = 1024) -> dict[str, Any]:
+    """The Hugging Face Trainer's documented ZeRO-3 template with the parameters on NVMe
+    (tests/data/custom/hf_zero3_params_nvme.json), its "auto" values as the Trainer fills
+    them for bf16, micro-batch 1 and *ga* (transformers.integrations.deepspeed)."""
+    cfg: dict[str, Any] = json.loads((DATA / "custom" / "hf_zero3_params_nvme.json").read_text())
+    fill = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": ga,
+        "train_batch_size": ga,
+        "gradient_clipping": 1.0,
+        "zero_optimization.reduce_bucket_size": hidden * hidden,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden,
+    }
+    for key, value in fill.items():
+        node = cfg
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    cfg["bf16"] = {"enabled": True}
+    cfg["fp16"] = {"enabled": False}
+    return cfg
+
+
+def _trainer_preset(cfg: dict[str, Any], ga: int = 4) -> Preset:
+    """A 0.29B Llama (h1024 i3584 L16, vocab 32000, untied) under a user's config."""
+    from iotune.train.custom import strategy_of
+
+    g = Geometry(
+        hidden_size=1024,
+        intermediate_size=3584,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+        vocab_size=32000,
+    )
+    return Preset(
+        name="llama-0.29b+hf",
+        size="custom",
+        geometry=g,
+        strategy=strategy_of(cfg, "ds.json"),
+        ga=ga,
+        micro_batch=1,
+        seq_len=1024,
+        steps=3,
+        accelerator="cuda",
+        nvme_path="/local_nvme",
+        deepspeed=cfg,
+        dtype="bf16",
+        ds_user=True,
+    )
+
+
+def test_the_trainer_template_keeps_a_small_model_in_cpu_memory() -> None:
+    """The Trainer's ZeRO-3 template with the parameters on NVMe, 0.29B, GA 4, bf16 (measured
+    on an H200: steady steps read 16N and wrote 16N, no parameter read back): max_in_cpu
+    (DeepSpeed's default, 1e9 elements) holds the whole model, so deepspeed.initialize reads
+    every parameter file once into pinned CPU memory and the drive sees only the optimizer
+    state. The files stay (the footprint), written once by zero.Init."""
+    cfg = _trainer_template()
+    assert "max_in_cpu" not in cfg["zero_optimization"]["offload_param"]
+    p = _trainer_preset(cfg)
+    e = estimate(p, ds_config(p))
+    n, sw = e.params, e.swapped
+    assert 0.285e9 < n < 0.295e9
+    assert sw.n_p > 0.99 * n and (sw.n_r, sw.n_k) == (0, 0)
+    optimizer = 12 * sw.n_s + 4 * sw.n_g
+    assert e.steady_step == IoVolume(optimizer, optimizer)
+    assert e.steady_step.read / n == pytest.approx(16, abs=0.01)  # was 24N
+    assert e.steady_step.write / n == pytest.approx(16, abs=0.01)  # was 18N
+    # zero.Init writes every file; initialisation reads each once into the CPU buffer
+    assert e.init == IoVolume(4 * sw.n_s + 2 * sw.n_p, 8 * sw.n_s + 2 * sw.n_p)
+    assert e.first_step == IoVolume(4 * sw.n_s + 4 * sw.n_g, 12 * sw.n_s + 4 * sw.n_g)
+    assert e.nvme_bytes == optimizer + 2 * sw.n_p
+    assert not e.caveats
+    # the pinned CPU copy of the model, and no write-back buffer (nothing is written back)
+    assert e.host is not None
+    bufs = 2 * 5 * 100_000_000
+    assert e.host.param_buffers == bufs + pinned(2 * n)
+    # GPU memory, the buffers and the live-parameter limit move no byte
+    for key, value in (
+        ("stage3_max_live_parameters", 10_000_000),
+        ("stage3_max_reuse_distance", 0),
+        ("offload_param.buffer_count", 64),
+        ("offload_param.buffer_size", 40_000_000),
+    ):
+        q = apply_sets(p, {f"ds.zero_optimization.{key}": value})
+        assert estimate(q, ds_config(q)).steady_step == e.steady_step, key
+
+
+def test_max_in_cpu_keeps_whole_subgroups_from_the_first() -> None:
+    """DeepSpeed fills max_in_cpu's CPU buffer with the optimizer's sub-groups in order, each
+    whole or not at all (zero/stage3.py:984-993): the parameters of the sub-groups after it
+    stay on the drive, are read at every use and written after every step."""
+    from iotune.train.estimate import (
+        IN_CPU,
+        NO_FILE,
+        ON_NVME,
+        _subgroup_indices,
+        parameter_placement,
+        rank_tensors,
+    )
+
+    p = get_preset("params_opt_nvme_1b")  # sub_group_size 1e8, max_in_cpu 0, distance 0
+    cfg = ds_config(p)
+    assert cfg["zero_optimization"]["offload_param"]["max_in_cpu"] == 0
+    base = estimate(p, cfg)
+    assert base.swapped.n_r == base.swapped.n_p  # the presets stream every parameter
+    tensors = rank_tensors(p)
+    groups = _subgroup_indices(p, cfg)
+    sizes = [sum(tensors[i] for i in g) for g in groups]
+    # DeepSpeed's default, 1e9 elements, at 1.24B: the sub-groups up to 1e9 stay in RAM
+    q = apply_sets(p, {"ds.zero_optimization.offload_param.max_in_cpu": 1_000_000_000})
+    place = parameter_placement(q, ds_config(q))
+    k = max(j for j in range(len(sizes) + 1) if sum(sizes[:j]) <= 1_000_000_000)
+    assert 0 < k < len(groups)
+    for j, g in enumerate(groups):
+        for i in g:
+            big = 2 * tensors[i] >= 1 << 20
+            want = (IN_CPU if j < k else ON_NVME) if big else NO_FILE
+            assert place[i] == want, (j, i)
+    e = estimate(q, ds_config(q))
+    n_r = sum(tensors[i] for g in groups[k:] for i in g if 2 * tensors[i] >= 1 << 20)
+    assert e.swapped.n_r == n_r and e.swapped.n_p == base.swapped.n_p
+    optimizer = 12 * e.swapped.n_s + 4 * e.swapped.n_g
+    # stage3_max_reuse_distance 0: forward, then recomputation + backward (2 fetches)
+    assert e.steady_step == IoVolume(optimizer + 2 * 2 * n_r, optimizer + 2 * n_r)
+    n_p = e.swapped.n_p
+    # the kept ones are read once at initialisation, not twice, and not written back
+    assert base.init == e.init + IoVolume(2 * (n_p - n_r), 2 * (n_p - n_r))
+    assert e.nvme_bytes == base.nvme_bytes  # every file stays, used or not
+    # the whole model fits: no parameter I/O after initialisation, no write-back buffer
+    whole = apply_sets(p, {"ds.zero_optimization.offload_param.max_in_cpu": sum(tensors)})
+    w = estimate(whole, ds_config(whole))
+    assert w.swapped.n_r == 0 and w.steady_step == IoVolume(optimizer, optimizer)
+    assert base.host is not None and w.host is not None
+    s_max = base.swapped.largest_subgroup
+    assert base.host.param_buffers - w.host.param_buffers == 2 * s_max - pinned(2 * sum(tensors))
+    # one element short: the last sub-group (the output layer) goes back to the drive
+    short = apply_sets(p, {"ds.zero_optimization.offload_param.max_in_cpu": sum(tensors) - 1})
+    assert estimate(short, ds_config(short)).swapped.n_r == sum(
+        tensors[i] for i in groups[-1] if 2 * tensors[i] >= 1 << 20
+    )
+
+
+def test_persistent_parameters_on_the_drive_are_read_once_a_step() -> None:
+    """A parameter at or below stage3_param_persistence_threshold elements is never released
+    after use: on the drive, it is read once after each optimizer step, whatever the
+    accumulation, and written back like the others (measured on the CPU, tiny GPT-NeoX)."""
+    p = apply_sets(
+        get_preset("params_opt_nvme_1b_ga4"),
+        {"ds.zero_optimization.stage3_param_persistence_threshold": 2048 * 2048},
+    )
+    e = estimate(p, ds_config(p))
+    sw = e.swapped
+    # q_proj and o_proj (2048 x 2048) of every layer, and k/v (2048 x 512)
+    assert sw.n_k == 16 * (2 * 2048 * 2048 + 2 * 2048 * 512)
+    optimizer = 12 * sw.n_s + 4 * sw.n_g
+    fetched = sw.n_r - sw.n_k
+    assert e.steady_step == IoVolume(
+        optimizer + 4 * 2 * 2 * fetched + 2 * sw.n_k, optimizer + 2 * sw.n_r
+    )
+    # the first step: the recording releases them like any other (three reads), the
+    # second micro-step reads them again and keeps them, the optimizer step reads them
+    first_opt = 4 * sw.n_s + 4 * sw.n_g
+    assert e.first_step.read == first_opt + 3 * 2 * sw.n_r + 3 * 2 * 2 * fetched + 2 * 2 * sw.n_k
+    # the field name DeepSpeed takes too (populate_by_name)
+    q = apply_sets(
+        get_preset("params_opt_nvme_1b_ga4"),
+        {"ds.zero_optimization.param_persistence_threshold": 2048 * 2048},
+    )
+    assert estimate(q, ds_config(q)).swapped.n_k == sw.n_k
