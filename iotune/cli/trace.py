@@ -252,6 +252,14 @@ def _request(
     help="Count only the requests of the processes in the cgroup v2 at PATH and in the "
     "cgroups below it.",
 )
+@click.option(
+    "--learn/--no-learn",
+    default=True,
+    show_default=True,
+    help="With a COMMAND: learn the DeepSpeed config, world size, batch and model from the "
+    "command's own Python processes (iotune's sitecustomize first on its PYTHONPATH) and put "
+    "the estimate beside each step; --no-learn leaves its environment as it is.",
+)
 @click.option("--out", type=click.Path(), help="Run directory (default results/trace-DATE-TIME).")
 @click.option(
     "--run",
@@ -272,6 +280,7 @@ def trace_cmd(
     latency: bool,
     pid: int | None,
     cgroup: str | None,
+    learn: bool,
     out: str | None,
     run_preset: str | None,
     command: tuple[str, ...],
@@ -284,15 +293,17 @@ def trace_cmd(
     iotune trace --run tiny_opt_nvme --steps 3
     iotune trace --run opt_nvme_16b --nvme-path /mnt/offload
     iotune trace --devices nvme0n1 --duration 30
-    iotune trace --target /mnt/offload -- python train.py
+    iotune trace --target /mnt/offload -- deepspeed train.py
     iotune trace --model ./my-model --ds-config ds.json --steps 3
     iotune trace --model ./my-model --ds-config ds.json -- deepspeed train.py
     iotune trace --devices loop0 --focus-size 512K -- fio job.fio
 
-    With --model DIR --ds-config FILE and a COMMAND (your own training script), the
-    drives behind the config's nvme_path are traced, the focus size is its aio block,
-    each step is cut where DeepSpeed rewrites its optimizer (or parameter) swap files,
-    and the estimate of that model and config is printed beside every step. Without a
+    A COMMAND that trains with DeepSpeed (your own script, under any launcher) tells
+    iotune its resolved config, world size, batch, dtype and model from its own processes:
+    each step is cut where DeepSpeed rewrites its optimizer (or parameter) swap files, and
+    the estimate of what it ran is printed beside every step. With --model DIR --ds-config
+    FILE too, the drives behind the config's nvme_path are traced, the focus size is its
+    aio block, and a figure the run used otherwise is named in one line. Without a
     COMMAND, iotune's own training worker runs that model and config (as --run does).
 
     With --run, the drives behind the preset's offload directory are traced,
@@ -331,6 +342,13 @@ def trace_cmd(
     focus = _workload_focus(run_kw, focus_size, interval, duration, command)
     if script is not None and not _given("focus_size"):
         focus = script.focus
+    if script is None and command and learn:
+        from iotune.train.script import plan_learning
+
+        script = plan_learning(device_list, target, focus)
+        script.focus_known = _given("focus_size")
+    if script is not None:
+        script.learn = learn
     req = _request(
         device_list, target, backend, focus, interval, out, duration, command, latency, pid, cgroup
     )
@@ -343,10 +361,14 @@ def trace_cmd(
         emit_json(result)
     else:
         print_trace(console(), result)
-        if script is not None:
-            from iotune.train.script import print_script
+        from iotune.train.script import print_learned, print_run, print_script
 
+        if result.get("learned"):
+            print_run(console(), result["learned"])
+        if result.get("script"):
             print_script(console(), result["script"])
+        if result.get("learned"):
+            print_learned(console(), result["learned"])
     exit_if_path_lost(result)
     if result["interrupted"]:
         click.echo(
@@ -356,7 +378,7 @@ def trace_cmd(
         sys.exit(interrupted_exit(result["interrupted"]))
     if result["exit_code"]:
         code = result["exit_code"]
-        steps = (result.get("script") or {}).get("steps_found", 0) if script is not None else None
+        steps = result["script"]["steps_found"] if result.get("script") else 0 if custom else None
         for text in workload_failed(command, code, steps):
             click.echo(text, err=True)
         sys.exit(workload_exit(code))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,12 @@ def load_model(path: str) -> ModelGeometry:
         raise PresetError(doc["error"], hint=doc.get("hint"))
     if not doc["tensors"]:
         raise PresetError(f"{path}: the model has no parameters", hint="check its config.json")
+    return geometry_of(doc, str(path))
+
+
+def geometry_of(doc: dict[str, Any], source: str) -> ModelGeometry:
+    """A model as iotune.workers.model_meta describes it (built from its config.json), or as
+    a traced run's own processes did (iotune/hook/sitecustomize.py): the same fields."""
     return ModelGeometry(
         hidden_size=doc["hidden_size"],
         intermediate_size=doc["intermediate_size"],
@@ -95,12 +102,12 @@ def load_model(path: str) -> ModelGeometry:
         tie_word_embeddings=bool(doc["tied"]),
         vocab_size=doc["vocab_size"],
         max_position_embeddings=doc["max_position_embeddings"] or DEFAULT_SEQ_LEN,
-        source=str(path),
+        source=source,
         architecture=doc["architecture"],
-        type_name=doc["model_type"],
+        type_name=doc["model_type"] or "custom",
         config=doc["config"],
-        params=tuple((str(n), int(k)) for n, k in doc["tensors"]),
-        tied=tuple((str(n), int(k)) for n, k in doc["tied"]),
+        params=tuple((str(t[0]), int(t[1])) for t in doc["tensors"]),
+        tied=tuple((str(t[0]), int(t[1])) for t in doc["tied"]),
     )
 
 
@@ -231,24 +238,39 @@ def warmup_below_one(
 def read_ds_config(
     path: str, fill: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, str]], list[tuple[str, str, str]]]:
-    """The JSON at *path*, its "auto" values filled (with *fill*: fill_auto's arguments),
-    checked by DeepSpeed's own config classes: one line on the first thing DeepSpeed would
-    reject; the keys DeepSpeed ignores, as advice; and the "auto" values filled."""
+    """The JSON at *path* (or the config accelerate makes of its own YAML, iotune.train.accel),
+    its "auto" values filled (with *fill*: fill_auto's arguments), checked by DeepSpeed's own
+    config classes: one line on the first thing DeepSpeed would reject; the keys DeepSpeed
+    ignores, as advice; and the "auto" values filled."""
+    from iotune.train.accel import accelerate_doc, read_accelerate_config
+
     p = Path(path)
+    notes: list[tuple[str, str]] = []
+    filled: list[tuple[str, str, str]] = []
+    accelerate = False
     try:
         cfg = json.loads(p.read_text())
     except OSError as exc:
         raise PresetError(f"cannot read {path}: {exc.strerror}", hint="check the path") from exc
-    except json.JSONDecodeError as exc:
-        raise PresetError(
-            f"{path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            hint="a DeepSpeed config is one JSON object (python -m json.tool shows where)",
-        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if accelerate_doc(path) is None:
+            where = (
+                f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+                if isinstance(exc, json.JSONDecodeError)
+                else f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+            )
+            raise PresetError(
+                f"{path} is not JSON: {where}",
+                hint="a DeepSpeed config is one JSON object (python -m json.tool shows where), "
+                "or accelerate's YAML config (with distributed_type: DEEPSPEED)",
+            ) from exc
+        cfg, notes, filled = read_accelerate_config(path, fill)
+        accelerate = True
     if not isinstance(cfg, dict):
         raise PresetError(f"{path} is not a JSON object", hint="a DeepSpeed config is {...}")
-    notes: list[tuple[str, str]] = []
-    filled: list[tuple[str, str, str]] = []
-    if fill is not None:
+    if accelerate:
+        pass  # filled as accelerate's own prepare() fills it
+    elif fill is not None:
         cfg, filled = fill_auto(cfg, path, **fill)
     else:
         left = auto_keys(cfg)
@@ -332,17 +354,27 @@ def custom_preset(
     ranks: int | None = None,
     sets: tuple[str, ...] = (),
     steps: int | None = None,
+    geometry: ModelGeometry | None = None,
+    name: str | None = None,
 ) -> Preset:
-    """A preset for the user's model and config; the flags win over the config's values."""
+    """A preset for the user's model and config; the flags win over the config's values.
+    With *geometry* (a traced run's own model, iotune.train.observe), *model* names it and
+    nothing is read from a model folder."""
     overrides = parse_sets(sets)
     if steps is not None:
         overrides["steps"] = steps
     # what can be refused without DeepSpeed or transformers is, before their workers start
-    check_model_config(model)
+    if geometry is None:
+        check_model_config(model)
     for key, value in overrides.items():
         if key.startswith("ds."):
             check_ds_value(key, value)
     dtype = overrides.get("dtype")
+    if ranks is None and geometry is None and not ds_config_path.endswith(".json"):
+        from iotune.train.accel import launch_processes
+
+        # accelerate's YAML says how many processes it launches: the ranks, unless --ranks
+        ranks = launch_processes(ds_config_path)
     cfg, notes, filled = read_ds_config(
         ds_config_path,
         {
@@ -352,10 +384,18 @@ def custom_preset(
             "ranks": max(1, ranks or 1),
             "dtype": None if dtype is None else str(dtype),
             "steps": int(overrides.get("steps", 5)),
-        },
+        }
+        if geometry is None
+        else None,
     )
-    geometry = load_model(model)
+    if geometry is None:
+        geometry = load_model(model)
     s = strategy_of(cfg, ds_config_path)
+    if not ds_config_path.endswith(".json"):
+        from iotune.train.accel import accelerate_doc
+
+        if accelerate_doc(ds_config_path) is not None:
+            s = replace(s, about=f"accelerate's config {ds_config_path}, as it gives DeepSpeed")
     world = max(1, ranks or 1)
     cfg_ga = cfg.get("gradient_accumulation_steps")
     cfg_mb = cfg.get("train_micro_batch_size_per_gpu")
@@ -378,9 +418,8 @@ def custom_preset(
         None,
     )
     bf16 = isinstance(cfg.get("bf16"), dict) and bool(cfg["bf16"].get("enabled"))
-    name = f"{Path(model).resolve().name}+{Path(ds_config_path).stem}"
     p = Preset(
-        name=name,
+        name=name or f"{Path(model).resolve().name}+{Path(ds_config_path).stem}",
         size="custom",
         geometry=geometry,
         strategy=s,

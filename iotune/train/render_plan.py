@@ -90,10 +90,12 @@ def print_estimate(con: Console, p: Preset, e: Estimate, cfg: dict[str, Any]) ->
     if p.accelerator == "cpu":
         say(f"  dtype     {dt}: {resolve_dtype(p).why}")
     if p.ds_filled:
-        say(
-            f'  auto      {len(p.ds_filled)} "auto" values filled as the Hugging Face Trainer '
-            "fills them (transformers.integrations.deepspeed):"
+        who = (
+            "accelerate's prepare() fills them (Accelerator._prepare_deepspeed)"
+            if p.strategy.about.startswith("accelerate")
+            else "the Hugging Face Trainer fills them (transformers.integrations.deepspeed)"
         )
+        say(f'  auto      {len(p.ds_filled)} "auto" values filled as {who}:')
         width = max(len(f"{key} = {value}") for key, value, _ in p.ds_filled)
         for key, value, src in p.ds_filled:
             say(f"              {f'{key} = {value}':<{width}}  from {src}")

@@ -1,7 +1,10 @@
-"""Your own training script traced (`iotune trace --model M --ds-config C -- COMMAND`): the
-drives behind the config's nvme_path, DeepSpeed's aio block as the focus size, step
-boundaries from the swap folder (:mod:`iotune.train.swapwatch`), and the estimate of that
-model and config beside what each step moved."""
+"""Your own training script traced (`iotune trace [--model M --ds-config C] -- COMMAND`): the
+drives behind the swap folder, DeepSpeed's aio block as the focus size, step boundaries
+from the swap folder (:mod:`iotune.train.swapwatch`), and the estimate beside what each step
+moved. The run tells iotune itself what it ran with (:mod:`iotune.train.observe`): its
+config, world size, batch, dtype and model make the estimate, so no flag is needed; where
+--model/--ds-config and the batch options are given too, they plan the trace's drives and
+any figure the run used otherwise is named in one line."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iotune.errors import UsageError
+from iotune.errors import IotuneError, UsageError
 from iotune.probes.mounts import existing_ancestor
 from iotune.units import scale_for
 
@@ -18,39 +21,157 @@ if TYPE_CHECKING:
 
     from iotune.trace.runner import TraceRequest
     from iotune.train.estimate import Estimate, IoVolume
+    from iotune.train.observe import Learned, Observer
     from iotune.train.presets import Preset
 
 
 @dataclass
 class ScriptPlan:
-    preset: Preset
-    est: Estimate
-    nvme_path: Path
+    #: from --model/--ds-config and the batch options; None where only the run tells
+    preset: Preset | None
+    est: Estimate | None
+    nvme_path: Path | None
     devices: str | None
     target: str | None
     focus: int
+    #: the focus size was said (--focus-size, or the config's aio block)
+    focus_known: bool = True
+    #: iotune's hook on the command's PYTHONPATH (--learn)
+    learn: bool = True
 
     def trace(self, req: TraceRequest) -> dict[str, Any]:
-        """Trace COMMAND with the step watch appending its events; the result gains
-        ``script``: the estimate beside each step found."""
+        """Trace COMMAND with iotune's hook on its PYTHONPATH and the step watch appending
+        its events; the result gains ``script`` (the estimate beside each step found) where
+        there is an estimate, and ``learned`` (what the run said, and the notes on it)."""
         from iotune.trace.runner import Tracer
-        from iotune.train.swapwatch import StepWatch
+        from iotune.train.observe import Observer, SwapSite, hook_env
 
+        learn = req.out / "learn"
+        if self.learn:
+            req.env = {**req.env, **hook_env(learn)}
         tracer = Tracer(req)
-        optimizer = self.est.swapped.n_s > 0
-        with StepWatch(
-            self.nvme_path,
-            tracer.events_path,
-            optimizer=optimizer,
-            ranks=self.preset.ranks,
-            on_event=tracer.wake.set,
-        ) as watch:
+        site = None
+        if self.preset is not None and self.est is not None and self.nvme_path is not None:
+            site = SwapSite(self.nvme_path, self.est.swapped.n_s > 0, self.preset.ranks)
+        with Observer(learn, tracer.events_path, site=site, on_event=tracer.wake.set) as obs:
             result = tracer.run()
-        doc = compare(self, result.get("steps") or [], watch.inited)
-        doc["late_cuts"] = watch.late_cuts
-        doc["events_lost"] = watch.overflowed
-        result["script"] = doc
+        script, learned = self.account(result, obs, req)
+        if script is not None:
+            result["script"] = script
+        result["learned"] = learned
         return result
+
+    def account(
+        self, result: dict[str, Any], obs: Observer, req: TraceRequest
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The estimate beside the steps (the run's own figures where it told them, else
+        the flags'), and what the run told with the notes on it."""
+        from iotune.train.observe import differences, disagreement, learned_estimate, read_learned
+
+        learned, errors = read_learned(obs.learn)
+        notes = []
+        if errors:
+            notes.append(
+                "iotune's hook in the run could not do everything (the run went on): "
+                + "; ".join(errors[:3])
+                + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+            )
+        if obs.failed:
+            notes.append(f"the swap folder's watch did not start: {obs.failed}")
+        run: tuple[Preset, Estimate] | None = None
+        if learned is not None:
+            try:
+                run = learned_estimate(learned)
+            except IotuneError as exc:
+                notes.append(f"no estimate from the run's own figures: {exc.message}")
+        line = None
+        if run is not None and self.preset is not None and self.est is not None:
+            line = disagreement(differences(self.preset, self.est, *run))
+        told = (self.preset, self.est) if self.preset is not None and self.est else None
+        use = run or told
+        site = obs.site
+        nvme = site.nvme_path if site is not None else self.nvme_path
+        if learned is not None:
+            notes += _where_notes(learned, nvme, req, self.focus_known)
+        doc = None
+        if use is not None:
+            doc = compare(use[0], use[1], nvme, result.get("steps") or [], obs.inited)
+            doc["late_cuts"] = obs.late_cuts
+            doc["events_lost"] = obs.overflowed
+            doc["estimate_from"] = "run" if run is not None else "options"
+            doc["disagreement"] = line
+        return doc, {"run": _summary(learned), "notes": notes}
+
+
+def _summary(learned: Learned | None) -> dict[str, Any] | None:
+    """What rank 0 said, without its config and tensors (in learn/ beside the trace)."""
+    if learned is None:
+        return None
+    d = learned.doc
+    keys = (
+        "world_size",
+        "local_world_size",
+        "micro_batch",
+        "ga",
+        "train_batch_size",
+        "dtype",
+        "zero_stage",
+        "offload_optimizer",
+        "offload_param",
+        "optimizer_nvme_path",
+        "param_nvme_path",
+        "deepspeed",
+        "accelerator",
+        "cwd",
+        "argv",
+    )
+    out = {k: d.get(k) for k in keys}
+    model = d.get("model") or {}
+    out["architecture"] = model.get("architecture")
+    out["params"] = sum(int(t[1]) for t in model.get("tensors") or [])
+    out["engines_reported"] = learned.ranks
+    out["config_file"] = str(learned.folder / "ds_config.json")
+    return out
+
+
+def _where_notes(
+    learned: Learned, nvme: Path | None, req: TraceRequest, focus_known: bool
+) -> list[str]:
+    """The run's swap folder on drives this trace does not count, and an aio block the
+    focus size does not count apart: said, as neither can change once the trace runs."""
+    from iotune.probes.sysfs import SysTree
+    from iotune.trace.targets import resolve_path
+    from iotune.units import format_size
+
+    notes = []
+    if nvme is not None:
+        try:
+            disks = resolve_path(SysTree("/"), str(existing_ancestor(nvme))).disks
+        except IotuneError:
+            disks = ()
+        if disks and not set(disks) & set(req.targets.disks):
+            notes.append(
+                f"the run's swap folder {nvme} is on {', '.join(disks)}, which this trace did "
+                f"not count: trace it with --target {existing_ancestor(nvme)}"
+            )
+    elif learned.doc.get("zero_stage") is not None:
+        notes.append(
+            "the run swaps nothing to NVMe (offload_optimizer "
+            f"{learned.doc.get('offload_optimizer')}, offload_param "
+            f"{learned.doc.get('offload_param')}): there is no swap folder to cut its steps at"
+        )
+    cfg = learned.doc.get("config") or {}
+    aio = cfg.get("aio") if isinstance(cfg, dict) else None
+    block = aio.get("block_size") if isinstance(aio, dict) else None
+    from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
+
+    block = int(block) if isinstance(block, (int, float)) else DEFAULT_AIO_BLOCK
+    if nvme is not None and not focus_known and block != req.focus:
+        notes.append(
+            f"the run's aio block_size is {format_size(block)}; this trace counted requests of "
+            f"{format_size(req.focus)} apart (--focus-size {format_size(block)} counts its blocks)"
+        )
+    return notes
 
 
 def plan_script(
@@ -103,10 +224,29 @@ def _io(v: IoVolume) -> dict[str, int]:
     return {"read": v.read, "write": v.write}
 
 
-def compare(plan: ScriptPlan, steps: list[dict[str, Any]], inited: bool) -> dict[str, Any]:
+def plan_learning(devices: str | None, target: str | None, focus: int) -> ScriptPlan:
+    """COMMAND with no --model/--ds-config: the drives and focus size as for any command,
+    the estimate and the swap folder from what the run tells (iotune.train.observe)."""
+    return ScriptPlan(
+        preset=None,
+        est=None,
+        nvme_path=None,
+        devices=devices,
+        target=target,
+        focus=focus,
+        focus_known=False,
+    )
+
+
+def compare(
+    preset: Preset,
+    e: Estimate,
+    nvme_path: Path | None,
+    steps: list[dict[str, Any]],
+    inited: bool,
+) -> dict[str, Any]:
     """Each interval the step watch cut (initialisation, then steps) with its prediction,
     and the whole run's measured bytes beside the estimate for that many steps."""
-    e = plan.est
     rows = []
     n_steps = 0
     for s in steps:
@@ -129,10 +269,10 @@ def compare(plan: ScriptPlan, steps: list[dict[str, Any]], inited: bool) -> dict
     total_pred = e.init + e.first_step + e.steady_step * max(0, n_steps - 1) if n_steps else None
     measured_total = {op: sum(r["measured"][op] for r in rows) for op in ("read", "write")}
     return {
-        "preset": plan.preset.name,
-        "model": plan.preset.geometry.family,
+        "preset": preset.name,
+        "model": preset.geometry.family,
         "params": e.params,
-        "nvme_path": str(plan.nvme_path),
+        "nvme_path": str(nvme_path) if nvme_path is not None else None,
         "boundaries": "DeepSpeed's swap folder (every optimizer or parameter file rewritten)",
         "initialised": inited,
         "steps_found": n_steps,
@@ -149,11 +289,20 @@ def compare(plan: ScriptPlan, steps: list[dict[str, Any]], inited: bool) -> dict
 
 
 def print_script(con: Console, doc: dict[str, Any]) -> None:
-    """The estimate beside each step the swap folder showed."""
+    """The estimate beside each step the swap folder showed, and where the run's own figures
+    differ from the options, the line that says so."""
+    _print_rows(con, doc)
+    if doc.get("disagreement"):
+        con.print(f"[yellow]note[/]: {doc['disagreement']}", soft_wrap=True)
+
+
+def _print_rows(con: Console, doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     rows = doc["rows"]
     if not rows:
+        if doc["nvme_path"] is None:
+            return  # said among the notes: nothing is swapped to NVMe
         con.print(
             f"[yellow]no step boundary seen in {doc['nvme_path']}[/]: DeepSpeed wrote no "
             "optimizer or parameter file there (another nvme_path, or the script stopped "
@@ -202,3 +351,34 @@ def print_script(con: Console, doc: dict[str, Any]) -> None:
             + ("the kernel dropped inotify events, " if doc.get("events_lost") else "")
             + "so I/O can shift between neighbouring steps"
         )
+
+
+def print_run(con: Console, learned: dict[str, Any]) -> None:
+    """What the run told iotune it ran with, in one line."""
+    run = learned.get("run")
+    if not run:
+        return
+    where = []
+    for what, dev, path in (
+        ("optimizer state", run["offload_optimizer"], run["optimizer_nvme_path"]),
+        ("parameters", run["offload_param"], run["param_nvme_path"]),
+    ):
+        if dev not in (None, "none"):
+            at = f" at {path}" if path else ""
+            if path and not Path(path).is_absolute():  # DeepSpeed's is the process's folder's
+                at = f" at {path!r} ({Path(run['cwd'] or '.') / path})"
+            where.append(f"{what} on {dev}{at}")
+    con.print(
+        f"the run's own figures: {run['architecture']}, N = {run['params']:,}, world size "
+        f"{run['world_size']}, micro-batch {run['micro_batch']}, accumulation {run['ga']}, "
+        f"{run['dtype']}, ZeRO stage {run['zero_stage']}"
+        + (", " + ", ".join(where) if where else "")
+        + f" (DeepSpeed {run['deepspeed']}; its resolved config: {run['config_file']})",
+        soft_wrap=True,
+    )
+
+
+def print_learned(con: Console, learned: dict[str, Any]) -> None:
+    """The notes on what the run told iotune, one line each."""
+    for line in learned.get("notes") or []:
+        con.print(f"[yellow]note[/]: {line}", soft_wrap=True)
