@@ -50,11 +50,15 @@ def stage(where: Path, tests: list[str]) -> None:
     for f in ("setup.cfg", "pyproject.toml"):
         shutil.copy2(TOP / f, where / f)
     (where / "tests" / "unit").mkdir(parents=True)
+    (where / "tests" / "vm").mkdir()
     for f in (
         "tests/__init__.py",
         "tests/conftest.py",
         "tests/io_rules.py",
         "tests/unit/__init__.py",
+        # a unit test checks what the vm tier refuses (tests/vm/guest.py): pure logic
+        "tests/vm/__init__.py",
+        "tests/vm/guest.py",
     ):
         shutil.copy2(TOP / f, where / f)
     for t in tests:

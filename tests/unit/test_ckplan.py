@@ -250,3 +250,261 @@ def test_a_bad_checkpoint_drive_is_named_as_such(spec: str, message: str) -> Non
     first, hint = r.output.strip().splitlines()
     assert first == f"iotune: error: {message}"
     assert hint.startswith("hint: ") and "--drive " not in first.replace("--checkpoint-drive", "")
+
+
+# exact figures and words: each worked by hand from the module's docstring
+
+
+def test_a_save_plans_json_has_its_keys_and_rounding() -> None:
+    from iotune.train.ckplan import SavePlan
+
+    # every 3 steps of 1.5 s: 4.5 s of training a save; the 2.34567 s write bounds the save
+    pl = SavePlan(5, 6, 4e9 + 0.4, 1.23456, 2.34567, 3, 1.5)
+    assert pl.to_json() == {
+        "width": 5,
+        "level": "raid6",
+        "member_write_bytes": 4_000_000_000,
+        "read_s": 1.235,
+        "write_s": 2.346,
+        "save_s": 2.346,
+        "bound_by": "checkpoint writes",
+        # 2.34567 / (4.5 + 2.34567) = 0.342650...
+        "share": 0.3427,
+    }
+    # the state in host memory: nothing read back; a read longer than the write bounds it
+    assert SavePlan(3, 5, 1.0, None, 0.12345, 1, 1.0).to_json()["read_s"] is None
+    slow = SavePlan(3, 5, 1.0, 3.00049, 1.0, 1, 1.0)
+    assert slow.bound == "offload reads" and slow.to_json()["save_s"] == 3.0
+    assert slow.to_json()["read_s"] == 3.0
+
+
+def test_a_bad_checkpoint_drive_hint_names_the_option_given() -> None:
+    from iotune.train.ckplan import parse_checkpoint_drive
+
+    with pytest.raises(UsageError) as exc:
+        parse_checkpoint_drive("read=1GB/s")
+    assert exc.value.message == "--checkpoint-drive needs a sequential write rate"
+    assert exc.value.hint == (
+        "--checkpoint-drive 'read=7.0GB/s,write=5.1GB/s,link=16GT/s x4,capacity=2TB,tbw=1200TB'"
+    )
+
+
+def test_the_checkpoint_derating_measured_or_published_exactly() -> None:
+    from iotune.train.ckplan import checkpoint_derate
+    from iotune.train.datasheet import Derate
+
+    d = _drive()
+    measured = {"measured": True, "read": 0.8, "write": 0.7, "source": "sweep of /dev/md0"}
+    assert checkpoint_derate(d, d, measured) == Derate(
+        0.8, 0.7, "measured on the offload drives, the same kind (sweep of /dev/md0)", True
+    )
+    # the published source names both references; the write's, itself quoting a "write: "
+    pub = Derate(0.77, 0.74, "read: blog A; write: tutorial B (ds_io write: 3.18 GB/s)")
+    assert checkpoint_derate(d, None, measured, pub) == Derate(
+        0.77, 0.74, "DeepSpeed's published ratio (tutorial B (ds_io write: 3.18 GB/s))"
+    )
+    # a source that does not name them apart is given whole
+    plain = Derate(0.77, 0.74, "DeepNVMe")
+    assert (
+        checkpoint_derate(d, None, None, plain).source == "DeepSpeed's published ratio (DeepNVMe)"
+    )
+    # another kind of offload drive: its measurement does not carry over
+    other = DriveSpec("--drive", "d", read=3 * GB, write=GB)
+    assert checkpoint_derate(d, other, measured, plain).measured is False
+
+
+def test_a_share_is_strictly_between_none_and_all_of_the_training() -> None:
+    for bad in ("1", "100%", "-5%", "abc"):
+        with pytest.raises(UsageError) as exc:
+            parse_share(bad)
+        assert exc.value.message == (
+            f"--checkpoint-share {bad!r} is not a share of the training's time"
+        )
+        assert exc.value.hint == "--checkpoint-share 5%"
+    assert parse_share(" 99% ") == pytest.approx(0.99)
+
+
+def _saves(writes: list[float], read_s: float | None, every: int = 9) -> list[Any]:
+    from iotune.train.ckplan import SavePlan
+
+    return [
+        SavePlan(w, 6, 1.0, read_s, s, every, 1.0) for w, s in zip((4, 5, 6), writes, strict=True)
+    ]
+
+
+def test_the_narrowest_answer_in_words_exactly() -> None:
+    # 9 steps of 1 s: a 1 s save is 1 / (9 + 1) = 10% exactly, which is at most 10%
+    best, answer = narrowest(_saves([3.0, 1.0, 0.5], None), 0.1)
+    assert best is not None and best.width == 5
+    assert (
+        answer == "a RAID6 of 5 keeps a save every 9 step(s) at 10.0% of the training (at most 10%)"
+    )
+    assert narrowest([], 0.1) == (None, "no width planned")
+    # the widest, 6: a 2 s write of 11 s; 18.2%
+    none, why = narrowest(_saves([4.0, 3.0, 2.0], None), 0.05)
+    assert none is None
+    assert why == (
+        "no RAID6 up to 6 drives keeps it under 5%: even 6 drives take 18.2%: save less often"
+    )
+    none, why = narrowest(_saves([4.0, 3.0, 2.0], 2.5), 0.05)
+    assert why == (
+        "no RAID6 up to 6 drives keeps it under 5%: each save reads 2.5 s from the offload "
+        "volume, which no width of the checkpoint array shortens: save less often "
+        "(--checkpoint-every) or read faster"
+    )
+
+
+BEST = "FastPersist as tuned (16 MiB double, 8 MiB blocks, qd 8, 1 thread(s), no CRC32)"
+
+
+def test_each_writers_row_exactly_and_a_failed_record_skipped() -> None:
+    sw = _sweep()
+    sw["default"] = {**sw["default"], "status": "failed"}
+    # a 7 GB save from the 6 GB sweep: each time x 7/6; 10 steps of 1 s between saves
+    rows = writer_rows(7 * GB, False, 10, 1.0, sw)
+    assert rows == [
+        {
+            "writer": "torch",
+            "how": "torch.save, DeepSpeed's default",
+            "waits_s": 4.025,
+            "durable_s": 7.023,
+            "share": 0.287,
+        },
+        {
+            "writer": "fast",
+            "how": BEST,
+            "waits_s": 5.238,
+            "durable_s": 5.238,
+            # 5.238333 / 15.238333
+            "share": 0.3438,
+        },
+        {
+            "writer": "decoupled",
+            "how": "FastPersist as tuned, in its own process",
+            "waits_s": 0.0,
+            "durable_s": 5.238,
+            "share": 0.0,
+        },
+    ]
+    # no tuned record: the torch writer alone
+    only = writer_rows(6 * GB, False, 10, 1.0, {"torch": _sweep()["torch"]})
+    assert [r["writer"] for r in only] == ["torch"]
+
+
+def _drives_plan(target: int | None) -> dict[str, Any]:
+    rows = [
+        {"drives": 2, "step_s": 10.0, "read_bw_bytes_s": 4e9},
+        {"drives": 4, "step_s": 8.0, "read_bw_bytes_s": 8e9},
+    ]
+    return {"plans": rows, "target": None if target is None else {"drives": target}}
+
+
+def test_the_checkpoint_plan_on_nvme_from_the_drives_plan_exactly() -> None:
+    from iotune.train.datasheet import Derate
+
+    d = _drive()
+    ck = checkpoint_plan(
+        12 * GB, True, _drives_plan(2), None, None, d, 10, 6, 0.05, derate=Derate(0.9, 0.5, "src")
+    )
+    plans = ck.pop("plans")
+    assert ck == {
+        "save_bytes": 12_000_000_000,
+        "every": 10,
+        "level": "raid6",
+        "step_s": 10.0,
+        "offload": "RAID0 of 2 (the drives plan)",
+        "offload_read_bytes_s": 4_000_000_000,
+        "drive": d.to_json(),
+        "writers": [],
+        "writers_volume": None,
+        "writers_note": "with the optimizer state on NVMe every writer copies the swap files "
+        "(shutil.copytree): the writer only writes the small files beside them",
+        "write_derate": 0.5,
+        "write_derate_source": "src",
+        "write_derate_measured": False,
+        "share_target": 0.05,
+        # members write at 0.5 GB/s: 24 / (W - 2) s against 100 s of steps; 4.8 s at 7
+        "width": 7,
+        "answer": "a RAID6 of 7 keeps a save every 10 step(s) at 4.6% of the training (at most 5%)",
+    }
+    assert [p["width"] for p in plans] == list(range(4, 17))
+    assert plans[0] == {
+        "width": 4,
+        "level": "raid6",
+        "member_write_bytes": 6_000_000_000,
+        "read_s": 3.0,
+        "write_s": 12.0,
+        "save_s": 12.0,
+        "bound_by": "checkpoint writes",
+        "share": 0.1071,
+    }
+    # without the plan's target: its widest RAID0, 8 GB/s
+    wide = checkpoint_plan(
+        12 * GB, True, _drives_plan(None), None, None, d, 10, 6, 0.05, derate=Derate(1, 1, "s")
+    )
+    assert wide["offload"] == "RAID0 of 4 (the drives plan)" and wide["step_s"] == 8.0
+    assert wide["offload_read_bytes_s"] == 8_000_000_000 and wide["plans"][0]["read_s"] == 1.5
+
+
+def test_the_checkpoint_plan_in_host_memory_with_the_published_derating() -> None:
+    factor, source = _published_write()
+    d = _drive()
+    ck = checkpoint_plan(12 * GB, False, None, 1.23456, 2 * GB, d, 10, 5, 0.5)
+    assert ck["offload"] == "the swept or run volume" and ck["step_s"] == 1.235
+    assert ck["offload_read_bytes_s"] is None and ck["writers_volume"] is None
+    assert ck["writers_note"] == (
+        "each writer: --checkpoint-sweep RUN (iotune sweep-checkpoint on the checkpoint volume)"
+    )
+    assert ck["write_derate"] == factor and ck["write_derate_measured"] is False
+    assert ck["write_derate_source"] == f"DeepSpeed's published ratio ({source})"
+    # RAID5 of 3: two data members, 6 GB each at the derated 1 GB/s; nothing read back
+    assert ck["plans"][0]["read_s"] is None
+    assert ck["plans"][0]["write_s"] == pytest.approx(6 / factor, abs=1e-3)
+
+
+def test_the_plan_refusals_word_for_word() -> None:
+    with pytest.raises(UsageError) as exc:
+        checkpoint_plan(GB, True, None, 10.0, GB, None, 1, 6, 0.05)
+    assert (exc.value.message, exc.value.hint) == (
+        "--checkpoint-every needs the checkpoint drives: their datasheet, or a sweep of the "
+        "checkpoint volume",
+        "--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives), or "
+        "--checkpoint-sweep RUN (iotune sweep-checkpoint)",
+    )
+    with pytest.raises(UsageError) as exc:
+        checkpoint_plan(GB, True, None, None, None, _drive(), 1, 6, 0.05)
+    assert (exc.value.message, exc.value.hint) == (
+        "--checkpoint-every needs the step's time, which nothing given predicts",
+        "add --baseline RUN (a run of this model), with --drive SPEC or --aio-config SWEEP",
+    )
+
+
+def _small_sweep() -> dict[str, Any]:
+    sw = _sweep()
+    return {
+        "target": "/var/tmp/ckpt",
+        "torch": {"status": "ok", "bytes": GB, "blocked_s": 1.0, "durable_s": 2.0},
+        "default": {"status": "failed", "bytes": GB, "blocked_s": 0.5, "durable_s": 0.5},
+        "best": {**sw["best"], "bytes": GB, "blocked_s": 3.0, "durable_s": 5.0},
+    }
+
+
+def test_a_sweep_alone_answers_with_the_writers_that_fit() -> None:
+    from iotune.train.datasheet import Derate
+
+    # 9 steps of 1 s: torch waits 1 s of 10 (10% exactly), decoupled none, the tuned 3 of 12
+    ck = checkpoint_plan(
+        GB, False, None, 1.0, None, None, 9, 6, 0.1, _small_sweep(), derate=Derate(1, 0.5, "s")
+    )
+    assert ck["answer"] == (
+        "on the swept volume, decoupled, torch keep(s) a save every 9 step(s) under 10% of the "
+        "training"
+    )
+    assert ck["writers_volume"] == "/var/tmp/ckpt" and ck["writers_note"] is None
+    assert ck["plans"] == [] and ck["width"] is None and ck["write_derate"] == 0.5
+    # every step: decoupled waits 4 s of the 5 it takes to be durable
+    ck = checkpoint_plan(GB, False, None, 1.0, None, None, 1, 6, 0.05, _small_sweep())
+    assert ck["answer"] == (
+        "no writer keeps a save every 1 step(s) under 5% on the swept volume: save less often, "
+        "or plan a wider array (--checkpoint-drive)"
+    )
