@@ -142,3 +142,112 @@ def test_a_journal_keeps_only_what_is_not_zero() -> None:
             "inflight": {"4": 4096},
         }
     }
+
+
+@pytest.mark.parametrize(
+    ("ns", "slot", "low", "high"),
+    [
+        (0, 0, 0, 1),
+        (-5, 0, 0, 1),
+        (1, 1, 1, 2),
+        (15, 15, 15, 16),
+        # from 16 ns on: 16 slots an octave, each 1/16 of the octave's start wide
+        (16, 16, 16, 17),
+        (17, 17, 17, 18),
+        (31, 31, 31, 32),
+        (32, 32, 32, 34),
+        (33, 32, 32, 34),
+        (34, 33, 34, 36),
+        (1000, 6 * 16 + 15, 992, 1024),  # octave 2^9: slots from (9 - 4 + 1) x 16
+        (1024, 7 * 16, 1024, 1088),
+        (2**20, 17 * 16, 2**20, 2**20 + 2**16),
+        (2**39, 35 * 16 + 15 + 1, 2**39, 2**39 + 2**35),
+    ],
+)
+def test_slots_by_hand(ns: int, slot: int, low: int, high: int) -> None:
+    assert lt.lat_slot(ns) == slot
+    assert lt.slot_bounds(slot) == (low, high)
+    assert lt.slot_value(slot) == (low if high - low == 1 else (low + high) / 2)
+
+
+def test_a_value_beyond_the_last_octave_lands_in_the_last_slot() -> None:
+    assert lt.lat_slot(2**40) == lt.lat_slot(2**45) == LAT_SLOTS - 1
+    assert lt.lat_slot(2**40 - 1) == LAT_SLOTS - 1  # the last octave's last slot
+
+
+def test_a_summary_by_hand() -> None:
+    """Three requests at 1000 ns and one at 3000 ns: slot middles 1008 and 3008 ns."""
+    hist = [0] * LAT_SLOTS
+    hist[lt.lat_slot(1000)] = 3
+    hist[lt.lat_slot(3000)] = 1
+    assert lt.slot_bounds(lt.lat_slot(3000)) == (2944, 3072)
+    assert lt.summary(hist) == {
+        "requests": 4,
+        "mean_us": round((3 * 1008 + 3008) / 4 / 1000, 2),
+        "p50_us": 1.01,
+        "p90_us": 3.01,
+        "p99_us": 3.01,
+        "p99_9_us": 3.01,
+        "max_us": 3.01,
+    }
+
+
+@pytest.mark.parametrize(
+    ("counts", "q", "slot"),
+    [
+        ([4, 0, 0, 0], 100.0, 0),
+        ([1, 1, 1, 1], 50.0, 1),  # rank ceil(0.5 x 4) = 2
+        ([1, 1, 1, 1], 50.1, 2),  # rank ceil(2.004) = 3
+        ([1, 1, 1, 1], 25.0, 0),
+        ([1, 1, 1, 1], 0.001, 0),  # at least rank 1
+        ([0, 0, 0, 3], 99.9, 3),
+        ([999, 1], 99.9, 0),  # rank ceil(999.0) = 999
+        ([999, 1], 99.95, 1),
+    ],
+)
+def test_the_rank_of_a_percentile(counts: list[int], q: float, slot: int) -> None:
+    assert lt.rank_slot(counts, q) == slot
+
+
+def test_an_intervals_counters_and_the_kernels_depth() -> None:
+    before = _snap([(0, 0, 50_000)], [1], busy=50_000, done=1)
+    before["inflight"] = np.array([1, 0, 2, 100, 50_000, 0, 3, 0], dtype=np.uint64)
+    before["qlat"][1, lt.lat_slot(4_000)] += 2
+    after = _snap([(0, 0, 50_000)] * 3, [1, 2, 2], busy=150_000, done=3)
+    # in flight now 2 (a level, not a counter), 5 reissued, 400 ns of others, 7 collided
+    after["inflight"] = np.array([2, 0, 5, 400, 150_000, 600_000, 7, 0], dtype=np.uint64)
+    after["qlat"][1, lt.lat_slot(4_000)] += 5
+    got = lt.interval(before, after, seconds=0.001, hist=True, kernel_ms=3)
+    assert got is not None
+    d = got["depth"]
+    assert d["busy_ns"] == {"other": 300, "read": 100_000, "write": 600_000}
+    assert d["mean"] == round((300 + 100_000 + 600_000) / 1e6, 3)
+    assert d["kernel_mean"] == 3.0  # 3 ms of time in queue over 1 ms
+    assert (d["reissued"], d["collided"], d["timed"]) == (3, 4, 2)
+    assert d["at_issue"] == {
+        "issues": 2,
+        "mean": 2.0,
+        "p50": 2,
+        "p99": 2,
+        "max": 2,
+        "histogram": {"2": 2},
+    }
+    w = got["queued"]["write"]
+    assert w["requests"] == 3 and w["histogram"] == {str(lt.lat_slot(4_000)): 3}
+    assert got["queued"]["read"] is None and got["write"] is None
+    assert got["read"]["focus"]["histogram"] == {str(lt.lat_slot(50_000)): 2}
+    assert lt.mean_depth(got, "write", 0.001) == 0.6
+    assert lt.mean_depth(got, "read", 0.0) is None and lt.mean_depth(None, "read", 1.0) is None
+    none = lt.interval(before, after, seconds=0.0)
+    assert (
+        none is not None and none["depth"]["mean"] is None and none["depth"]["kernel_mean"] is None
+    )
+
+
+def test_dense_is_sparses_inverse() -> None:
+    hist = [0] * LAT_SLOTS
+    hist[3] = 2
+    hist[LAT_SLOTS - 1] = 7
+    assert lt.sparse(hist) == {"3": 2, str(LAT_SLOTS - 1): 7}
+    assert lt.dense(lt.sparse(hist)) == hist
+    assert lt.dense({1: 1, "1": 2}, size=3) == [0, 3, 0]

@@ -278,3 +278,98 @@ def test_a_users_endurance_figures_replace_the_profiles() -> None:
     for extra in ("", ",capacity=1TB"):
         both = parse_drive(f"{p},dwpd=0.3,tbw=100TB{extra}")
         assert (both.tbw, both.rated_writes) == (100e12, 100e12), extra
+
+
+# ------------------------------------------------------------------ the planner's sentences
+
+from iotune.train.drives import DriveInputs, Limit, Raid, _beyond, plan_drives  # noqa: E402
+from iotune.train.dsconfig import ds_config  # noqa: E402
+from iotune.train.estimate import estimate  # noqa: E402
+from iotune.train.measured import AdamRate, Bandwidth, Baseline  # noqa: E402
+from iotune.train.presets import get_preset  # noqa: E402
+
+_GIB = 2**30
+_P = get_preset("opt_nvme_1b")
+_E = estimate(_P, ds_config(_P))
+_ADAM = AdamRate(1e-9, 2, 10**9, "threads")
+_BASE = Baseline(4.0, None, "opt_ram run", backward_s=3.0)
+
+
+def _plans(read: float, write: float, ks: int, **kw: Any) -> list[Any]:
+    one = Bandwidth(read * _GIB, write * _GIB, {}, {"read": 1, "write": 1}, "sweep")
+    return plan_drives(_P, _E, DriveInputs(one, **kw), _ADAM, _BASE, list(range(1, ks + 1)))
+
+
+def test_a_chunk_that_keeps_two_members_busy_stops_the_swaps_at_two_drives() -> None:
+    # 2 requests of 512 KiB in flight over 512 KiB chunks: 2 members at once, 2 x each drive
+    plans = _plans(2, 3, 6, raid=Raid(512 << 10, 512 << 10, 2, 1, "t"))
+    assert _beyond(plans) == (
+        "from 3 drives on, RAID0 chunk caps the swaps at 4.00 GiB/s read, 6.00 GiB/s write: "
+        "more drives do not help"
+    )
+    assert [p.bound_by for p in plans] == ["drives", "drives"] + ["RAID0 chunk"] * 4
+
+
+def test_host_memory_caps_both_directions_from_where_each_meets_it() -> None:
+    # 5 GiB/s of memory: writes (3 a drive) meet it at 2 drives, reads (2 a drive) at 3 (5
+    # of 6); the 4th drive is the first that adds nothing in either direction
+    plans = _plans(2, 3, 6, memory=Limit("host memory", 5 * _GIB, "B/s", "t"))
+    assert _beyond(plans) == (
+        "from 4 drives on, memory caps the swaps at 5.00 GiB/s read, 5.00 GiB/s write: "
+        "more drives do not help"
+    )
+    assert plans[1].bound_by == "read: drives, write: memory"
+    assert plans[1].read_bound == "drives" and plans[1].write_bound == "memory"
+
+
+def test_a_cap_on_one_direction_leaves_the_other_growing() -> None:
+    # reads meet 5 GiB/s at 3 drives (the 4th adds nothing); writes of 0.5 a drive reach 4
+    # GiB/s at 8, still growing
+    plans = _plans(2, 0.5, 8, memory=Limit("host memory", 5 * _GIB, "B/s", "t"))
+    text = _beyond(plans)
+    assert text.startswith(
+        "from 4 drives on, memory caps the reads at 5.00 GiB/s, while the writes grow with "
+        "more drives; more drives approach the step without drive waits, "
+    ), text
+    assert "do not help" not in text
+
+
+def test_nothing_in_front_of_the_drives() -> None:
+    plans = _plans(2, 3, 4)
+    last = plans[-1]
+    p = last.prediction
+    assert _beyond(plans) == (
+        f"more drives approach the step without drive waits, {last.compute_s:.2f} s: "
+        f"forward + backward {p.seconds('compute'):.2f} s and CPU Adam {p.seconds('adam'):.2f} s"
+    )
+    # the step's floor is forward + backward and CPU Adam: the baseline's 4 s and 1 ns a
+    # parameter
+    assert p.seconds("compute") == pytest.approx(4.0, abs=0.6)
+    assert p.seconds("adam") == pytest.approx(_P.geometry.param_count() * 1e-9, rel=0.05)
+
+
+def test_a_drive_plans_record() -> None:
+    spec = DriveSpec("t", "t", 5e9, 4e9, capacity=1e12, tbw=600e12)
+    one = Bandwidth(2 * _GIB, 3 * _GIB, {}, {"read": 1, "write": 1}, "sweep")
+    (plan,) = plan_drives(_P, _E, DriveInputs(one, spec=spec), _ADAM, _BASE, [2])
+    doc: dict[str, Any] = plan.to_json()
+    io, rest, step = plan.io_s, plan.compute_s, plan.prediction.step_s
+    assert io is not None and rest is not None and step is not None
+    assert doc["drives"] == 2 and doc["read_bw_bytes_s"] == 4 * _GIB
+    assert doc["write_bw_bytes_s"] == 6 * _GIB
+    assert (doc["bound_by"], doc["read_bound"], doc["write_bound"]) == ("drives",) * 3
+    assert doc["fits"] is (_E.nvme_bytes <= 2e12)
+    assert doc["io_s"] == round(io, 3) and doc["compute_s"] == round(rest, 3)
+    assert doc["drive_bound"] is (io >= rest)
+    assert doc["study_step_s"] is None and doc["step_bound"] in (
+        "drives",
+        "CPU Adam",
+        "forward + backward",
+    )
+    en = doc["endurance"]
+    assert en["write_bytes_per_drive_step"] == round(_E.steady_step.write / 2)
+    day = _E.steady_step.write / 2 * 86400 / step
+    assert en["write_bytes_per_drive_day"] == round(day)
+    assert en["dwpd"] == round(day / 1e12, 3) and en["days_to_rated_writes"] == round(
+        600e12 / day, 1
+    )
