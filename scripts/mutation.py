@@ -29,7 +29,7 @@ from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
 #: the recorded data the selected tests read
-DATA = ("study-h100",)
+DATA = ("study-h100", "run-tiny-opt-nvme", "custom")
 EXPLAINED = TOP / "scripts" / "mutation_survivors.txt"
 
 
