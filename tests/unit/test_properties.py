@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from iotune.errors import UsageError
+from iotune.train.datasheet import _KEYS as _DRIVE_KEYS
 from iotune.train.datasheet import (
     LINK_WIDTHS,
     DriveSpec,
@@ -218,21 +219,8 @@ def test_a_drive_list_is_sorted_positive_counts_or_refused(text: str) -> None:
 
 # ------------------------------------------------------------------ drive specs
 
-_keys = st.sampled_from(
-    [
-        "read",
-        "write",
-        "link",
-        "capacity",
-        "tbw",
-        "dwpd",
-        "warranty_years",
-        "cache",
-        "after_cache",
-        "dram",
-        "speed",
-    ]
-)
+#: every key a spec takes, and one it does not
+_keys = st.sampled_from([*_DRIVE_KEYS, "speed"])
 _values = st.one_of(
     figure_like,
     st.sampled_from(

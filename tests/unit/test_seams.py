@@ -191,6 +191,9 @@ def test_a_swept_array_is_its_drives_not_one_drive(monkeypatch: pytest.MonkeyPat
 
 # ------------------------------------------------------------------ hostile inputs
 
+#: a plan of two drives of the study's drive class, which each case below adds one option to
+PLAN2 = ("estimate", "opt_nvme_1b", "--drive", "samsung-980-pro-2tb", "--drives", "2")
+
 #: (arguments, what the one line must say); each exits 1 or 2 with a hint, never an internal
 #: error, never a traceback
 HOSTILE: list[tuple[tuple[str, ...], str]] = [
@@ -252,12 +255,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--network-link",
             "100MB",
         ),
@@ -265,12 +263,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--network-link",
             "-1G",
         ),
@@ -278,12 +271,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--chunk",
             "512KB",
         ),
@@ -291,12 +279,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--chunk",
             "0",
         ),
@@ -304,12 +287,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--memory-bw",
             "-5",
         ),
@@ -317,12 +295,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--link",
             "16GT/s x3",
         ),
@@ -330,12 +303,7 @@ HOSTILE: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         (
-            "estimate",
-            "opt_nvme_1b",
-            "--drive",
-            "samsung-980-pro-2tb",
-            "--drives",
-            "2",
+            *PLAN2,
             "--link",
             "7GT/s x4",
         ),
