@@ -52,38 +52,38 @@ def parse_quantity(
     m = _QUANTITY.fullmatch(text)
     if m is None:
         raise UsageError(
-            f"{_named(what, text)} is not a {kind}", hint=f"write it with its unit, e.g. {eg}"
+            f"{named(what, text)} is not a {kind}", hint=f"write it with its unit, e.g. {eg}"
         )
     num = float(m.group("num"))
     prefix, iec, unit, per = m.group("prefix"), m.group("iec"), m.group("unit"), m.group("per")
     if not math.isfinite(num):
-        raise UsageError(f"{_named(what, text)} is not a finite figure", hint=f"e.g. {eg}")
+        raise UsageError(f"{named(what, text)} is not a finite figure", hint=f"e.g. {eg}")
     if num <= 0:
         raise UsageError(
             f"{what.rstrip('=')} must be positive, got {text.strip()!r}", hint=f"e.g. {eg}"
         )
     if iec and not prefix:
         raise UsageError(
-            f"{_named(what, text)} is not a {kind}: 'i' belongs to a prefix (KiB, MiB, GiB)",
+            f"{named(what, text)} is not a {kind}: 'i' belongs to a prefix (KiB, MiB, GiB)",
             hint=f"e.g. {eg}",
         )
     if unit == "bE":  # Ethernet: 25GbE is a rate of bits by itself
         unit, per = "b", per or "/s"
     if rate and unit and per is None and not (bare == "bits" and unit in ("b", "bit", "bits")):
         # a link's "400 Gbit" is per second by trade; a drive's "7GB" is a size
-        raise UsageError(f"{_named(what, text)} is a size, not a rate", hint=f"add /s, e.g. {eg}")
+        raise UsageError(f"{named(what, text)} is a size, not a rate", hint=f"add /s, e.g. {eg}")
     if not rate and per is not None:
-        raise UsageError(f"{_named(what, text)} is a rate, not a size", hint=f"e.g. {eg}")
+        raise UsageError(f"{named(what, text)} is a rate, not a size", hint=f"e.g. {eg}")
     bits: bool
     if unit is None:
         if bare == "refuse" or (rate and bare == "binary"):
             raise UsageError(
-                f"{_named(what, text)} has no unit: bytes (B) or bits (b)?",
+                f"{named(what, text)} has no unit: bytes (B) or bits (b)?",
                 hint=f"write it with its unit, e.g. {eg}",
             )
         if bare == "binary":
             if iec:
-                raise UsageError(f"{_named(what, text)} has no unit", hint=f"e.g. {eg}")
+                raise UsageError(f"{named(what, text)} has no unit", hint=f"e.g. {eg}")
             return num * (_IEC[prefix.upper()] if prefix else 1)
         bits = True
     elif unit in ("B", "byte", "bytes"):
@@ -91,7 +91,7 @@ def parse_quantity(
         if bare == "binary" and prefix and not iec:
             # a block size's KB: fio and DeepSpeed mean 1024, a datasheet 1000
             raise UsageError(
-                f"{_named(what, text)} is ambiguous: {prefix.upper()}B is 10^{_exp(prefix)} bytes "
+                f"{named(what, text)} is ambiguous: {prefix.upper()}B is 10^{_exp(prefix)} bytes "
                 f"on a datasheet and 2^{10 * _pow(prefix)} in fio",
                 hint=f"write {_strip(m.group('num'))}{prefix.upper()} or "
                 f"{_strip(m.group('num'))}{prefix.upper()}iB (binary)",
@@ -100,12 +100,12 @@ def parse_quantity(
         bits = True
         if unit == "b" and prefix in ("m", "g", "t", "p", "e"):  # k is SI's own small k
             raise UsageError(
-                f"{_named(what, text)} is ambiguous: bits or bytes?",
+                f"{named(what, text)} is ambiguous: bits or bytes?",
                 hint=f"write {prefix.upper()}B for bytes or {prefix.upper()}b for bits, e.g. {eg}",
             )
     if prefix == "m" and not bits:
         raise UsageError(
-            f"{_named(what, text)} is ambiguous: a small m is milli",
+            f"{named(what, text)} is ambiguous: a small m is milli",
             hint=f"write MB or MiB, e.g. {eg}",
         )
     scale = (_IEC if iec else _SI)[prefix.upper()] if prefix else 1
@@ -113,7 +113,7 @@ def parse_quantity(
     return value / 8 if bits else value
 
 
-def _named(what: str, text: str) -> str:
+def named(what: str, text: str) -> str:
     """``--drive read='7x'`` for a key, ``--chunk '7x'`` for an option."""
     return f"{what}{text!r}" if what.endswith("=") else f"{what} {text!r}"
 
@@ -136,11 +136,11 @@ def parse_size(text: str, *, what: str = "size") -> int:
     if m is None:
         if re.fullmatch(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)\s*[kKmMgGtT]?(?:i?B)?\s*", text):
             raise UsageError(
-                f"{_named(what, text)} is not a whole number of bytes or units",
+                f"{named(what, text)} is not a whole number of bytes or units",
                 hint="e.g. 512K, 1M",
             )
         raise UsageError(
-            f"{_named(what, text)} is not a size",
+            f"{named(what, text)} is not a size",
             hint="write it as bytes or with K, M, G (binary): 512K, 1M",
         )
     value = parse_quantity(text, what=what, rate=False, bare="binary", example="512K")

@@ -19,7 +19,7 @@ from typing import Any
 
 from iotune.errors import UsageError
 from iotune.paths import data_dir
-from iotune.units import parse_quantity
+from iotune.units import named, parse_quantity
 
 _KEYS = (
     "read",
@@ -133,9 +133,7 @@ def parse_link(text: str, what: str = "--drive link=") -> str:
     if m is None or link_bandwidth(text) is None:
         speeds = ", ".join(f"{v:g}" for v in _PER_LANE)
         raise UsageError(
-            f"{what}{text!r} is not a PCIe link"
-            if what.endswith("=")
-            else f"{what} {text!r} is not a PCIe link",
+            f"{named(what, text)} is not a PCIe link",
             hint=f"link=16GT/s x4 (speeds {speeds} GT/s; widths "
             f"x{', x'.join(map(str, LINK_WIDTHS))})",
         )
