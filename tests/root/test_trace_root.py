@@ -136,7 +136,17 @@ def test_mixed_sizes_match_fio_iolog_and_diskstats(
         assert d[op]["focus_requests"] == issued[op][512 * K]
         assert d[op]["other_requests"] == sum(issued[op].values()) - issued[op][512 * K]
     assert set(issued["read"]) | set(issued["write"]) == {4 * K, 512 * K, 256 * K}
-    assert d["check"]["exact"], d["check"]["summary"]
+    # the sizes above are counted at issue and are fio's to the request. The completions may
+    # fall short of the kernel's by the few it counts that fire no completion event (1 write
+    # of 149 in one CI run on a busy host; docs/commands/trace.md): then the check must say so,
+    # and the issues must still be the kernel's own count, to the request and the sector
+    chk, ks = d["check"], d["diskstats"]
+    assert chk["exact"] or (
+        chk["unseen_completions"] > 0 and chk["summary"].startswith("consistent: ")
+    ), chk["summary"]
+    for op in ("read", "write"):
+        assert d[op]["requests"] == ks[f"{op}_ios"], (op, d[op]["requests"], ks)
+        assert d[op]["bytes"] == ks[f"{op}_bytes"], (op, d[op]["bytes"], ks)
 
 
 def test_a_busy_drive_checks_exact_or_consistent_and_its_issues_are_the_kernels(
