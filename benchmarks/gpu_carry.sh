@@ -19,7 +19,7 @@ if ! ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1; then
 fi
 for w in pydantic==2.12.5 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2 \
          typing-extensions==4.15.0 hjson==3.1.0 pyudev==0.24.3 ninja==1.13.0 psutil==7.2.2 \
-         accelerate==1.15.0; do
+         accelerate==1.15.0 lightning==2.6.6 lightning-utilities==0.15.3 torchmetrics==1.9.0; do
     name="${w%%==*}"; glob="$(echo "$name" | tr - _)"
     ls .whl/"$glob"-* >/dev/null 2>&1 && continue
     "${py[@]}" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

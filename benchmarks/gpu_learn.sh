@@ -10,6 +10,8 @@
 #    Starcoder2-style 315M model, 4 steps.
 # 2. A transformers.Trainer script with the Trainer's ZeRO-3 NVMe config full of "auto"
 #    (tests/data/custom/hf_zero3_nvme.json), micro-batch 4, accumulation 2, bf16, 4 steps.
+# 3. Lightning's DeepSpeed strategy (tests/data/custom/lightning_script.py): ZeRO-3, optimizer
+#    state on NVMe through the strategy's own arguments, CPU Adam, bf16-mixed, 4 steps.
 # $OUT gets learn.tgz (each trace's JSON, stderr and run folder) and learn.txt (the rows).
 set -u
 out=/tmp/gpu-res/learn
@@ -77,6 +79,15 @@ EOF
     > "$out/accelerate.json" 2> "$out/accelerate.err"
 echo "=== accelerate launch with a YAML: exit $? at $((SECONDS - start)) s" >&2
 show accelerate
+# the same again, its libraries now in the page cache: the offload folder shares the root disk
+# with python's and CUDA's libraries, and a launched process's first reads of them are its own
+rm -rf "${off:?}"/*
+(cd "$off" && python3 -m iotune --json trace --target "$off" --out "$out/accelerate_again" -- \
+    python3 -m accelerate.commands.launch --config_file "$out/acc.yaml" \
+    "$OLDPWD/tests/data/custom/accel_script.py" "$OLDPWD/$model" 4 1024 4) \
+    > "$out/accelerate_again.json" 2> "$out/accelerate_again.err"
+echo "=== accelerate again: exit $? at $((SECONDS - start)) s" >&2
+show accelerate_again
 
 rm -rf "${off:?}"/*
 python3 - <<'PY'
@@ -90,4 +101,11 @@ python3 -m iotune --json trace --target "$off" --out "$out/trainer" -- \
     > "$out/trainer.json" 2> "$out/trainer.err"
 echo "=== Trainer with auto: exit $? at $((SECONDS - start)) s" >&2
 show trainer
+
+rm -rf "${off:?}"/*
+python3 -m iotune --json trace --target "$off" --out "$out/lightning" -- \
+    python3 tests/data/custom/lightning_script.py "$model" "$off/lightning" 4 1024 4 \
+    > "$out/lightning.json" 2> "$out/lightning.err"
+echo "=== Lightning's DeepSpeed strategy: exit $? at $((SECONDS - start)) s" >&2
+show lightning
 cat "$out/learn.txt" >&2
