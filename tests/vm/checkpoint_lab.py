@@ -5,7 +5,8 @@ tiny_opt_nvme saved by each of DeepSpeed's FastPersist writers (``fast``, ``deco
 guest's CPU, their buffer locked by the aio op). Then one traced run saves with torch.save
 after each of three steps; while it makes its second save, one member of the RAID6 is failed
 (``mdadm --fail``, in the guest, the moment the step before the save is recorded); then a run
-resumes from that save, on the degraded array."""
+resumes from that save, on the degraded array. Before the failure, two ranks save one step on
+the healthy array too: the save of several ranks, counted once, against RAID6's parity."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ CK_STEPS = 3
 WRITERS = ("fast", "decoupled")
 #: the save made while a member fails
 FAILED_SAVE = 2
+#: the two-rank run's checkpoint folder, under the RAID6's mount
+RANKS_DIR = "ranks2"
+#: in the guest: the bytes of the files under a folder (argv[1])
+TAG_BYTES = (
+    "import pathlib, sys; "
+    "print(sum(f.stat().st_size for f in pathlib.Path(sys.argv[1]).rglob('*') if f.is_file()))"
+)
 
 #: in the guest: runs argv (its stdout into a file), waits for the step event before the
 #: save FAILED_SAVE, fails a member of the array, and reports whether that save was still
@@ -72,6 +80,12 @@ class CheckpointRuns:
     writers: dict[str, dict[str, Any]]
     #: ``iotune raid status ckpt --json``'s array before the saves, its resync done
     built: dict[str, Any]
+    #: two ranks (DeepSpeed's launcher, each forked from the guest's zygote), one step saved
+    #: on the healthy array (``trace --run --ranks 2 --json``)
+    ranks: dict[str, Any]
+    #: the bytes of the files in that save's tag folder, summed in the guest (as ``du -b``
+    #: counts them, less the folders)
+    ranks_tag_bytes: int
 
 
 def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
@@ -101,6 +115,24 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
             *("--out", str(lab.share / f"ckpt-{w}")),
             timeout=1500,
         )
+    go_on()
+    ranks = lab.iotune_json(
+        "trace",
+        "--run",
+        "tiny_opt_nvme",
+        *SET_ARGS,
+        *("--ranks", "2", "--nvme-path", "/tmp/raid0x2", "--steps", "1"),
+        *("--checkpoint-every", "1", "--checkpoint-dir", f"/tmp/ckpt/{RANKS_DIR}"),
+        *("--out", str(lab.share / f"ckpt-{RANKS_DIR}")),
+        timeout=1500,
+    )
+    tag_bytes = int(
+        lab.guest.run(
+            [sys.executable, "-c", TAG_BYTES, f"/tmp/ckpt/{RANKS_DIR}/step1"], timeout=120
+        )
+        .check()
+        .stdout
+    )
     member = lab.names[CK_SERIALS[1]]
     stdout = lab.share / "ckpt-run.json"
     r = lab.guest.run(
@@ -133,4 +165,4 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         timeout=1500,
     )
     saving = json.loads(stdout.read_text())
-    return CheckpointRuns(saving, failure, member, resumed, status, writers, idle)
+    return CheckpointRuns(saving, failure, member, resumed, status, writers, idle, ranks, tag_bytes)

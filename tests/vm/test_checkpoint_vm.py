@@ -152,3 +152,23 @@ def test_a_run_resumed_from_the_degraded_array_trains_on(
     # iotune's own check of it, against the losses the saving run kept beside its tags
     check = resumed["resume_check"]
     assert check["ok"] is True and check["at_step"] == FAILED_SAVE + 1, check
+
+
+def test_two_ranks_save_once_and_the_raid6_writes_full_stripes_of_it(
+    checkpoint_runs: CheckpointRuns, lab: Lab
+) -> None:
+    """`--ranks 2` x checkpoints x the RAID6: each rank's save event sees the whole tag folder
+    (DeepSpeed's save ends in a barrier), and the run counts that folder once, so the
+    parity measured against it is RAID6's, not half of it."""
+    doc = checkpoint_runs.ranks
+    assert doc["ranks"] == 2 and doc["steps_done"] == 1, doc.get("error")
+    ck = doc["checkpoints"]
+    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES["raid0x2"])
+    assert len(ck["checkpoint_drives"]) == 4
+    (s,) = ck["saves"]
+    # the tag folder's files, summed in the guest: the save, once
+    assert s["bytes"] == checkpoint_runs.ranks_tag_bytes, s
+    # both ranks' copies of their swap files, the two-rank model's to the byte
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    assert s["swap_copy_bytes"] == 2 * 12 * n_s == ck["estimate"]["write_bytes"], s
+    _full_stripes(s)
