@@ -118,6 +118,14 @@ def main() -> int:
     clone = Path(tempfile.mkdtemp(prefix="iotune-ci-", dir=args.where))
     load_dir = Path(tempfile.mkdtemp(prefix="iotune-load-", dir="/var/tmp"))
     subprocess.run(["git", "clone", "-q", str(TOP), str(clone / "repo")], check=True)
+    # the commit the clone holds, read now: the checkout may move on while the run goes
+    head = subprocess.run(
+        ["git", "-C", str(clone / "repo"), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(f"ci_under_load: {head} cloned into {clone / 'repo'}", flush=True)
     load = [f"--cpu {args.cpu}"] * bool(args.cpu) + ["--io"] * args.io + ["--mem"] * args.mem
     load += ["--bursty"] * args.bursty
     pids = [start(cpu_loop) for _ in range(args.cpu)]
@@ -147,12 +155,6 @@ def main() -> int:
         if not args.keep:
             subprocess.run(["rm", "-rf", str(clone)], check=False)
     wall = time.monotonic() - t0
-    head = subprocess.run(
-        ["git", "-C", str(TOP), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
     print(
         f"ci_under_load: {head} with {' '.join(load) or 'nothing'} beside it: "
         f"{'passed' if run.returncode == 0 else f'failed ({run.returncode})'} in {wall:.0f} s "
