@@ -78,6 +78,50 @@ def explained() -> dict[str, str]:
     return out
 
 
+#: a string literal in a line of Python (no escaped quotes in the model code's labels)
+_LITERAL = re.compile(r"""(?:[rfbuRFBU]{1,2})?("[^"]*"|'[^']*')""")
+
+
+def text_only(diff: str) -> str | None:
+    """The original literal when a mutant's diff changes nothing but the text inside one
+    string literal of one line (mutmut's "XX...XX" and case mutants of a label)."""
+    minus = [x[1:] for x in diff.splitlines() if x.startswith("-") and not x.startswith("---")]
+    plus = [x[1:] for x in diff.splitlines() if x.startswith("+") and not x.startswith("+++")]
+    if len(minus) != 1 or len(plus) != 1:
+        return None
+    a, b = _LITERAL.findall(minus[0]), _LITERAL.findall(plus[0])
+    if len(a) != len(b) or _LITERAL.sub("S", minus[0]) != _LITERAL.sub("S", plus[0]):
+        return None
+    changed = [x for x, y in zip(a, b, strict=True) if x != y]
+    return changed[0][1:-1] if len(changed) == 1 else None
+
+
+def docs_printed() -> list[str]:
+    """Every line the documentation's examples that run here print (scripts/check_examples.py
+    runs each and requires these lines, in order, in the command's output: a test outside
+    mutmut's reach, since it runs the installed command in a process of its own)."""
+    sys.path.insert(0, str(TOP / "scripts"))
+    import check_examples as ce
+
+    mds = [TOP / "README.md", *sorted((TOP / "docs").rglob("*.md"))]
+    return [
+        line
+        for md in mds
+        for ex in ce.examples(md)
+        if ce.runnable(ex) is None
+        for line in ex.expected
+    ]
+
+
+def checked_by_docs(literal: str, printed: list[str]) -> bool:
+    """True where every fixed part of *literal* (the text between an f-string's fields, the
+    longest at least 12 characters) is in a line the docs' runnable examples print."""
+    parts = [p for p in re.split(r"\{[^}]*\}", literal) if p.strip()]
+    if not parts or max(len(p) for p in parts) < 12:
+        return False
+    return all(any(p in line for line in printed) for p in parts)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--min", type=float, default=85.0, help="the lowest score that passes, %%")
@@ -142,6 +186,22 @@ def main() -> int:
             if m:
                 survivors.append(m.group(1))
         why = explained()
+        printed = docs_printed()
+        for name in survivors:
+            if name in why:
+                continue
+            literal = text_only(
+                subprocess.run(
+                    [str(mutmut), "show", name],
+                    cwd=scratch,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout
+            )
+            if literal is not None and checked_by_docs(literal, printed):
+                why[name] = f"the text {literal!r} is printed by a docs example checked in CI"
         killed = int(stats["killed"])
         # mutants no test reaches, or that time out, count against the score as survivors do
         counted = killed + int(stats["survived"]) + int(stats.get("no_tests", 0))

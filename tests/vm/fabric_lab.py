@@ -100,6 +100,8 @@ class FabricRuns:
     #: `raid create` over them then: rc and stderr; and under "run" and "sweep", a training
     #: run's and a sweep's on the array then (with their seconds, "s")
     refused: dict[str, Any]
+    #: the phases' wall seconds (the target up, connect, raid create, sweep, run, lost path)
+    seconds: dict[str, float]
 
 
 def run_fabric(
@@ -108,29 +110,39 @@ def run_fabric(
     """The target up in the other guest (*backing*: its drives) and connected across the
     link, the RAID0 built, the sweep, the run, the lost path."""
     py = sys.executable
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
     target.run([py, TARGET, "up", NQN, ADDR, PORT, *backing]).check()
     route = lab.guest.run(["ip", "-o", "route", "get", ADDR]).check().stdout.split()
     iface = route[route.index("dev") + 1]
     _wait_reachable(lab)
+    seconds["target up"], t0 = time.monotonic() - t0, time.monotonic()
     done = lab.iotune_json("fabrics", "connect", f"tcp://{ADDR}")
     if not done.get("connected") or len(done.get("namespaces") or []) != 2:
         raise RuntimeError(f"fabrics connect: {done}")
     names = sorted(done["namespaces"])
     devs = [f"/dev/{n}" for n in names]
     devices = lab.iotune_json("devices", "--all", *devs)
+    seconds["connect"], t0 = time.monotonic() - t0, time.monotonic()
     created = lab.iotune_json(
         "raid", "create", *devs, "--name", "fab", "--mount", "/tmp/fab", "--yes"
     )
+    seconds["raid create"] = time.monotonic() - t0
     go_on()
+    t0 = time.monotonic()
     sweep = lab.iotune_json(*sweep_args("/tmp/fab", lab.share / "sweep-fab"), timeout=1200)
+    seconds["sweep"] = time.monotonic() - t0
     go_on()
+    t0 = time.monotonic()
     run_out = lab.share / "fab-run"
     run = lab.iotune_json(
         *("trace", "--run", "tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/tmp/fab"),
         *("--steps", str(FAB_STEPS), "--out", str(run_out)),
         timeout=1500,
     )
+    seconds["run"] = time.monotonic() - t0
     go_on()
+    t0 = time.monotonic()
     out = lab.share / "fab-lost"
     argv = [
         str(BIN / "iotune"),
@@ -165,6 +177,7 @@ def run_fabric(
     finally:
         lab.guest.run(["ip", "link", "set", iface, "up"]).check()
     _wait_live(lab, devs)
+    seconds["lost path"] = time.monotonic() - t0
     return FabricRuns(
         names,
         devices,
@@ -178,6 +191,7 @@ def run_fabric(
         lost_devices,
         lost_status,
         refused,
+        seconds,
     )
 
 
@@ -223,6 +237,9 @@ def fabric_summary(runs: FabricRuns) -> list[str]:
         + ", ".join(f"{op} {bw / mib:.0f} MiB/s" for op, bw in sorted(ceil.items()))
         + f"; the swap rehearsal read {swap['read_bytes'] / mib:.1f} MiB at "
         f"{swap['read_bw_bytes_s'] / mib:.0f} MiB/s, wrote {swap['write_bytes'] / mib:.1f} MiB"
+    )
+    lines.append(
+        "the phases' seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in runs.seconds.items())
     )
     steady = runs.run["io_steps"][-1]
     lines.append(
