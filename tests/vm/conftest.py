@@ -28,7 +28,7 @@ import pytest
 
 from tests.vm.checkpoint_lab import CheckpointRuns, run_checkpoints
 from tests.vm.fabric_lab import FAB_SERIALS, FabricRuns, fabric_summary, run_fabric
-from tests.vm.guest import Drive, Early, Guest, Link
+from tests.vm.guest import WAITS, Drive, Early, Guest, Link
 from tests.vm.study_lab import (
     STUDY_NICE,
     Lab,
@@ -264,6 +264,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 f"{name} {t[-1] - t[0]:.0f} s (waited on {WAITED.get(name, 0.0):.0f} s)"
                 for name, t in RUN_TIMES.items()
                 if len(t) == 2
+            )
+        )
+    if WAITS:
+        near = sorted(WAITS, key=lambda w: w[0] / w[1], reverse=True)[:3]
+        terminalreporter.write_line(
+            f"vm tier, {len(WAITS)} guest commands; nearest their limits: "
+            + "; ".join(
+                f"{what!r} {s:.0f} s of {lim:.0f} s ({lim / max(s, 1e-3):.0f}x)"
+                for s, lim, what in near
             )
         )
     done = RUNS.get("fabric_runs")

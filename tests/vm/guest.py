@@ -28,6 +28,9 @@ from typing import Generic, TypeVar
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parent.parent
 T = TypeVar("T")
+#: every command a guest answered: its seconds, its limit, its first words (the session's
+#: summary names those nearest their limit: each limit is a hang detector, far above them)
+WAITS: list[tuple[float, float, str]] = []
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,9 @@ class Guest:
         )
         tmp.rename(cmd)
         res = self.share / f"res-{name}"
+        t0 = time.monotonic()
         self._await(res, timeout + 30, f"running {argv}", f"answer {argv} in {timeout:.0f} s")
+        WAITS.append((time.monotonic() - t0, timeout, " ".join([Path(argv[0]).name, *argv[1:4]])))
         data = json.loads(res.read_text())
         return Result(argv, data["rc"], data["stdout"], data["stderr"])
 
