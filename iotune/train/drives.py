@@ -250,12 +250,6 @@ def _endurance(inputs: DriveInputs, per_step: float, step_s: float | None) -> En
     return Endurance(per_step, per_day, dwpd, days)
 
 
-def floor_s(plan: DrivePlan) -> float | None:
-    """The step without any wait on the drives: forward + backward and CPU Adam, as with
-    the optimizer state in RAM."""
-    return plan.compute_s if plan.prediction.step_s is not None else None
-
-
 def _flat_from(plans: list[DrivePlan], op: str) -> DrivePlan | None:
     """The first plan from which *op*'s bandwidth no longer grows with more drives (the
     same at every larger K planned), None where it grows to the last."""
