@@ -688,3 +688,34 @@ def test_zenflow_several_updates_a_step(per_step: int) -> None:
     assert e.update_interval == 1 and e.first_update is None
     assert e.first_step == first + steady * (per_step - 1)
     assert e.steady_step == steady * per_step
+
+
+def test_the_host_ram_terms_are_printed_with_their_words() -> None:
+    """`iotune estimate` prints each non-zero term of host RAM beside its words
+    (render_plan.print_estimate); each term's words name what it holds, in this order, with
+    the model's dtype where it is the model's."""
+    host = HostRam(1, 2, 3, 4, 5, 6, 7, 8, collectives=9, dtype="fp32")
+    assert host.terms() == [
+        ("process (interpreter, torch, DeepSpeed; with CUDA its context)", 1),
+        ("gradient partitions (fp32, pinned)", 2),
+        ("optimizer state in RAM (fp32 master, gradients, Adam moments)", 3),
+        ("optimizer swap buffers (locked)", 4),
+        ("parameter swap buffers and CPU cache (locked)", 5),
+        ("model and activations (CPU run)", 6),
+        ("several ranks: gathered parameters, allreduce workspaces", 9),
+        ("peak at initialisation: pinning copy of the gradients", 7),
+        ("peak at the first step: new Adam moments, fp32 staging", 8),
+    ]
+
+
+def test_the_tied_weights_caveat_says_what_was_measured() -> None:
+    """The caveat `estimate` prints for a tied weight with the parameters on the drive, word
+    for word: what the model counts and what a tiny Qwen2 was seen to read."""
+    cfg = _cfg(offload_optimizer=NVME, offload_param={"device": "nvme", "max_in_cpu": 0})
+    e = estimate(_preset(_model(1_000_000, 600_000, 1000, tied=524_288), params="nvme"), cfg)
+    assert e.caveats == (
+        "tied weights with the parameters on NVMe: a step reads a tied weight's file 0 to "
+        "2 times, where one is counted here (DeepSpeed keeps it gathered between its two "
+        "uses, or not; a tiny Qwen2 read it 0, 1 and 2 times in three steps), and "
+        "initialisation reads its file twice more",
+    )
