@@ -582,10 +582,26 @@ def swap_layout(preset: Preset, cfg: dict[str, Any]) -> list[tuple[int, list[int
     if zo.get("offload_optimizer", {}).get("device") != "nvme":
         return []
     min_bytes = min_aio_bytes(cfg)
-    return [
-        (sum(g) if 4 * sum(g) >= min_bytes else 0, [n for n in g if 4 * n >= min_bytes])
-        for g in _subgroup_tensors(preset, cfg)
-    ]
+    a = swap_alignment(cfg)
+    out = []
+    for g in _subgroup_tensors(preset, cfg):
+        # the fp32 master and each moment: one file of the sub-group's elements rounded up
+        # to the alignment (OptimizerSwapper._io_aligned_numel: the buffer and the file)
+        state = -(-sum(g) // a) * a if 4 * sum(g) >= min_bytes else 0
+        # each parameter's gradient: its aligned part is swapped, the remainder (fewer than
+        # the alignment's elements, under the aio minimum) kept in memory
+        # (_adjust_for_misaligned_lengths)
+        grads = [n // a * a for n in g if 4 * (n // a * a) >= min_bytes]
+        out.append((state, grads))
+    return out
+
+
+def swap_alignment(cfg: dict[str, Any]) -> int:
+    """The fp32 elements an optimizer swap file's length is a multiple of: 1024 bytes
+    (swap_tensor/utils.py AIO_ALIGNED_BYTES) times aio.intra_op_parallelism, over 4 bytes
+    (swap_tensor/optimizer_utils.py OptimizerSwapper.numel_alignment)."""
+    par = max(1, int(cfg.get("aio", {}).get("intra_op_parallelism", 1)))
+    return 1024 * par // 4
 
 
 def per_n(x: int, n: int) -> str:
