@@ -764,3 +764,18 @@ def test_swap_files_are_rounded_to_1024_bytes_as_two_ranks_wrote_them_in_the_vm(
     # the alignment scales with the aio op's threads: 1024 bytes each
     assert swap_alignment(cfg) == 256
     assert swap_alignment({"aio": {"intra_op_parallelism": 2}}) == 512
+    assert swap_alignment({"aio": {"intra_op_parallelism": 4}}) == 1024
+
+
+def test_a_gradient_whose_aligned_part_is_under_the_aio_minimum_stays_in_ram() -> None:
+    """aio.block_size 1,048,580 bytes: the minimum is 262,145 fp32 elements. A gradient of
+    262,200 elements is over it, but its aligned part, 1024 x 256 = 262,144 elements, is not,
+    and DeepSpeed asks that of the part it would swap (is_swappable_tensor after
+    _adjust_for_misaligned_lengths): no gradient file. One of 262,400 (1025 x 256) is swapped
+    whole."""
+    cfg = _cfg(offload_optimizer=NVME)
+    cfg["aio"] = {"block_size": 1_048_580}
+    kept = estimate(_preset(_model(262_200, 300_000)), cfg)
+    assert kept.swapped.n_g == down(300_000) == 299_776
+    swapped = estimate(_preset(_model(262_400, 300_000)), cfg)
+    assert swapped.swapped.n_g == 262_400 + 299_776
