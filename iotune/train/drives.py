@@ -318,7 +318,7 @@ def parse_target(text: str) -> tuple[float, bool]:
         ) from None
     if not math.isfinite(v) or v <= 0 or (relative and v < 1):
         raise UsageError(
-            f"--target-step must be positive{' and at least 1x' if relative else ''}, got {text}",
+            f"--target-step must be positive{' and at least 1x' if relative else ''}, got {text.strip()}",
             hint="--target-step 30, or 1.5x",
         )
     return v, relative
