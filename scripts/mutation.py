@@ -187,19 +187,21 @@ def main() -> int:
                 survivors.append(m.group(1))
         why = explained()
         printed = docs_printed()
-        for name in survivors:
-            if name in why:
-                continue
-            literal = text_only(
-                subprocess.run(
-                    [str(mutmut), "show", name],
-                    cwd=scratch,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                ).stdout
-            )
+        # each diff read once: to tell a label's text from a change of behaviour, and to print
+        diffs = {
+            name: subprocess.run(
+                [str(mutmut), "show", name],
+                cwd=scratch,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            for name in survivors
+            if name not in why
+        }
+        for name, diff in diffs.items():
+            literal = text_only(diff)
             if literal is not None and checked_by_docs(literal, printed):
                 why[name] = f"the text {literal!r} is printed by a docs example checked in CI"
         killed = int(stats["killed"])
@@ -212,19 +214,12 @@ def main() -> int:
         print(
             f"mutation: {killed} of {counted} mutants killed ({score:.1f}%) over "
             f"{', '.join(mods)}; {len(survivors)} survived ({len(survivors) - len(unexplained)} "
-            f"explained in {EXPLAINED.relative_to(TOP)}); {stats.get('no_tests', 0)} reached by no "
+            f"explained in {EXPLAINED.relative_to(TOP)} or by a docs example); "
+            f"{stats.get('no_tests', 0)} reached by no "
             f"test; {time.monotonic() - t0:.0f} s"
         )
         for s in unexplained[: args.show]:
-            diff = subprocess.run(
-                [str(mutmut), "show", s],
-                cwd=scratch,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
-            print(f"--- survived: {s}\n{diff.strip()}")
+            print(f"--- survived: {s}\n{diffs[s].strip()}")
         if args.json:
             args.json.write_text(
                 json.dumps(
