@@ -54,6 +54,7 @@ def stage(where: Path, tests: list[str]) -> None:
     for f in (
         "tests/__init__.py",
         "tests/conftest.py",
+        "tests/background.py",
         "tests/io_rules.py",
         "tests/unit/__init__.py",
         # a unit test checks what the vm tier refuses (tests/vm/guest.py): pure logic

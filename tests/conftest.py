@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as _hypothesis
 
+from tests import background
+
 # Property tests draw new cases on each run where a developer runs them; under CI the draw is
 # the same on every run (derandomized), so a landing is judged by the code, not by the luck of
 # a draw, and nothing is written to the example database of a fresh clone.
@@ -53,7 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, tier))
         if tier == "unit":
             item.add_marker(pytest.mark.beside_study)
-    items.sort(key=_group)
+    items.sort(key=_order)
 
 
 def _group(item: pytest.Item) -> int:
@@ -62,7 +64,32 @@ def _group(item: pytest.Item) -> int:
     return 1 if item.get_closest_marker("beside_study") is not None else 0
 
 
+def _order(item: pytest.Item) -> tuple[int, int]:
+    """By group; within one, a test that waits for a background command (tests/background.py)
+    last, so that the command has the whole group's time beside it."""
+    return _group(item), 1 if item.get_closest_marker("background") is not None else 0
+
+
+#: the background commands of the selected tests, until they start
+_pending: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The selected tests' background commands start with the first test marked
+    ``beside_study``: before it run the tests that want the host to themselves."""
+    if _pending and item.get_closest_marker("beside_study") is not None:
+        for name in _pending:
+            background.start(name)
+        _pending.clear()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    background.stop_all()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    _pending[:] = [str(m.args[0]) for i in session.items for m in i.iter_markers("background")]
     for item in session.items:
         tier = _tier(item)
         if tier:

@@ -9,41 +9,20 @@ new user's host goes through (tests/tools/fresh_root.sh says what is carried in 
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests import background
+from tests.background import TEST_MODE
+
 pytestmark = pytest.mark.beside_study
 
-TOP = Path(__file__).resolve().parents[2]
-#: between the two set-ups' output
-TEST_MODE = "=== scripts/setup.sh test ==="
 
-
-def test_setup_and_doctor_in_an_empty_debian_root(tmp_path: Path, plain_workers: None) -> None:
-    p = subprocess.run(
-        [
-            str(TOP / "tests" / "tools" / "fresh_root.sh"),
-            str(TOP),
-            str(tmp_path / "fresh"),
-            # on a kernel with BTF the set-up installs no LLVM, no headers and no bcc for
-            # trace: libbpf's prebuilt CO-RE object serves
-            "sh",
-            "-c",
-            "if dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' | grep -E "
-            "'^ii +(libllvm|libclang|linux-headers|python3-bpfcc|bpfcc|clang)' >&2; then "
-            "echo 'installed for run:' >&2; exit 3; fi; iotune --json doctor --for trace "
-            f"> /tmp/doctor.json && echo '{TEST_MODE}' >&2 && "
-            "scripts/setup.sh test --collect-only -q tests/root/test_nodes_root.py >&2 && "
-            "for t in sshd ssh pdsh nvme ip rdma; do command -v $t >&2 || exit 4; done && "
-            "cat /tmp/doctor.json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=2400,
-    )
+@pytest.mark.background("fresh_root")
+def test_setup_and_doctor_in_an_empty_debian_root() -> None:
+    # tests/background.py holds the command; it starts with the first test beside the study
+    p = background.result("fresh_root")
+    assert p.work is not None
     tail = p.stderr[-4000:]
     assert p.returncode == 0, f"exit {p.returncode}\n{tail}\n{p.stdout[-2000:]}"
     # (the command line, echoed first, names the marker too: the last one divides them)
@@ -69,4 +48,4 @@ def test_setup_and_doctor_in_an_empty_debian_root(tmp_path: Path, plain_workers:
     assert checks["tracer"]["found"].startswith("trace uses libbpf"), checks["tracer"]
     assert checks["bcc"]["status"] == "WARN", checks["bcc"]
     assert checks["kernel headers"]["status"] == "WARN", checks["kernel headers"]
-    assert not (tmp_path / "fresh" / "root").exists()  # removed after a success
+    assert not (p.work / "fresh" / "root").exists()  # removed after a success

@@ -1,0 +1,177 @@
+"""Commands of minutes whose test only waits for their outcome: the mutation score and the
+set-up in an empty Debian root. They mostly wait on a download or use cores that the tests
+beside them leave idle, so each starts in the background when the first test marked
+``beside_study`` begins (tests/conftest.py), at a nice level that yields the cores to the
+tests in front, and its test, which runs last of its group, waits for it. Run alone, a test
+starts its command itself. Either way the test judges what the command printed and left,
+never how long it took; the limit is a hang detector.
+
+A test names its command with ``@pytest.mark.background(NAME)``; NAME is a key of COMMANDS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Command:
+    argv: list[str]
+    #: the limit past which the command is taken for hung, seconds from its start
+    limit: float
+    nice: int
+    env: dict[str, str] = field(default_factory=dict)
+    #: a scratch folder of the command's, removed when its test has judged it
+    work: Path | None = None
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    #: where it ran, seconds from its start to its end, and whether it began in the background
+    work: Path | None
+    seconds: float
+    early: bool
+
+
+def _mutation() -> Command:
+    work = Path(tempfile.mkdtemp(prefix="iotune-mutation-out-"))
+    return Command(
+        argv=[
+            sys.executable,
+            str(TOP / "scripts" / "mutation.py"),
+            "--min",
+            "85",
+            "--json",
+            str(work / "mutation.json"),
+        ],
+        limit=3600,  # the run takes minutes
+        nice=19,
+        env={"CI": ""},
+        work=work,
+    )
+
+
+#: between the fresh root's two set-ups' output
+TEST_MODE = "=== scripts/setup.sh test ==="
+
+
+def _fresh_root() -> Command:
+    work = Path(tempfile.mkdtemp(prefix="iotune-fresh-root-"))
+    return Command(
+        argv=[
+            str(TOP / "tests" / "tools" / "fresh_root.sh"),
+            str(TOP),
+            str(work / "fresh"),
+            # on a kernel with BTF the set-up installs no LLVM, no headers and no bcc for
+            # trace: libbpf's prebuilt CO-RE object serves
+            "sh",
+            "-c",
+            "if dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' | grep -E "
+            "'^ii +(libllvm|libclang|linux-headers|python3-bpfcc|bpfcc|clang)' >&2; then "
+            "echo 'installed for run:' >&2; exit 3; fi; iotune --json doctor --for trace "
+            f"> /tmp/doctor.json && echo '{TEST_MODE}' >&2 && "
+            "scripts/setup.sh test --collect-only -q tests/root/test_nodes_root.py >&2 && "
+            "for t in sshd ssh pdsh nvme ip rdma; do command -v $t >&2 || exit 4; done && "
+            "cat /tmp/doctor.json",
+        ],
+        limit=2400,  # mmdebstrap and the set-up's downloads take minutes
+        nice=10,
+        work=work,
+    )
+
+
+COMMANDS = {"mutation": _mutation, "fresh_root": _fresh_root}
+
+
+@dataclass
+class _Running:
+    cmd: Command
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    start: float
+    early: bool
+
+
+_running: dict[str, _Running] = {}
+
+
+def start(name: str, early: bool = True) -> None:
+    """Starts NAME's command unless it runs already; its output goes to files (a pipe that
+    nobody reads while the tests go on would fill and stop it)."""
+    if name in _running:
+        return
+    cmd = COMMANDS[name]()
+    logs = Path(tempfile.mkdtemp(prefix=f"iotune-bg-{name}-"))
+    out, err = logs / "stdout", logs / "stderr"
+    env = {**os.environ, **cmd.env}
+    # the command's own workers start as plain processes (the root tier's zygote is the
+    # tests' own, and may not exist yet)
+    env.pop("IOTUNE_ZYGOTE", None)
+    with out.open("wb") as fo, err.open("wb") as fe:
+        proc = subprocess.Popen(
+            ["nice", "-n", str(cmd.nice), *cmd.argv],
+            stdin=subprocess.DEVNULL,
+            stdout=fo,
+            stderr=fe,
+            env=env,
+            start_new_session=True,  # stopped as a group at the session's end
+        )
+    _running[name] = _Running(cmd, proc, out, err, time.monotonic(), early)
+
+
+def result(name: str) -> Outcome:
+    """NAME's outcome: started now where the session did not start it, waited for, up to its
+    limit from its start (then its group is stopped and the outcome says so)."""
+    start(name, early=False)
+    r = _running[name]
+    left = r.cmd.limit - (time.monotonic() - r.start)
+    try:
+        code = r.proc.wait(timeout=max(left, 1.0))
+    except subprocess.TimeoutExpired:
+        _stop(r)
+        code = -9
+    err = r.err.read_text(errors="replace")
+    if code == -9:
+        err += f"\n[background] {name} passed its {r.cmd.limit:.0f} s limit: taken for hung"
+    outcome = Outcome(
+        code,
+        r.out.read_text(errors="replace"),
+        err,
+        r.cmd.work,
+        time.monotonic() - r.start,
+        r.early,
+    )
+    shutil.rmtree(r.out.parent, ignore_errors=True)
+    return outcome
+
+
+def _stop(r: _Running) -> None:
+    if r.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(r.proc.pid, signal.SIGKILL)
+        r.proc.wait()
+
+
+def stop_all() -> None:
+    """At the session's end: nothing started for a test outlives the session."""
+    for r in _running.values():
+        _stop(r)
+        shutil.rmtree(r.out.parent, ignore_errors=True)
+        if r.cmd.work is not None and r.cmd.work.exists():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(r.cmd.work)], check=False)
+    _running.clear()
