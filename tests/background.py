@@ -169,8 +169,9 @@ def _stop(r: _Running) -> None:
 
 def stop_all() -> None:
     """At the session's end: nothing started for a test outlives the session."""
-    for r in _running.values():
+    for r in _running.values():  # all stopped first, then their folders removed
         _stop(r)
+    for r in _running.values():
         shutil.rmtree(r.out.parent, ignore_errors=True)
         if r.cmd.work is not None and r.cmd.work.exists():
             subprocess.run(["rm", "-rf", "--one-file-system", str(r.cmd.work)], check=False)

@@ -245,7 +245,7 @@ def _endurance(inputs: DriveInputs, per_step: float, step_s: float | None) -> En
     if per_day:
         if capacity:
             dwpd = per_day / capacity
-        if left:
+        if left is not None:  # a worn-out drive (none left) has 0 days, not an unknown
             days = left / per_day
     return Endurance(per_step, per_day, dwpd, days)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.probes.host import Host
 from iotune.probes.nvme_health import Health
 from iotune.sweep.run import SweepRun, has_points
 from iotune.train.datasheet import (
@@ -70,17 +71,24 @@ def drive_counts(text: str) -> list[int]:
     return sorted(set(ks))
 
 
-def swept_link(aio_config: str | None) -> Limit | None:
-    """The PCIe link of the drive the sweep measured, when its target is on this host."""
-    from iotune.probes.blockdev import read_disk
+def _live(host: Host | None) -> Host:
+    """*host*, else this machine (sysfs at /, udev, ip route)."""
     from iotune.probes.host import LiveHost
 
-    disks = _swept_disks(aio_config)
+    return LiveHost() if host is None else host
+
+
+def swept_link(aio_config: str | None, *, host: Host | None = None) -> Limit | None:
+    """The PCIe link of the drive the sweep measured, when its target is on this host (or
+    on *host*, a recorded one)."""
+    from iotune.probes.blockdev import read_disk
+
+    disks = _swept_disks(aio_config, host=host)
     if not disks:
         return None
     try:
-        host = LiveHost()
-        links = [read_disk(host, n).pcie for n in disks]
+        on = _live(host)
+        links = [read_disk(on, n).pcie for n in disks]
     except (OSError, ValueError, IotuneError):
         return None
     speeds = [(link_bandwidth(f"{x.current_speed} x{x.current_width}"), x) for x in links if x]
@@ -89,20 +97,20 @@ def swept_link(aio_config: str | None) -> Limit | None:
         return None
     v, x = min(known, key=lambda t: t[0])
     return Limit(
-        f"PCIe link {x.current_speed} x{x.current_width} per drive",
+        # sysfs says "8.0 GT/s PCIe": the link named as `devices` and --link name it
+        f"PCIe link {str(x.current_speed).replace(' PCIe', '')} x{x.current_width} per drive",
         v,
         "B/s",
         f"sysfs of {', '.join(disks)}",
     )
 
 
-def _health(disks: list[str]) -> tuple[str, Health, float] | None:
+def _health(disks: list[str], *, host: Host | None = None) -> tuple[str, Health, float] | None:
     """The first of *disks* whose NVMe health log can be read: its name, the log and the
     drive's capacity (bytes)."""
     from iotune.probes.nvme_health import controller_of, read_health
-    from iotune.probes.sysfs import SysTree
 
-    tree = SysTree("/")
+    tree = _live(host).tree
     for disk in disks:
         ctrl = controller_of(tree, disk)
         health = read_health(ctrl) if ctrl else None
@@ -120,17 +128,15 @@ def parse_network(text: str) -> float:
     )
 
 
-def swept_network(aio_config: str | None) -> Limit | None:
+def swept_network(aio_config: str | None, *, host: Host | None = None) -> Limit | None:
     """The network link in front of the swept drives where they are NVMe-oF namespaces: the
     slowest link of theirs that reports a speed."""
     from iotune.probes.fabrics import read_fabric
-    from iotune.probes.host import LiveHost
-    from iotune.probes.sysfs import SysTree
 
-    disks = _swept_disks(aio_config)
+    disks = _swept_disks(aio_config, host=host)
     try:
-        host = LiveHost()
-        fabrics = [read_fabric(SysTree("/"), n, host.route_iface) for n in disks]
+        on = _live(host)
+        fabrics = [read_fabric(on.tree, n, on.route_iface) for n in disks]
     except (OSError, ValueError, IotuneError):
         return None
     known = [f for f in fabrics if f is not None and f.link_bytes_s()]
@@ -142,15 +148,14 @@ def swept_network(aio_config: str | None) -> Limit | None:
     )
 
 
-def _swept_disks(aio_config: str | None) -> list[str]:
-    from iotune.probes.sysfs import SysTree
+def _swept_disks(aio_config: str | None, *, host: Host | None = None) -> list[str]:
     from iotune.trace.targets import resolve_path
 
     if not has_points(aio_config):
         return []
     target = SweepRun.load(Path(str(aio_config))).target
     try:
-        return list(resolve_path(SysTree("/"), target).disks) if target else []
+        return list(resolve_path(_live(host).tree, target).disks) if target else []
     except (OSError, ValueError, IotuneError):
         return []
 
@@ -191,7 +196,9 @@ def _study_steps(p: Preset) -> tuple[tuple[int, float], ...]:
     if p.ga != 1 or not p.size:
         return ()
     out = []
-    for k, strategy in ((1, p.strategy.name), (3, p.strategy.name.replace("_nvme", "_raid0"))):
+    # the study's single drive and RAID0 of 3 of the same strategy, whichever of them p is
+    one = p.strategy.name.replace("_raid0", "_nvme")
+    for k, strategy in ((1, one), (3, one.replace("_nvme", "_raid0"))):
         try:
             row = study_row(preset_with(f"{strategy}_{p.size}", ()))
         except IotuneError:
@@ -218,8 +225,10 @@ def plan_storage(
     memory_bw: float | None,
     chunk: str | None,
     network: str | None = None,
+    host: Host | None = None,
 ) -> dict[str, Any]:
-    """--drives / --target-step: the plan as one document, with what it was made from."""
+    """--drives / --target-step: the plan as one document, with what it was made from; the
+    swept drives are looked up on *host* (this machine where None)."""
     if not p.strategy.uses_nvme:
         raise UsageError(
             f"{p.name} keeps its optimizer state and parameters off NVMe "
@@ -240,7 +249,7 @@ def plan_storage(
         run_disks = list(doc.get("drives") or [])
         if bw is None:
             ran = run_drives(doc, baseline)
-    swept = _swept_disks(aio_config) if bw is not None else []
+    swept = _swept_disks(aio_config, host=host) if bw is not None else []
     if bw is not None and len(swept) > 1:
         # a sweep of an array measured all its members at once: one drive is its share
         members = len(swept)
@@ -251,10 +260,10 @@ def plan_storage(
             source=f"{bw.source}, one of its {members} drives ({', '.join(swept)})",
         )
     one, derate = _one_drive(bw, ran, spec, default)
-    lim = None
+    lim: Limit | None
     if link:
         v = link_bandwidth(parse_link(link, "--link"))
-        lim = Limit(f"PCIe link {link} per drive", v or 0.0, "B/s", "--link")
+        lim = Limit(f"PCIe link {link.strip()} per drive", v or 0.0, "B/s", "--link")
     elif spec is not None and spec.link:
         lim = Limit(
             f"PCIe link {spec.link} per drive",
@@ -263,7 +272,7 @@ def plan_storage(
             f"{spec.label} datasheet",
         )
     else:
-        lim = swept_link(aio_config)
+        lim = swept_link(aio_config, host=host)
     if memory_bw is not None and not 0 < memory_bw <= 100_000:
         raise UsageError(
             f"--memory-bw must be the host's memory bandwidth in GiB/s, got {memory_bw:g}",
@@ -271,9 +280,9 @@ def plan_storage(
         )
     mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
     net = (
-        Limit(f"network link {network}", parse_network(network), "B/s", "--network-link")
+        Limit(f"network link {network.strip()}", parse_network(network), "B/s", "--network-link")
         if network
-        else swept_network(aio_config)
+        else swept_network(aio_config, host=host)
     )
     aio = cfg.get("aio") or p.aio or {}
     raid = Raid(
@@ -286,7 +295,7 @@ def plan_storage(
     notes = [raid.describe()]
     capacity = writes_left = None
     if spec is None:
-        found = _health(_swept_disks(aio_config) or run_disks)
+        found = _health(_swept_disks(aio_config, host=host) or run_disks, host=host)
         if found is not None:
             disk, health, capacity = found
             life = health.life_writes

@@ -288,3 +288,18 @@ def test_zero_bytes_print_as_bytes() -> None:
 
 def test_an_amount_is_plain_bytes_by_default() -> None:
     assert amount(2**30) == "1.00 GiB" and amount(3 * 2**20) == "3.0 MiB"
+
+
+def test_a_drive_past_its_rated_writes_has_0_days_left_not_an_unknown() -> None:
+    # a health log at 100% used leaves 0 bytes: 0 days at any rate of writes; a drive whose
+    # health log says nothing of its rated writes stays unknown
+    (worn,) = _plans([1], capacity=2e12, writes_left=0.0)
+    (blank,) = _plans([1], capacity=2e12, writes_left=None)
+    assert worn.endurance is not None and blank.endurance is not None
+    assert worn.endurance.per_day and worn.endurance.per_day > 0
+    assert worn.endurance.days == 0.0
+    assert blank.endurance.days is None
+    # 1e15 bytes left at the step's writes a day: days = left / per_day
+    (some,) = _plans([1], capacity=2e12, writes_left=1e15)
+    assert some.endurance is not None and some.endurance.per_day
+    assert some.endurance.days == pytest.approx(1e15 / some.endurance.per_day)

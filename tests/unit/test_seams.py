@@ -174,10 +174,12 @@ def test_a_swept_array_is_its_drives_not_one_drive(monkeypatch: pytest.MonkeyPat
     of it (it was planned as one drive as fast as the array)."""
     args = ("opt_nvme_1b", "--aio-config", str(DATA / "sweep-aio"), "--drives", "1,3")
     alone = _plan_json(*args)
-    monkeypatch.setattr(planner, "_swept_disks", lambda aio: ["nvme0n1", "nvme1n1", "nvme2n1"])
-    monkeypatch.setattr(planner, "swept_link", lambda aio: None)
-    monkeypatch.setattr(planner, "swept_network", lambda aio: None)
-    monkeypatch.setattr(planner, "_health", lambda disks: None)
+    monkeypatch.setattr(
+        planner, "_swept_disks", lambda aio, host: ["nvme0n1", "nvme1n1", "nvme2n1"]
+    )
+    monkeypatch.setattr(planner, "swept_link", lambda aio, host: None)
+    monkeypatch.setattr(planner, "swept_network", lambda aio, host: None)
+    monkeypatch.setattr(planner, "_health", lambda disks, host: None)
     array = _plan_json(*args)
     one_alone = {p["drives"]: p for p in alone["plans"]}
     one_array = {p["drives"]: p for p in array["plans"]}
