@@ -37,7 +37,7 @@ class Drawn:
     fig: Figure
 
 
-def _ok(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def ok_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in tb.sorted_runs(runs) if r["status"] == "ok"]
 
 
@@ -45,7 +45,7 @@ def step_time(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     """(1) Step time per strategy x accumulation at each size: grouped bars like the
     study's 'Performance for 1B/3B model size'; the optimizer's part hatched; predicted
     step time as a black marker where there is a prediction."""
-    ok = [r for r in _ok(runs) if (r.get("measured") or {}).get("step_s") is not None]
+    ok = [r for r in ok_runs(runs) if (r.get("measured") or {}).get("step_s") is not None]
     if not ok:
         return None
     sizes = tb.sizes(ok)
@@ -132,7 +132,7 @@ def _spread(runs: Sequence[dict[str, Any]]) -> float:
 
 def optimizer_share(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     """(2) The optimizer's share of the step, per run: 100% stacked horizontal bars."""
-    ok = [r for r in _ok(runs) if tb.share(r) is not None]
+    ok = [r for r in ok_runs(runs) if tb.share(r) is not None]
     if not ok:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(ok) + 1.4))
@@ -165,7 +165,7 @@ def nvme_bytes(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     """(3) NVMe bytes per step, measured beside estimated, read and write."""
     ok = [
         r
-        for r in _ok(runs)
+        for r in ok_runs(runs)
         if (r.get("measured") or {}).get("read_gib") is not None
         and ((r["measured"]["read_gib"] or 0) + (r["measured"]["write_gib"] or 0)) > 0
     ]
@@ -219,7 +219,7 @@ def request_sizes(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | Non
     chunk in the title."""
     panels = [
         (r, d)
-        for r in _ok(runs)
+        for r in ok_runs(runs)
         for d in r.get("drives") or []
         if d.get("read_sizes") or d.get("write_sizes")  # a diskstats run has no sizes
     ][:limit]
@@ -388,7 +388,7 @@ def step_vs_drives(runs: Sequence[dict[str, Any]]) -> Drawn | None:
     prediction's terms say) is marked."""
     ok = [
         r
-        for r in _ok(runs)
+        for r in ok_runs(runs)
         if tb.volume_members(r) and (r.get("measured") or {}).get("step_s") is not None
     ]
     if len({tb.volume_members(r) for r in ok}) < 2:

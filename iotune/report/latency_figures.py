@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from iotune.report import figures as fg
-from iotune.report.figures import FOCUS, PALETTE, Drawn, _ok
+from iotune.report.figures import FOCUS, PALETTE, Drawn, ok_runs
 from iotune.report.load import AioSweep, ReportData
 from iotune.units import binary_size
 
@@ -73,7 +73,7 @@ def sweep_latency(sweep: AioSweep) -> Drawn | None:
 def run_latency(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | None:
     """Per run (up to *limit*): each step's p50 (dashed) and p99 (solid) per op, of the drive
     slowest at that step."""
-    mine = [r for r in _ok(runs) if r.get("latency_steps")][:limit]
+    mine = [r for r in ok_runs(runs) if r.get("latency_steps")][:limit]
     if not mine:
         return None
     fig, axes = plt.subplots(1, len(mine), figsize=(4.2 * len(mine), 3.6), squeeze=False)

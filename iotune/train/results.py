@@ -16,12 +16,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from iotune.model.dsconfig import DEFAULT_AIO_BLOCK
+from iotune.model.estimate import Estimate, IoVolume
+from iotune.model.presets import Preset
+from iotune.plan.predict import predict
 from iotune.records import read_records, to_jsonable
 from iotune.train.checkpoint import resume_note, save_rows
-from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
-from iotune.train.estimate import Estimate, IoVolume
-from iotune.train.predict import predict
-from iotune.train.presets import Preset
 from iotune.train.request import Prepared, RunRequest
 from iotune.units import GIB
 
@@ -68,7 +68,7 @@ def _est_io(v: IoVolume) -> dict[str, Any]:
 
 
 def _study(p: Preset) -> dict[str, Any] | None:
-    from iotune.train.study import study_row
+    from iotune.model.published import study_row
 
     row = study_row(p)
     return asdict(row) if row else None

@@ -1,4 +1,4 @@
-"""The I/O and memory model of ZeRO-3 offload (iotune.train.estimate) counted by hand: small
+"""The I/O and memory model of ZeRO-3 offload (iotune.model.estimate) counted by hand: small
 models of chosen tensors, each figure written out with its reason (the module docstring's
 counts, DeepSpeed's defaults and boundaries), an invariant, or a boundary case.
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from iotune.train.estimate import (
+from iotune.model.estimate import (
     CUDA_HOST,
     CUDA_RESERVE,
     IN_CPU,
@@ -36,7 +36,7 @@ from iotune.train.estimate import (
     swapped_counts,
     zenflow_schedule,
 )
-from iotune.train.presets import Geometry, ModelGeometry, Preset, Strategy
+from iotune.model.presets import Geometry, ModelGeometry, Preset, Strategy
 
 MIB = 1 << 20
 #: DeepSpeed's defaults (runtime/zero/config.py, offload_config.py): sub_group_size,
@@ -744,9 +744,9 @@ def test_swap_files_are_rounded_to_1024_bytes_as_two_ranks_wrote_them_in_the_vm(
     moments' files hold 918,016 (DeepSpeed rounds a swap file up to 1024 bytes). Two ranks'
     copies of them in a checkpoint: 24 x 918,016 = 22,032,384 bytes, what the guest's save
     copied (tests/vm/test_checkpoint_vm.py; 3,072 bytes more than the unrounded count)."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import swap_alignment
-    from iotune.train.presets import preset_with
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.estimate import swap_alignment
+    from iotune.model.presets import preset_with
 
     sets = (
         "seq_len=2",

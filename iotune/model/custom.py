@@ -14,7 +14,7 @@ from typing import Any
 
 from iotune import proc
 from iotune.errors import CommandFailed
-from iotune.train.presets import (
+from iotune.model.presets import (
     ModelGeometry,
     Preset,
     PresetError,
@@ -238,11 +238,11 @@ def warmup_below_one(
 def read_ds_config(
     path: str, fill: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, str]], list[tuple[str, str, str]]]:
-    """The JSON at *path* (or the config accelerate makes of its own YAML, iotune.train.accel),
+    """The JSON at *path* (or the config accelerate makes of its own YAML, iotune.model.accel),
     its "auto" values filled (with *fill*: fill_auto's arguments), checked by DeepSpeed's own
     config classes: one line on the first thing DeepSpeed would reject; the keys DeepSpeed
     ignores, as advice; and the "auto" values filled."""
-    from iotune.train.accel import accelerate_doc, read_accelerate_config
+    from iotune.model.accel import accelerate_doc, read_accelerate_config
 
     p = Path(path)
     notes: list[tuple[str, str]] = []
@@ -371,7 +371,7 @@ def custom_preset(
             check_ds_value(key, value)
     dtype = overrides.get("dtype")
     if ranks is None and geometry is None and not ds_config_path.endswith(".json"):
-        from iotune.train.accel import launch_processes
+        from iotune.model.accel import launch_processes
 
         # accelerate's YAML says how many processes it launches: the ranks, unless --ranks
         ranks = launch_processes(ds_config_path)
@@ -392,7 +392,7 @@ def custom_preset(
         geometry = load_model(model)
     s = strategy_of(cfg, ds_config_path)
     if not ds_config_path.endswith(".json"):
-        from iotune.train.accel import accelerate_doc
+        from iotune.model.accel import accelerate_doc
 
         if accelerate_doc(ds_config_path) is not None:
             s = replace(s, about=f"accelerate's config {ds_config_path}, as it gives DeepSpeed")
@@ -455,7 +455,7 @@ def pick_preset(
     """A preset by name, or the user's --model with --ds-config; one line where the
     combination makes no sense."""
     from iotune.errors import UsageError
-    from iotune.train.presets import preset_with
+    from iotune.model.presets import preset_with
 
     if model or ds_config:
         if name:

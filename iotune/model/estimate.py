@@ -93,8 +93,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from iotune.train.dsconfig import min_aio_bytes, model_element_size
-from iotune.train.presets import Preset
+from iotune.model.dsconfig import min_aio_bytes, model_element_size
+from iotune.model.presets import Preset
 from iotune.units import GIB
 
 #: torch + DeepSpeed + transformers in one process, before the model: the worker's RSS at its
