@@ -30,7 +30,7 @@ from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json, warn
 
 if TYPE_CHECKING:
-    from iotune.trace.runner import TraceRequest
+    from iotune.trace.request import TraceRequest
 
 
 def backend_for(requested: str) -> str:
@@ -157,7 +157,7 @@ def _request(
 ) -> TraceRequest:
     """The drives and the backend, as a tracer's request; says on stderr what is traced."""
     from iotune.trace import only
-    from iotune.trace.runner import TraceRequest
+    from iotune.trace.request import TraceRequest
     from iotune.trace.targets import select
 
     if pid is not None and cgroup is not None:

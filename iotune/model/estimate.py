@@ -25,9 +25,9 @@ for a model of billions of parameters all three equal the parameter count N.
 * Parameters on NVMe as well (offload_param). Which partitions DeepSpeed reads back from the
   drive during training is decided at deepspeed.initialize, by offload_param.max_in_cpu and
   the optimizer's sub-groups, never by GPU memory, the swap buffers or the live-parameter
-  limit (parameter_placement below cites the lines). N_p counts the elements that get a
-  parameter file, N_r those of them that stay on the drive (read back at every use), N_k
-  those of N_r that are persistent (stage3_param_persistence_threshold).
+  limit (iotune.model.swapfiles.parameter_placement cites the lines). N_p counts the
+  elements that get a parameter file, N_r those of them that stay on the drive (read back
+  at every use), N_k those of N_r that are persistent (stage3_param_persistence_threshold).
   - construction: zero.Init partitions and writes each swappable parameter once (eb N_p),
     after the module's own initialisation has filled it (nothing gathers it back to
     initialise again). Every file stays for the run: the footprint is eb N_p.
@@ -61,119 +61,23 @@ for a model of billions of parameters all three equal the parameter count N.
   the first update step moves what a first step moves, every later update what a steady
   step moves, and the other steps none.
 
-Host RAM (HostRam below), ZeRO stage 3, per rank; S_max is the largest optimizer sub-group
-(sub-groups close once they reach sub_group_size and never split a parameter, so S_max is
-at least the largest parameter, zero/stage3.py _create_fp16_sub_groups):
-* gradient partitions: one buffer of every parameter's gradient in the accumulation dtype
-  (bf16: 2N) on the host for any optimizer offload (zero/stage3.py _setup_for_real_optimizer,
-  grad_partitions_flat_buffer), pinned with pin_memory. torch pins through its caching host
-  allocator, which rounds a block up to a power of two; and pinning copies, so the pageable
-  original and the pinned copy coexist once during initialisation.
-* optimizer swap buffers (NVMe): buffer_count x S_max fp32 elements, page-locked whatever
-  pin_memory says (swap_tensor/optimizer_utils.py OptimizerSwapper, utils.py
-  SwapBufferManager). Adam needs 4 (parameter, two moments, gradient).
-* optimizer state in RAM (device cpu): fp32 master 4N, fp32 gradients 4N (pinned per
-  sub-group), Adam's moments 8N (ops/adam/cpu_adam.py, created by the first step).
-* parameter swap buffers (offload_param nvme): buffer_count x buffer_size bf16 elements,
-  locked, each at least the largest parameter (swap_tensor/partitioned_param_swapper.py);
-  a pinned CPU cache of min(N, max_in_cpu) bf16 elements (zero/stage3.py
-  _create_param_groups_fp16_flat_cpu_memory); a 2 S_max write-back buffer where a
-  sub-group stays on the drive (zero/stage3.py: should_create_fp16_flat_reuse_buffer).
-* transients: the first optimizer step creates Adam's moments as pageable tensors per
-  sub-group (8 S_max) before the swapper copies them into its buffers, and every step
-  stages a sub-group's fp32 master as bf16 on the way to the GPU (2 S_max); with the
-  optimizer state in RAM, initialisation converts and clones each sub-group (8 S_max).
-* the process itself (interpreter, torch, DeepSpeed, transformers, CUDA context): measured,
-  the one constant here.
+What each rank swaps, file by file, and where each parameter's partition lives are
+iotune.model.swapfiles; host RAM, term by term, iotune.model.hostram.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from iotune.model.dsconfig import min_aio_bytes, model_element_size
+from iotune.model.hostram import HostRam, host_ram
 from iotune.model.presets import Preset
+from iotune.model.swapfiles import Swapped, swapped_counts, zero_setting
 from iotune.units import GIB
 
-#: torch + DeepSpeed + transformers in one process, before the model: the worker's RSS at its
-#: "ready" event with a CPU-only torch (0.35 GiB on the CI host)
-PROCESS_BASE = 35 * GIB // 100
-#: with a CUDA torch: its libraries (0.8 GiB at "ready" on the H100) and the CUDA context,
-#: cuBLAS and allocator state that opt_nvme_1b's peak implies (benchmarks/results/
-#: gpu-study-h100.md)
-CUDA_HOST = 165 * GIB // 100
-#: DeepSpeed's shared-memory allreduce workspace of one CPU rank (ops/csrc/cpu/comm/shm.cpp:
-#: 2 NAIVE_ALLREDUCE_THRESHOLD + 2 MAX_BUF_SIZE)
-SHM_WORKSPACE = 2 * 2**20 + 2 * 32 * 2**20
 #: CUDA context, cuBLAS workspace and allocator slack on the GPU
 CUDA_RESERVE = 2 * GIB
-
-
-def pinned(n: int) -> int:
-    """Bytes torch's caching host allocator takes to pin n bytes: the next power of two."""
-    return 1 << max(0, (n - 1).bit_length()) if n > 0 else 0
-
-
-@dataclass(frozen=True)
-class HostRam:
-    """Host RAM of one training process, term by term (see the module docstring)."""
-
-    process: int
-    gradients: int  # the bf16 gradient partitions (pinned, rounded)
-    optimizer_state: int  # device cpu: fp32 master, fp32 gradients, Adam moments
-    swap_buffers: int  # device nvme: the optimizer swapper's locked buffers
-    param_buffers: int  # offload_param nvme: swap buffers, CPU cache, write-back buffer
-    model: int  # a CPU run's bf16 model and activations
-    init_transient: int  # pinning copy of the gradient partitions
-    step_transient: int  # the first step's pageable moments and the bf16 staging
-    collectives: int = 0  # several ranks: gathered parameters, shared-memory allreduce
-    dtype: str = "bf16"  # the model's: gradients, parameter buffers and staging are in it
-
-    @property
-    def steady(self) -> int:
-        return (
-            self.process
-            + self.gradients
-            + self.optimizer_state
-            + self.swap_buffers
-            + self.param_buffers
-            + self.model
-            + self.collectives
-        )
-
-    @property
-    def peak(self) -> int:
-        return self.steady + max(self.init_transient, self.step_transient)
-
-    def terms(self) -> list[tuple[str, int]]:
-        return [
-            ("process (interpreter, torch, DeepSpeed; with CUDA its context)", self.process),
-            (f"gradient partitions ({self.dtype}, pinned)", self.gradients),
-            ("optimizer state in RAM (fp32 master, gradients, Adam moments)", self.optimizer_state),
-            ("optimizer swap buffers (locked)", self.swap_buffers),
-            ("parameter swap buffers and CPU cache (locked)", self.param_buffers),
-            ("model and activations (CPU run)", self.model),
-            ("several ranks: gathered parameters, allreduce workspaces", self.collectives),
-            ("peak at initialisation: pinning copy of the gradients", self.init_transient),
-            (
-                f"peak at the first step: new Adam moments, {self.dtype} staging",
-                self.step_transient,
-            ),
-        ]
-
-
-@dataclass(frozen=True)
-class Swapped:
-    n: int  # all parameters
-    n_s: int  # elements in swapped optimizer sub-groups
-    n_g: int  # gradient elements swapped
-    n_p: int  # bf16 parameter elements with a file (0 without parameter offload)
-    largest_subgroup: int
-    largest_param: int
-    n_r: int = 0  # of n_p, the elements left on the drive and read back at each use
-    n_k: int = 0  # of n_r, the persistent ones: gathered once a step, kept between uses
 
 
 @dataclass(frozen=True)
@@ -222,111 +126,6 @@ class Estimate:
     @property
     def init_first(self) -> IoVolume:
         return self.init + self.first_step
-
-
-def rank_tensors(preset: Preset) -> list[int]:
-    """Each parameter's partition on one rank, in elements: ZeRO-3 splits every parameter
-    over the data-parallel ranks, padding it to a multiple of their number
-    (zero/partition_parameters.py: partition_size = ceil(numel / world_size))."""
-    w = max(1, preset.world)
-    return [-(-n // w) for _, n in preset.geometry.tensors()]
-
-
-def swapped_counts(preset: Preset, cfg: dict[str, Any]) -> Swapped:
-    """What one rank swaps (its partitions: all of it with one rank)."""
-    tensors = rank_tensors(preset)
-    zo = cfg.get("zero_optimization", {})
-    min_bytes = min_aio_bytes(cfg)
-    par_nvme = zo.get("offload_param", {}).get("device") == "nvme"
-    groups = _subgroups(preset, cfg)
-    layout = swap_layout(preset, cfg)  # empty unless the optimizer state is on NVMe
-    n_s = sum(s for s, _ in layout)
-    n_g = sum(sum(gs) for _, gs in layout)
-    eb = model_element_size(cfg)
-    n_p = sum(n for n in tensors if eb * n >= min_bytes) if par_nvme else 0
-    place = parameter_placement(preset, cfg)
-    return Swapped(
-        n=sum(tensors),
-        n_s=n_s,
-        n_g=n_g,
-        n_p=n_p,
-        largest_subgroup=max(groups) if groups else 0,
-        largest_param=max(n for _, n in preset.geometry.tensors()),  # gathered whole
-        n_r=sum(n for n, w in zip(tensors, place, strict=True) if w in (ON_NVME, PERSISTENT)),
-        n_k=sum(n for n, w in zip(tensors, place, strict=True) if w == PERSISTENT),
-    )
-
-
-def zero_setting(zo: dict[str, Any], name: str, default: int) -> int:
-    """A ZeRO-3 setting by its config key (stage3_NAME) or its pydantic field name (NAME),
-    which DeepSpeed takes too (runtime/zero/config.py: populate_by_name)."""
-    return int(zo.get(f"stage3_{name}", zo.get(name, default)))
-
-
-#: where a parameter's partition lives during training (parameter_placement)
-NO_FILE = "no file"  # under the aio minimum: a CPU (or, persistent, accelerator) tensor
-IN_CPU = "in cpu"  # a file, read once at initialisation into the pinned CPU buffer
-ON_NVME = "on nvme"  # a file read back at every use and written after every step
-PERSISTENT = "persistent"  # on nvme, but gathered once a step and kept between uses
-
-
-def parameter_placement(preset: Preset, cfg: dict[str, Any]) -> list[str]:
-    """Where each parameter's partition (rank_tensors order) lives during training with
-    offload_param on NVMe (all NO_FILE without it). DeepSpeed 0.19.8 decides it in two
-    places, and nothing else (GPU memory, buffer_count x buffer_size, the swapper's free
-    buffers, stage3_max_live_parameters) moves a partition between RAM and the drive:
-
-    * zero.Init: a partition of at least max(1 MiB, aio.block_size) bytes gets a file and
-      is swapped out; a smaller one is a CPU tensor for good
-      (partition_parameters.py:1820-1836, partitioned_param_swapper.py:100,141).
-    * deepspeed.initialize: one pinned CPU buffer per optimizer param group of
-      min(its elements, max_in_cpu less the groups before) elements, a 1-element tensor
-      where that is 0 (zero/stage3.py:888-911; offload_param.max_in_cpu, default 1e9
-      elements: offload_config.py:39). The optimizer's sub-groups fill it in order, each
-      whole or not at all (stage3.py:984-993): the swappable parameters of a sub-group that
-      fits are read into it once and marked 'not-nvme' (stage3.py:873-886), so they are
-      never read or written on the drive again; those of a sub-group that does not stay on
-      the drive. iotune's worker and a plain script pass model.parameters() as one group,
-      as the Trainer does with an "optimizer" section in its config (its DummyOptim); a
-      Trainer config without one gets the Trainer's own two groups (decay, no decay), not
-      modelled here.
-
-    A parameter at or below stage3_param_persistence_threshold elements (its whole numel,
-    within stage3_model_persistence_threshold in parameters() order:
-    parameter_offload.py:317-329) is never released after use
-    (partitioned_param_coordinator.py:640), has its swap buffer freed once gathered
-    (:615-620), is released by the optimizer step (stage3.py:2878) and gathered again
-    right after it (stage3.py:2841): one read a step where it stays on the drive."""
-    tensors = rank_tensors(preset)
-    zo = cfg.get("zero_optimization", {})
-    op = zo.get("offload_param") or {}
-    if not isinstance(op, dict) or op.get("device") != "nvme":
-        return [NO_FILE] * len(tensors)
-    eb = model_element_size(cfg)
-    min_bytes = min_aio_bytes(cfg)
-    keep = zero_setting(zo, "param_persistence_threshold", 100_000)
-    model_keep = zero_setting(zo, "model_persistence_threshold", sys.maxsize)
-    persistent: list[bool] = []
-    kept = 0
-    for _, full in preset.geometry.tensors():  # ds_numel: the whole parameter
-        if full + kept > model_keep:
-            persistent.append(False)
-            continue
-        persistent.append(full <= keep)
-        kept += full if full <= keep else 0
-    budget = min(sum(tensors), int(op.get("max_in_cpu", 1_000_000_000)))
-    capacity = budget if budget > 0 else 1  # torch.empty(1) where nothing is kept
-    out = [NO_FILE] * len(tensors)
-    offset = 0
-    for group in _subgroup_indices(preset, cfg):
-        size = sum(tensors[i] for i in group)
-        fits = offset + size <= capacity
-        offset += size
-        for i in group:
-            if eb * tensors[i] < min_bytes:
-                continue
-            out[i] = IN_CPU if fits else PERSISTENT if persistent[i] else ON_NVME
-    return out
 
 
 def activation_bytes(preset: Preset, eb: int = 2) -> int:
@@ -468,140 +267,6 @@ def zenflow_schedule(update_interval: int, ga: int) -> tuple[int, int]:
     if u >= ga:
         return max(1, round(u / ga)), 1
     return 1, max(1, round(ga / u))
-
-
-def host_ram(preset: Preset, cfg: dict[str, Any], sw: Swapped, acts: int) -> HostRam:
-    """Host RAM by DeepSpeed's allocations (module docstring); one rank, ZeRO stage 3."""
-    zo = cfg.get("zero_optimization", {})
-    n = sw.n
-    off_opt = zo.get("offload_optimizer", {}) or {}
-    off_par = zo.get("offload_param", {}) or {}
-    cuda = preset.accelerator == "cuda"
-    # the cpu accelerator's pin_memory returns the tensor as it is: no rounding, no copy
-    pin = pinned if cuda else (lambda b: b)
-    s_max = sw.largest_subgroup
-    eb = model_element_size(cfg)
-    grads = optimizer = swap = params = 0
-    init_t = step_t = 0
-    if off_opt.get("device") in ("cpu", "nvme"):
-        g = eb * n
-        pin_grads = bool(off_opt.get("pin_memory", False))
-        grads = pin(g) if pin_grads else g
-        init_t = g if pin_grads and cuda else 0
-        step_t = eb * s_max
-        if off_opt["device"] == "nvme":
-            swap = int(off_opt.get("buffer_count", 4)) * 4 * s_max
-            step_t += 8 * s_max
-        else:
-            groups = _subgroups(preset, cfg)
-            fp32_grads = sum(pin(4 * x) if pin_grads else 4 * x for x in groups)
-            optimizer = 4 * n + fp32_grads + 8 * n
-            # _create_fp32_partitions converts a sub-group and clones it (zero/stage3.py)
-            init_t = max(init_t, 8 * s_max)
-    if off_par.get("device") == "nvme":
-        count = int(off_par.get("buffer_count", 5))
-        size = int(off_par.get("buffer_size", 100_000_000))
-        cache = eb * min(n, int(off_par.get("max_in_cpu", 1_000_000_000)))
-        # the write-back buffer exists only where a sub-group stays on the drive
-        # (stage3.py:1007-1018)
-        back = eb * s_max if _param_subgroup_on_nvme(preset, cfg) else 0
-        params = eb * count * size + (pin(cache) if cache > eb else 0) + back
-    elif off_par.get("device") == "cpu":
-        params = pin(eb * n)
-    # a CPU run keeps what a GPU would hold in RAM too: the bf16 parameters (unless they are
-    # on NVMe), the gradient bucket they reduce through, and the activations
-    model = 0 if cuda else (eb * n if off_par.get("device") != "nvme" else 0) + eb * n + acts
-    collectives = 0
-    world = max(1, preset.world)
-    if world > 1 and not cuda:
-        # a CPU rank gathers whole parameters from the others' partitions (bf16, beside its
-        # own), and DeepSpeed's shared-memory allreduce maps every local rank's workspace
-        # of 2 x 1 MiB + 2 x 32 MiB (ops/csrc/cpu/comm/shm.cpp) into each rank
-        collectives = eb * (preset.geometry.param_count() - n) + preset.ranks * SHM_WORKSPACE
-    return HostRam(
-        process=PROCESS_BASE + (CUDA_HOST if cuda else 0),
-        gradients=grads,
-        optimizer_state=optimizer,
-        swap_buffers=swap,
-        param_buffers=params,
-        model=model,
-        init_transient=init_t,
-        step_transient=step_t,
-        collectives=collectives,
-        dtype="bf16" if eb == 2 else "fp32",
-    )
-
-
-def _subgroup_indices(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
-    """Each optimizer sub-group's parameters, as indices into rank_tensors: a sub-group
-    closes once it reaches sub_group_size and never splits a parameter (zero/stage3.py
-    _create_fp16_sub_groups)."""
-    size = int(cfg.get("zero_optimization", {}).get("sub_group_size", 1_000_000_000))
-    groups: list[list[int]] = []
-    cur: list[int] = []
-    elements = 0
-    for i, n in enumerate(rank_tensors(preset)):
-        cur.append(i)
-        elements += n
-        if elements >= size:
-            groups.append(cur)
-            cur, elements = [], 0
-    if cur:
-        groups.append(cur)
-    return groups
-
-
-def _subgroup_tensors(preset: Preset, cfg: dict[str, Any]) -> list[list[int]]:
-    """Each optimizer sub-group's parameter tensors, in elements."""
-    tensors = rank_tensors(preset)
-    return [[tensors[i] for i in g] for g in _subgroup_indices(preset, cfg)]
-
-
-def _param_subgroup_on_nvme(preset: Preset, cfg: dict[str, Any]) -> bool:
-    """Whether some optimizer sub-group has no room in max_in_cpu's CPU buffer (with
-    offload_param on NVMe), swappable parameters or not (zero/stage3.py:984-993)."""
-    op = cfg.get("zero_optimization", {}).get("offload_param") or {}
-    if not isinstance(op, dict) or op.get("device") != "nvme":
-        return False
-    total = sum(rank_tensors(preset))
-    budget = min(total, int(op.get("max_in_cpu", 1_000_000_000)))
-    return total > max(1, budget)
-
-
-def _subgroups(preset: Preset, cfg: dict[str, Any]) -> list[int]:
-    """Optimizer sub-group sizes in elements."""
-    return [sum(g) for g in _subgroup_tensors(preset, cfg)]
-
-
-def swap_layout(preset: Preset, cfg: dict[str, Any]) -> list[tuple[int, list[int]]]:
-    """What DeepSpeed swaps per optimizer sub-group, in its order: (elements of the fp32
-    master and of each Adam moment, 0 when the sub-group stays in RAM; elements of each
-    gradient it swaps, one file per parameter). The sums are ``n_s`` and ``n_g`` of
-    :func:`swapped_counts`."""
-    zo = cfg.get("zero_optimization", {})
-    if zo.get("offload_optimizer", {}).get("device") != "nvme":
-        return []
-    min_bytes = min_aio_bytes(cfg)
-    a = swap_alignment(cfg)
-    out = []
-    for g in _subgroup_tensors(preset, cfg):
-        # the fp32 master and each moment: one file of the sub-group's elements rounded up
-        # to the alignment (OptimizerSwapper._io_aligned_numel: the buffer and the file)
-        state = -(-sum(g) // a) * a if 4 * sum(g) >= min_bytes else 0
-        # each parameter's gradient: its aligned part is swapped, the remainder (fewer than
-        # the alignment's elements, under the aio minimum) kept in memory
-        # (_adjust_for_misaligned_lengths)
-        grads = [n // a * a for n in g if 4 * (n // a * a) >= min_bytes]
-        out.append((state, grads))
-    return out
-
-
-def swap_alignment(cfg: dict[str, Any]) -> int:
-    """The fp32 elements an optimizer swap file's length is a multiple of: 1024 bytes
-    (swap_tensor/utils.py AIO_ALIGNED_BYTES) times aio.intra_op_parallelism, over 4 bytes
-    (swap_tensor/optimizer_utils.py OptimizerSwapper.numel_alignment)."""
-    par = max(1, int(cfg.get("aio", {}).get("intra_op_parallelism", 1)))
-    return 1024 * par // 4
 
 
 def per_n(x: int, n: int) -> str:

@@ -391,8 +391,8 @@ def measured_inputs(
     aio = cfg.get("aio") or preset.aio
     bw = None
     if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio:
-        from iotune.model.estimate import swapped_counts
         from iotune.model.presets import base_name
+        from iotune.model.swapfiles import swapped_counts
 
         sw = swapped_counts(preset, cfg)
         bw = swap_bandwidth(

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 from iotune.report import figures as fg
 from iotune.report.figures import FOCUS, PALETTE, Drawn, ok_runs
 from iotune.report.load import AioSweep, ReportData
+from iotune.report.sweep_figures import adam_threads, sweep_heatmap
 from iotune.units import binary_size
 
 
@@ -110,16 +111,16 @@ def run_latency(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | None:
 
 
 def draw_all(data: ReportData, study_threads: dict[str, Any] | None) -> list[Drawn]:
-    """Every figure the report's data makes (iotune/report/figures.py and the latency ones
-    above), in the report's order."""
+    """Every figure the report's data makes (iotune/report/figures.py, sweep_figures.py and
+    the latency ones above), in the report's order."""
     out = [
         fg.step_time(data.runs),
         fg.step_vs_drives(data.runs),
         fg.optimizer_share(data.runs),
         fg.nvme_bytes(data.runs),
         fg.request_sizes(data.runs),
-        *[fg.sweep_heatmap(s) for s in data.sweeps],
-        fg.adam_threads(data.threads, study_threads),
+        *[sweep_heatmap(s) for s in data.sweeps],
+        adam_threads(data.threads, study_threads),
         run_latency(data.runs),
         *[sweep_latency(s) for s in data.sweeps],
     ]

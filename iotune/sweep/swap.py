@@ -29,8 +29,8 @@ def plan(
     block *aio*, and the bytes its files take on the target. Refuses a preset whose
     optimizer state is not on NVMe."""
     from iotune.model.dsconfig import ds_config
-    from iotune.model.estimate import swap_layout
     from iotune.model.presets import preset_with
+    from iotune.model.swapfiles import swap_layout
 
     preset = preset_with(preset_name, sets)
     cfg = ds_config(preset, aio=aio)

@@ -292,7 +292,8 @@ def worker_spec(
 
 def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     """Run the worker under the tracer; the table is built and written whatever happens."""
-    from iotune.trace.runner import Tracer, TraceRequest
+    from iotune.trace.request import TraceRequest
+    from iotune.trace.runner import Tracer
 
     out = req.out
     out.mkdir(parents=True, exist_ok=True)

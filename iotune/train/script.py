@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from iotune.model.estimate import Estimate, IoVolume
     from iotune.model.presets import Preset
-    from iotune.trace.runner import TraceRequest
+    from iotune.trace.request import TraceRequest
     from iotune.train.observe import Learned, Observer
 
 

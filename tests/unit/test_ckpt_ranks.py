@@ -18,7 +18,7 @@ from iotune.model.estimate import estimate
 from iotune.model.presets import get_preset
 from iotune.trace.targets import Array
 from iotune.train.checkpoint import save_rows
-from iotune.train.results import merge_ranks
+from iotune.train.ranks import merge_ranks
 from iotune.workers.checkpoints import save_checkpoint
 
 KIB, MIB = 1 << 10, 1 << 20

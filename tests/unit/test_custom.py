@@ -1,6 +1,6 @@
-"""Your model and DeepSpeed config (iotune.model.custom, advice, swapwatch): the pure parts.
-The model's tensors come from transformers in the root tier (tests/root/test_custom_root.py);
-here a geometry is written by hand."""
+"""Your model and DeepSpeed config (iotune.model.custom and dsfile, advice, swapwatch): the
+pure parts. The model's tensors come from transformers in the root tier
+(tests/root/test_custom_root.py); here a geometry is written by hand."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
-from iotune.model.custom import pick_preset, read_ds_config, strategy_of
+from iotune.model.custom import pick_preset, strategy_of
 from iotune.model.dsconfig import ds_config
+from iotune.model.dsfile import read_ds_config
 from iotune.model.estimate import estimate
-from iotune.model.presets import ModelGeometry, Preset, PresetError, apply_sets
+from iotune.model.geometry import ModelGeometry
+from iotune.model.presets import Preset, PresetError, apply_sets
 from iotune.plan.advice import advise
 from iotune.train.swapwatch import StepWatch, state_files
 
@@ -403,7 +405,7 @@ def test_an_ignored_aio_key_in_a_plain_config_is_advice(tmp_path: Path) -> None:
 def test_a_warmup_an_older_transformers_fills_with_0_is_advice_and_1_for_our_runs() -> None:
     """Seen on a GPU machine's transformers: "auto" warmup filled with 0, which DeepSpeed
     0.19.8 refuses; the Trainer stopped in deepspeed.initialize."""
-    from iotune.model.custom import warmup_below_one
+    from iotune.model.dsfile import warmup_below_one
 
     cfg: dict[str, Any] = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
     filled = [("scheduler.params.warmup_num_steps", "0", "TrainingArguments' default")]

@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
 from iotune.model.dsconfig import check_ds_config, ds_config
-from iotune.model.estimate import IoVolume, estimate, pinned
+from iotune.model.estimate import IoVolume, estimate
+from iotune.model.geometry import Geometry
+from iotune.model.hostram import pinned
 from iotune.model.presets import (
-    Geometry,
     Preset,
     PresetError,
     apply_sets,
@@ -686,7 +687,7 @@ def test_the_deepspeed_bounds_are_never_looser_than_deepspeeds_own() -> None:
         DeepSpeedZeroOffloadParamConfig,
     )
 
-    from iotune.model.presets import DS_BOUNDS
+    from iotune.model.dsbounds import DS_BOUNDS
 
     classes = {
         "zero_optimization": DeepSpeedZeroConfig,
@@ -818,7 +819,7 @@ def test_max_in_cpu_keeps_whole_subgroups_from_the_first() -> None:
     """DeepSpeed fills max_in_cpu's CPU buffer with the optimizer's sub-groups in order, each
     whole or not at all (zero/stage3.py:984-993): the parameters of the sub-groups after it
     stay on the drive, are read at every use and written after every step."""
-    from iotune.model.estimate import (
+    from iotune.model.swapfiles import (
         IN_CPU,
         NO_FILE,
         ON_NVME,
