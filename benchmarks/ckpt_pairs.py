@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from iotune.cli.ckpt_sweep import _worker
+from iotune.sweep.ckpt import save_in_worker
 from iotune.sweep.threads import parse_params
 
 #: the best the H100's sweep found (benchmarks/results/gpu-ckpt-sweep-h100-rounds/)
@@ -72,7 +72,7 @@ def main() -> int:
         order = ["ceiling", "fast", "torch"] if i % 2 == 0 else ["torch", "fast", "ceiling"]
         got = {}
         for kind in order:
-            rec = {"round": i, "kind": kind, **_worker(kinds[kind], a.timeout)}
+            rec = {"round": i, "kind": kind, **save_in_worker(kinds[kind], a.timeout)}
             records.append(rec)
             got[kind] = rec
         if any(r.get("status") != "ok" for r in got.values()):

@@ -38,7 +38,7 @@ EMULATED = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
 PLAIN = r"""
 import json, statistics, sys, time, torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from iotune.train.presets import get_preset
+from iotune.model.presets import get_preset
 p = get_preset("tiny_opt_nvme")
 out = {}
 reps = {"fp32": int(sys.argv[1]), "bf16": int(sys.argv[2])}

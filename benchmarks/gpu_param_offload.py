@@ -1,5 +1,5 @@
 """GPU tier: which parameters DeepSpeed reads back from the drive with the parameters on NVMe,
-measured against iotune's I/O model (iotune/train/estimate.py parameter_placement).
+measured against iotune's I/O model (iotune/model/swapfiles.py parameter_placement).
 
 A Hugging Face Trainer script (tests/data/custom/trainer_script.py: TrainingArguments with
 the DeepSpeed config, gradient checkpointing, bf16 on a GPU, random tokens) trains a 0.29B
@@ -56,7 +56,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from iotune.train.presets import Geometry  # noqa: E402
+from iotune.model.geometry import Geometry  # noqa: E402
 
 TEMPLATE = REPO / "tests" / "data" / "custom" / "hf_zero3_params_nvme.json"
 TRAINER = REPO / "tests" / "data" / "custom" / "trainer_script.py"

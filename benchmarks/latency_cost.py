@@ -37,8 +37,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
-from iotune.trace.bpf import ReqSizeTracer, prog_info
+from iotune.trace.bpf import ReqSizeTracer
 from iotune.trace.libbpf import LibbpfTracer
+from iotune.trace.mapreader import prog_info
 from iotune.trace.targets import kernel_dev
 
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")

@@ -29,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
-from iotune.trace.bpf import MapReader, ReqSizeTracer
+from iotune.trace.bpf import ReqSizeTracer
 from iotune.trace.btf import Btf
 from iotune.trace.libbpf import LibbpfTracer
+from iotune.trace.mapreader import MapReader
 from iotune.trace.targets import kernel_dev
 
 #: a raw tracepoint program on block_io_done, which blk_account_io_done() fires just before

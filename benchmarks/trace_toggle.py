@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.loopdev import loop_device
 from benchmarks.trace_overhead import cpu_busy_ns, fio_argv
-from iotune.trace.bpf import ReqSizeTracer, prog_info
+from iotune.trace.bpf import ReqSizeTracer
+from iotune.trace.mapreader import prog_info
 from iotune.trace.targets import kernel_dev
 
 

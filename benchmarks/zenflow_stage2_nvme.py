@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from iotune.train.dsconfig import ds_config
-from iotune.train.presets import apply_sets, get_preset
+from iotune.model.dsconfig import ds_config
+from iotune.model.presets import apply_sets, get_preset
 from iotune.train.runner import worker_spec
 
 

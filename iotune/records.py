@@ -20,7 +20,7 @@ from iotune.errors import UsageError
 SWEEP_RESULT = "result.json"
 SWAP_REHEARSALS = "swap.jsonl"
 THREADS_RESULT = "threads.json"
-#: the kinds of a prediction's terms that wait on the drives (iotune.train.predict.Term)
+#: the kinds of a prediction's terms that wait on the drives (iotune.plan.predict.Term)
 DRIVE_KINDS = frozenset({"read", "write", "gradients", "parameters"})
 
 

@@ -28,16 +28,6 @@ def _spec(params: int, sub_group: int, target: str, space: ckpt.Space) -> dict[s
     return {"params": params, "sub_group": sub_group, "target": target, "space": space.to_json()}
 
 
-def _worker(payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One save (or the ceiling) in a worker process; a failure is the record's status, as
-    sweep-aio records its points'."""
-    from iotune.sweep.runner import run_worker
-
-    rec: dict[str, Any] = {}
-    run_worker("iotune.workers.ckpt_save", payload, timeout, rec)
-    return rec
-
-
 def _check(target: Path, state_bytes: int, space: ckpt.Space) -> None:
     """Bad input is refused before anything is written."""
     from iotune.probes.meminfo import mem_available
@@ -65,7 +55,7 @@ def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> di
         _say(
             "iotune: the volume's own write ceiling: O_DIRECT writes of the state's size through the aio op"
         )
-        return _worker({**spec, "writer": "ceiling"}, timeout)
+        return ckpt.save_in_worker({**spec, "writer": "ceiling"}, timeout)
     from iotune.sweep.run import SweepRun, run_dir
 
     best = SweepRun.load(run_dir(Path(aio_config))).best_per_op().get("write")
@@ -219,7 +209,7 @@ def sweep_checkpoint(
             rec = {
                 "writer": "torch",
                 "stage": "baseline",
-                **_worker({**base, "writer": "torch", "verify": True}, point_timeout),
+                **ckpt.save_in_worker({**base, "writer": "torch", "verify": True}, point_timeout),
             }
             append_record(run_dir / ckpt.POINTS, rec)
             records.append(rec)
@@ -308,7 +298,9 @@ def _search(
 
     def measure(stage: str, k: ckpt.Knobs) -> dict[str, Any]:
         progress.update(task, description=f"{stage}: {k.label()}")
-        return _worker({**base, "writer": "fast", "verify": True, **k.__dict__}, timeout)
+        return ckpt.save_in_worker(
+            {**base, "writer": "fast", "verify": True, **k.__dict__}, timeout
+        )
 
     def done(rec: dict[str, Any], n: int) -> None:
         progress.update(task, completed=n, total=max(space.size(), n))

@@ -48,8 +48,8 @@ def run_preset(
     resume_from: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
+    from iotune.plan.measured import measured_inputs
     from iotune.train import runner as train_runner
-    from iotune.train.measured import measured_inputs
     from iotune.train.render import print_run
     from iotune.train.request import make_request
 
@@ -152,7 +152,7 @@ def _run_nodes(req: RunRequest) -> None:
 
 def _announce(prep: Prepared, backend: str, out_dir: Path) -> None:
     """The estimate and what is about to run, on stderr."""
-    from iotune.train.render_plan import print_estimate
+    from iotune.plan.render import print_estimate
 
     print_estimate(err_console(), prep.preset, prep.est, prep.cfg)
     what = (

@@ -184,7 +184,7 @@ def study_cmd(
     member count, and 'iotune report' puts the volumes side by side with a figure of
     step time against the number of drives.
     """
-    from iotune.cli.trace import _backend
+    from iotune.cli.trace import backend_for
     from iotune.study import plan as sp
     from iotune.study.runner import Progress, StudyInterrupted, StudySpec, plan, run_study
 
@@ -248,7 +248,7 @@ def study_cmd(
             )
         spec = StudySpec.of(
             items,
-            _backend(backend),
+            backend_for(backend),
             nvme_path=str(Path(nvme_path).resolve()) if nvme_path else None,
             raid_path=str(Path(raid_path).resolve()) if raid_path else None,
             aio_config=str(Path(aio_config).resolve()) if aio_config else None,

@@ -260,8 +260,8 @@ def _check_swap(spec: SweepSpec) -> None:
     """--swap-pattern names a preset whose optimizer is on NVMe, and its files fit."""
     import shutil
 
+    from iotune.model.presets import preset_with
     from iotune.sweep import swap
-    from iotune.train.presets import preset_with
     from iotune.units import GIB
 
     preset = preset_with(spec.swap_preset or "", spec.swap_sets)

@@ -30,10 +30,10 @@ from iotune.probes.sysfs import SysTree
 from iotune.render import console, emit_json, warn
 
 if TYPE_CHECKING:
-    from iotune.trace.runner import TraceRequest
+    from iotune.trace.request import TraceRequest
 
 
-def _backend(requested: str) -> str:
+def backend_for(requested: str) -> str:
     from iotune.trace.backend import choose_backend
 
     choice = choose_backend(requested, SysTree("/"), is_root=os.geteuid() == 0)
@@ -70,7 +70,7 @@ def _trace_run(
     _positive_interval(interval)
     run_preset(
         preset,
-        _backend(backend),
+        backend_for(backend),
         interval=interval,
         focus=parse_size(focus_size, what="--focus-size") if focus_given else None,
         **kw,
@@ -157,7 +157,7 @@ def _request(
 ) -> TraceRequest:
     """The drives and the backend, as a tracer's request; says on stderr what is traced."""
     from iotune.trace import only
-    from iotune.trace.runner import TraceRequest
+    from iotune.trace.request import TraceRequest
     from iotune.trace.targets import select
 
     if pid is not None and cgroup is not None:
@@ -172,7 +172,7 @@ def _request(
     if cgroup is not None:
         only.cgroup_dir(cgroup)
     targets = select(SysTree("/"), device_list, target)
-    chosen = _backend(backend)
+    chosen = backend_for(backend)
     out_dir = Path(out) if out else Path("results") / f"trace-{time.strftime('%Y%m%d-%H%M%S')}"
     if not STATE.json:
         what = " ".join(command) if command else f"{duration:g} s"

@@ -42,10 +42,10 @@ def presets_group(ctx: click.Context) -> None:
 @json_option
 def presets_list(strategy: str | None, size: str | None) -> None:
     """Every preset: parameter count, geometry, strategy, accumulation and estimated needs."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import estimate
-    from iotune.train.presets import load_presets
-    from iotune.train.render_plan import presets_json, presets_table
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.estimate import estimate
+    from iotune.model.presets import load_presets
+    from iotune.plan.render import presets_json, presets_table
 
     rows = []
     for p in load_presets().values():
@@ -70,10 +70,10 @@ def presets_list(strategy: str | None, size: str | None) -> None:
 @json_option
 def presets_show(name: str, sets: tuple[str, ...]) -> None:
     """One preset: geometry, parameter count, the DeepSpeed config it runs with, its I/O model."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import estimate
-    from iotune.train.presets import preset_with
-    from iotune.train.render_plan import print_estimate
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.estimate import estimate
+    from iotune.model.presets import preset_with
+    from iotune.plan.render import print_estimate
 
     p = preset_with(name, sets)
     cfg = ds_config(p)
@@ -249,15 +249,15 @@ def estimate_cmd(
     as DeepSpeed swaps; the step adds the baseline's forward + backward and the
     gradients written during backward.
     """
+    from iotune.model import dsconfig
+    from iotune.model.custom import pick_preset
+    from iotune.model.estimate import estimate
+    from iotune.plan.advice import advise
+    from iotune.plan.measured import measured_inputs
+    from iotune.plan.predict import predict
+    from iotune.plan.render import print_estimate
     from iotune.records import load_aio
-    from iotune.train import dsconfig
-    from iotune.train.advice import advise
-    from iotune.train.custom import pick_preset
-    from iotune.train.estimate import estimate
-    from iotune.train.measured import measured_inputs
-    from iotune.train.predict import predict
     from iotune.train.render import print_prediction
-    from iotune.train.render_plan import print_estimate
 
     p = pick_preset(
         preset,
@@ -281,7 +281,7 @@ def estimate_cmd(
             "--network-link bounds a drives plan", hint="--drives 1,2,4 --network-link 100G"
         )
     if drives or drive or target_step is not None:
-        from iotune.train.planner import plan_storage
+        from iotune.plan.planner import plan_storage
 
         plan = plan_storage(
             p,
@@ -307,15 +307,15 @@ def estimate_cmd(
             hint="--checkpoint-every 100 --checkpoint-sweep RUN",
         )
     if checkpoint_every is not None:
-        from iotune.sweep.ckpt import load_result
-        from iotune.train.checkpoint import save_volume
-        from iotune.train.ckplan import (
+        from iotune.plan.ckplan import (
             checkpoint_derate,
             checkpoint_plan,
             parse_checkpoint_drive,
             parse_share,
         )
-        from iotune.train.datasheet import parse_drive
+        from iotune.plan.datasheet import parse_drive
+        from iotune.sweep.ckpt import load_result
+        from iotune.train.checkpoint import save_volume
 
         target_share = parse_share(checkpoint_share)
         offload_spec = parse_drive(drive) if drive else None
@@ -364,11 +364,11 @@ def estimate_cmd(
         if pred and (plan is None or pred.optimizer_s is not None):
             print_prediction(console(), pred.to_json())
         if plan:
-            from iotune.train.render_plan import print_drive_plan
+            from iotune.plan.render import print_drive_plan
 
             print_drive_plan(console(), plan)
         if ckp:
-            from iotune.train.render_plan import print_checkpoint_plan
+            from iotune.plan.render import print_checkpoint_plan
 
             print_checkpoint_plan(console(), ckp)
 

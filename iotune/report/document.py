@@ -208,8 +208,8 @@ def _html(secs: list[Section], pngs: dict[str, bytes], data: ReportData, stamp: 
 def study_threads() -> dict[str, Any] | None:
     """The study's CPU-Adam thread figures with its model's parameter count (iotune's
     preset of that size)."""
-    from iotune.train.presets import load_presets
-    from iotune.train.study import load_study
+    from iotune.model.presets import load_presets
+    from iotune.model.published import load_study
 
     doc = load_study().get("adam_threads")
     if not doc:

@@ -12,8 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from iotune.report import figures as fg
-from iotune.report.figures import FOCUS, PALETTE, Drawn, _ok
+from iotune.report.figures import FOCUS, PALETTE, Drawn, ok_runs
 from iotune.report.load import AioSweep, ReportData
+from iotune.report.sweep_figures import adam_threads, sweep_heatmap
 from iotune.units import binary_size
 
 
@@ -73,7 +74,7 @@ def sweep_latency(sweep: AioSweep) -> Drawn | None:
 def run_latency(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | None:
     """Per run (up to *limit*): each step's p50 (dashed) and p99 (solid) per op, of the drive
     slowest at that step."""
-    mine = [r for r in _ok(runs) if r.get("latency_steps")][:limit]
+    mine = [r for r in ok_runs(runs) if r.get("latency_steps")][:limit]
     if not mine:
         return None
     fig, axes = plt.subplots(1, len(mine), figsize=(4.2 * len(mine), 3.6), squeeze=False)
@@ -110,16 +111,16 @@ def run_latency(runs: Sequence[dict[str, Any]], limit: int = 6) -> Drawn | None:
 
 
 def draw_all(data: ReportData, study_threads: dict[str, Any] | None) -> list[Drawn]:
-    """Every figure the report's data makes (iotune/report/figures.py and the latency ones
-    above), in the report's order."""
+    """Every figure the report's data makes (iotune/report/figures.py, sweep_figures.py and
+    the latency ones above), in the report's order."""
     out = [
         fg.step_time(data.runs),
         fg.step_vs_drives(data.runs),
         fg.optimizer_share(data.runs),
         fg.nvme_bytes(data.runs),
         fg.request_sizes(data.runs),
-        *[fg.sweep_heatmap(s) for s in data.sweeps],
-        fg.adam_threads(data.threads, study_threads),
+        *[sweep_heatmap(s) for s in data.sweeps],
+        adam_threads(data.threads, study_threads),
         run_latency(data.runs),
         *[sweep_latency(s) for s in data.sweeps],
     ]

@@ -8,8 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from iotune.model.presets import load_presets
 from iotune.report.load import AioSweep
-from iotune.train.presets import load_presets
 from iotune.units import binary_size, scale_for
 
 Table = tuple[list[str], list[list[str]]]  # header, rows

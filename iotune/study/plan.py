@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.train.estimate import Estimate
-from iotune.train.presets import (
+from iotune.model.estimate import Estimate
+from iotune.model.presets import (
     Preset,
     apply_sets,
     base_name,

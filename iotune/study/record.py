@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from iotune.train.rundoc import (
+from iotune.plan.rundoc import (
     backward_median,
     forward_backward,
     load_run,
@@ -184,7 +184,7 @@ def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def load_run_dir(d: Path) -> dict[str, Any]:
     """A run directory's record: run.json, with trace.json's per-size counts when present
-    (both read by iotune.train.rundoc, their one reader)."""
+    (both read by iotune.plan.rundoc, their one reader)."""
     return summarize_run(load_run(d), load_trace(d), str(d))
 
 

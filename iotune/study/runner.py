@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import IotuneError, UsageError
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import Estimate, estimate
+from iotune.model.presets import Preset, apply_sets, base_name, get_preset, parse_sets
+from iotune.plan.measured import Baseline
+from iotune.plan.rundoc import load_trace
 from iotune.proc import pid_alive
 from iotune.records import append_record, host_facts, read_records
 from iotune.study import record as rec
 from iotune.study.plan import Item, eta, plan_row, weight, with_ga
 from iotune.study.volumes import Volume, member_faults
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import Launch
-from iotune.train.measured import Baseline
-from iotune.train.presets import Preset, apply_sets, base_name, get_preset, parse_sets
 from iotune.train.request import RunRequest
-from iotune.train.rundoc import load_trace
 
 if TYPE_CHECKING:
     from iotune.train.preflight import Gpus
@@ -203,9 +203,9 @@ def run_study(
     gpu: Gpus | None,
 ) -> list[dict[str, Any]]:
     """Run every item without a record; returns every record, in the grid's order."""
+    from iotune.plan.measured import measured_inputs
     from iotune.records import load_aio
     from iotune.train import runner as tr
-    from iotune.train.measured import measured_inputs
     from iotune.train.preflight import Refused
 
     items = spec.presets()

@@ -139,6 +139,16 @@ class Space:
         return Space(**args)
 
 
+def save_in_worker(payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One save (or the ceiling) in a worker process; a failure is the record's status, as
+    sweep-aio records its points'."""
+    from iotune.sweep.runner import run_worker
+
+    rec: dict[str, Any] = {}
+    run_worker("iotune.workers.ckpt_save", payload, timeout, rec)
+    return rec
+
+
 def knobs_of(rec: dict[str, Any]) -> Knobs:
     """A record's knobs (one made before a knob existed had DeepSpeed's default of it)."""
     return Knobs(**{f.name: rec.get(f.name, getattr(DEFAULTS, f.name)) for f in fields(Knobs)})

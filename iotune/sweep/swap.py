@@ -28,9 +28,9 @@ def plan(
     """The worker's input for *preset_name* (with the --set overrides *sets*) at the aio
     block *aio*, and the bytes its files take on the target. Refuses a preset whose
     optimizer state is not on NVMe."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import swap_layout
-    from iotune.train.presets import preset_with
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import preset_with
+    from iotune.model.swapfiles import swap_layout
 
     preset = preset_with(preset_name, sets)
     cfg = ds_config(preset, aio=aio)

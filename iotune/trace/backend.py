@@ -110,7 +110,7 @@ def bpf_time(programs: list[tuple[str, int]]) -> dict[str, int] | None:
     summed run_time_ns and run_cnt of their fdinfo. None unless the kernel's BPF statistics
     are on (sysctl kernel.bpf_stats_enabled=1; off by default, as they cost two clock reads
     per program run)."""
-    from iotune.trace.bpf import prog_info
+    from iotune.trace.mapreader import prog_info
 
     infos = [prog_info(fd) for _, fd in programs]
     ns = sum(i.get("run_time_ns", 0) for i in infos)

@@ -2,7 +2,7 @@
 (bpf/build.sh), loaded by the system's libbpf (Debian's ``libbpf1``), which relocates its
 field accesses to the running kernel's BTF. Nothing is compiled at run time: no bcc, LLVM or
 kernel headers. The maps and the counting are those of the bcc build (bpf/iotune.h), read by
-the same code (:class:`iotune.trace.bpf.MapReader`).
+the same code (:class:`iotune.trace.mapreader.MapReader`).
 
 The binding is a small typed ctypes layer over the libbpf 1.x calls used (open, size the
 arrays, set the configuration, load, attach, map fds). libbpf 1.x returns NULL or a negative
@@ -22,19 +22,15 @@ from typing import Any
 
 from iotune.errors import IotuneError
 from iotune.paths import bpf_source
-from iotune.trace.bpf import (
-    BTF_EVENTS,
+from iotune.trace.bpf import BTF_EVENTS, FOCUS_DEFAULT, ONLY, cgroup_fd, not_a_cgroup
+from iotune.trace.mapreader import (
     DONE_OPS,
-    FOCUS_DEFAULT,
     NO_ROW,
-    ONLY,
     OWNER_OPS,
     SLOT_DEVS,
     SLOT_SECTORS,
     MapReader,
-    cgroup_fd,
     lat_arrays,
-    not_a_cgroup,
 )
 from iotune.trace.maps import MAP_TYPES
 

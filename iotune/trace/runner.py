@@ -7,18 +7,14 @@ interruption; the summary files are written in a ``finally`` block.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import FrameType
 from typing import Any, BinaryIO
 
 from iotune import proc
@@ -40,7 +36,9 @@ from iotune.trace.outputs import (
     write_outputs,
 )
 from iotune.trace.pathwatch import PathWatch
-from iotune.trace.targets import Targets, devno_of, kernel_dev
+from iotune.trace.request import TraceRequest
+from iotune.trace.targets import devno_of, kernel_dev
+from iotune.trace.workload import Terminated, raise_terminated, stop_child
 
 log = logging.getLogger("iotune.trace")
 
@@ -50,30 +48,6 @@ POLL_S = 0.05
 # the per-step rows start there, the device totals still cover the whole trace
 READY = "ready"
 SNAPSHOT_TRIES = 100  # re-reads until counters and diskstats are one consistent snapshot
-
-
-class Terminated(Exception):
-    """SIGTERM arrived: treated like Ctrl-C, results are still written."""
-
-
-@dataclass
-class TraceRequest:
-    targets: Targets
-    backend: str  # "libbpf" | "bcc" | "diskstats"
-    focus: int
-    interval: float
-    out: Path
-    duration: float | None = None
-    command: list[str] | None = None
-    quiet_stdout: bool = False  # send the workload's stdout to stderr (--json owns stdout)
-    meta: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)  # extra environment for the workload
-    # the workload in its own process group, stopped as a group: for workers that start
-    # helper processes (ZenFlow's optimizer process) which must not outlive them
-    own_group: bool = False
-    latency: bool = True  # time each request and count the drives' depth
-    only_pid: int | None = None  # count only this process tree's requests (iotune.trace.only)
-    only_cgroup: str | None = None  # or only this cgroup v2's
 
 
 @dataclass
@@ -464,36 +438,3 @@ class Tracer:
             READY,
             req.targets.stacked,
         )
-
-
-def raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
-
-
-def stop_child(
-    child: subprocess.Popen[Any], sig: int, group: bool = False, patience: float = 15.0
-) -> None:
-    """Signal the workload (its whole process group when it has one), give it *patience*
-    seconds, then kill it. A second Ctrl-C meanwhile must not skip this and leave it running."""
-
-    def send(s: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            if group:
-                os.killpg(child.pid, s)
-            else:
-                child.send_signal(s)
-
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        send(sig)
-        try:
-            child.wait(timeout=patience)
-        except subprocess.TimeoutExpired:
-            send(signal.SIGKILL)
-            # not for ever: a process waiting on a lost namespace's queued I/O cannot die
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=patience)
-        if group:
-            send(signal.SIGKILL)  # helper processes the workload left behind
-    finally:
-        signal.signal(signal.SIGINT, old_int)

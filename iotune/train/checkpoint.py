@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from iotune.checks import fstype
 from iotune.errors import UsageError
+from iotune.model.estimate import Estimate, IoVolume
 from iotune.probes.fabrics import refuse_lost
 from iotune.probes.mounts import existing_ancestor
-from iotune.train.estimate import Estimate, IoVolume
 
 if TYPE_CHECKING:
     from iotune.trace.targets import Array

@@ -26,7 +26,7 @@ from typing import Any
 
 from iotune import proc
 from iotune.records import to_jsonable
-from iotune.trace.runner import Terminated, raise_terminated, stop_child
+from iotune.trace.workload import Terminated, raise_terminated, stop_child
 from iotune.train.request import RunRequest
 from iotune.units import GIB
 from iotune.workers.node import END, NODE_FILE

@@ -9,7 +9,7 @@ for this side's ``.go``. The :class:`Observer` here reads each file as it appear
 swap folder's step watch where the run's swap files go (before DeepSpeed's first write
 there), and answers. When the trace ends, :func:`learned_estimate` builds the preset and the
 estimate from what the run said, through the same code as ``--model``/``--ds-config``
-(iotune.train.custom), and :func:`disagreement` names in one line what the run used where
+(iotune.model.custom), and :func:`disagreement` names in one line what the run used where
 the flags said otherwise: the run's figures are the ones beside its steps.
 """
 
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from iotune.errors import IotuneError
 
 if TYPE_CHECKING:
-    from iotune.train.estimate import Estimate
-    from iotune.train.presets import Preset
+    from iotune.model.estimate import Estimate
+    from iotune.model.presets import Preset
     from iotune.train.swapwatch import StepWatch
 
 #: the folder a traced command's processes write to (iotune/hook/sitecustomize.py: ENV)
@@ -260,9 +260,9 @@ def learned_estimate(learned: Learned) -> tuple[Preset, Estimate]:
     own code: the config DeepSpeed resolved (written beside the reports, ds_config.json, checked by
     DeepSpeed's config classes as any --ds-config is), the model's own tensors, and the
     run's micro-batch, accumulation, world size and dtype."""
-    from iotune.train.custom import custom_preset, geometry_of
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import estimate
+    from iotune.model.custom import custom_preset, geometry_of
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.estimate import estimate
 
     doc = learned.doc
     argv = doc.get("argv") or ["the script"]

@@ -15,11 +15,11 @@ from typing import Any
 from iotune import proc
 from iotune.checks import fstype, o_direct_error
 from iotune.errors import CommandFailed, IotuneError, UsageError
+from iotune.model.estimate import Estimate
 from iotune.probes.fabrics import refuse_lost
 from iotune.probes.sysfs import SysTree
 from iotune.proc import command as worker_command
 from iotune.proc import worker_env
-from iotune.train.estimate import Estimate
 from iotune.units import GIB
 
 SWAP_PREFIX = "iotune-swap-"

@@ -12,11 +12,6 @@ from iotune.trace.render import latency_line, latency_steps_table, other_io_line
 from iotune.units import GIB, binary_size, gib_text
 
 
-def _b(n: int) -> str:
-    """Parameter counts: 1.24B, 28.97M."""
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
-
-
 def _cell(v: Any, fmt: str = "{:,}") -> str:
     if v is None:
         return "-"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
+from iotune.model.estimate import Estimate
+from iotune.model.presets import Dtype, Preset
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline
 from iotune.train.checkpoint import Checkpointing
-from iotune.train.estimate import Estimate
 from iotune.train.launch import Launch
-from iotune.train.measured import AdamRate, Bandwidth, Baseline
 from iotune.train.preflight import Gpus, Resources, Shortfall
-from iotune.train.presets import Dtype, Preset
 
 if TYPE_CHECKING:
     from iotune.trace.targets import Array
@@ -103,8 +103,8 @@ def make_request(
     """The run the options ask for: the preset (or the user's model and config), the
     launch, the offload directories, the aio block, the run directory, the data. Refuses
     what makes no sense before anything is prepared."""
+    from iotune.model.custom import pick_preset
     from iotune.records import load_aio
-    from iotune.train.custom import pick_preset
     from iotune.train.data import check_inputs
     from iotune.train.launch import check_nodes, plan_launch
 

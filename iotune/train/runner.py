@@ -25,6 +25,9 @@ from typing import Any
 from iotune import proc
 from iotune.checks import fstype
 from iotune.errors import CommandFailed, UsageError
+from iotune.model.dsconfig import DEFAULT_AIO_BLOCK, ds_config
+from iotune.model.estimate import Estimate, estimate
+from iotune.model.presets import Dtype, Preset, resolve_dtype
 from iotune.probes.meminfo import mem_available
 from iotune.probes.sysfs import SysTree
 from iotune.proc import command as worker_command
@@ -34,8 +37,6 @@ from iotune.trace.targets import Targets
 from iotune.trace.writeback import write_back
 from iotune.train.checkpoint import TAG, check_folder, resume_point, with_writer
 from iotune.train.checkpoint import save_volume as ck_save_volume
-from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, ds_config
-from iotune.train.estimate import Estimate, estimate
 from iotune.train.launch import place
 from iotune.train.preflight import (
     SWAP_PREFIX,
@@ -49,7 +50,6 @@ from iotune.train.preflight import (
     preflight,
     swap_dir_users,
 )
-from iotune.train.presets import Dtype, Preset, resolve_dtype
 from iotune.train.request import Prepared, RunRequest
 from iotune.train.results import build_result, write_result
 from iotune.units import GIB
@@ -292,7 +292,8 @@ def worker_spec(
 
 def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
     """Run the worker under the tracer; the table is built and written whatever happens."""
-    from iotune.trace.runner import Tracer, TraceRequest
+    from iotune.trace.request import TraceRequest
+    from iotune.trace.runner import Tracer
 
     out = req.out
     out.mkdir(parents=True, exist_ok=True)

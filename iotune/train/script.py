@@ -19,10 +19,10 @@ from iotune.units import scale_for
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from iotune.trace.runner import TraceRequest
-    from iotune.train.estimate import Estimate, IoVolume
+    from iotune.model.estimate import Estimate, IoVolume
+    from iotune.model.presets import Preset
+    from iotune.trace.request import TraceRequest
     from iotune.train.observe import Learned, Observer
-    from iotune.train.presets import Preset
 
 
 @dataclass
@@ -163,7 +163,7 @@ def _where_notes(
     cfg = learned.doc.get("config") or {}
     aio = cfg.get("aio") if isinstance(cfg, dict) else None
     block = aio.get("block_size") if isinstance(aio, dict) else None
-    from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
+    from iotune.model.dsconfig import DEFAULT_AIO_BLOCK
 
     block = int(block) if isinstance(block, (int, float)) else DEFAULT_AIO_BLOCK
     if nvme is not None and not focus_known and block != req.focus:
@@ -186,10 +186,10 @@ def plan_script(
     devices: str | None,
     target: str | None,
 ) -> ScriptPlan:
-    from iotune.train.custom import pick_preset
-    from iotune.train.dsconfig import DEFAULT_AIO_BLOCK
-    from iotune.train.dsconfig import ds_config as build_config
-    from iotune.train.estimate import estimate
+    from iotune.model.custom import pick_preset
+    from iotune.model.dsconfig import DEFAULT_AIO_BLOCK
+    from iotune.model.dsconfig import ds_config as build_config
+    from iotune.model.estimate import estimate
 
     p = pick_preset(
         None,

@@ -4,7 +4,7 @@
 
 The JSON names the target directory, the aio block (block_size, queue_depth, threads,
 single_submit, overlap_events), ``layout`` (per optimizer sub-group: the elements of its
-fp32 master and of each Adam moment, and of each gradient swapped; iotune.train.estimate.
+fp32 master and of each Adam moment, and of each gradient swapped; iotune.model.swapfiles.
 swap_layout) and ``rounds``. The files and their order are those of DeepSpeed's
 PartitionedOptimizerSwapper (runtime/swap_tensor/partitioned_optimizer_swapper.py):
 

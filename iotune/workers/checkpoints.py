@@ -151,7 +151,7 @@ def _fsync_tree(path: Path) -> dict[str, int]:
     many bytes: the .pt files the writer wrote, the copy of the swap files beside them.
     DeepSpeed's save_checkpoint (and the decoupled writer's commit) ends in a barrier, so
     with several ranks each one's walk finds every rank's files: the figures are the tag
-    folder's, not this rank's share (iotune.train.results.merge_ranks counts them once)."""
+    folder's, not this rank's share (iotune.train.ranks.merge_ranks counts them once)."""
     files = copied = written = 0
     for root, dirs, names in os.walk(path):
         for n in names:

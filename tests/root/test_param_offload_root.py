@@ -12,7 +12,7 @@ that change what is kept:
   forward, the persistent ones once a step, and every file on the drive written back.
 
 Every initialisation and steady step reads the estimate's bytes to the byte and writes them
-up to the filesystem's own (iotune/train/estimate.py parameter_placement)."""
+up to the filesystem's own (iotune/model/swapfiles.py parameter_placement)."""
 
 from __future__ import annotations
 

@@ -369,9 +369,9 @@ def test_swap_rehearsal_moves_the_models_bytes_and_is_kept_on_resume(
     """--swap-pattern times the preset's optimizer swapping with the real async_io op: the
     bytes are the I/O model's per-step optimizer reads and writes (DeepSpeed's 1 KiB
     alignment aside), the files are gone after, and a resumed sweep keeps the record."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import swap_layout, swapped_counts
-    from iotune.train.presets import get_preset
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import get_preset
+    from iotune.model.swapfiles import swap_layout, swapped_counts
 
     loop_device(size_mib=1024, fs="ext4", mount=True)
     volume = Path(loop_device.mounts[0])  # type: ignore[attr-defined]

@@ -391,8 +391,8 @@ def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
     generated config of every strategy, and read the aio block as written."""
     import sys
 
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.presets import get_preset, load_presets
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import get_preset, load_presets
 
     strategies = sorted({p.strategy.name for p in load_presets().values()})
     assert len(strategies) == 9

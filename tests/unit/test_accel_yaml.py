@@ -1,4 +1,4 @@
-"""accelerate's YAML config as --ds-config (iotune.train.accel, iotune.workers.accel_config):
+"""accelerate's YAML config as --ds-config (iotune.model.accel, iotune.workers.accel_config):
 the forms accelerate's DeepSpeed guide shows ("DeepSpeed Plugin" examples with
 deepspeed_config: zero_stage, offload_*_device, gradient_accumulation_steps, ...; and one
 naming a deepspeed_config_file), read by accelerate's own loader, launcher and
@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from iotune import cli as cli_mod
-from iotune.train.custom import custom_preset
-from iotune.train.presets import Preset
+from iotune.model.custom import custom_preset
+from iotune.model.presets import Preset
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
 

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
 from iotune.train.checkpoint import (
     Checkpointing,
     check_folder,
@@ -17,9 +20,6 @@ from iotune.train.checkpoint import (
     save_rows,
     save_volume,
 )
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.presets import get_preset
 from iotune.train.request import make_request
 
 KIB, MIB = 1 << 10, 1 << 20

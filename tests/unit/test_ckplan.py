@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.train.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves, writer_rows
-from iotune.train.datasheet import DriveSpec
+from iotune.plan.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves, writer_rows
+from iotune.plan.datasheet import DriveSpec
 
 GB = 1e9
 
@@ -256,7 +256,7 @@ def test_a_bad_checkpoint_drive_is_named_as_such(spec: str, message: str) -> Non
 
 
 def test_a_save_plans_json_has_its_keys_and_rounding() -> None:
-    from iotune.train.ckplan import SavePlan
+    from iotune.plan.ckplan import SavePlan
 
     # every 3 steps of 1.5 s: 4.5 s of training a save; the 2.34567 s write bounds the save
     pl = SavePlan(5, 6, 4e9 + 0.4, 1.23456, 2.34567, 3, 1.5)
@@ -279,7 +279,7 @@ def test_a_save_plans_json_has_its_keys_and_rounding() -> None:
 
 
 def test_a_bad_checkpoint_drive_hint_names_the_option_given() -> None:
-    from iotune.train.ckplan import parse_checkpoint_drive
+    from iotune.plan.ckplan import parse_checkpoint_drive
 
     with pytest.raises(UsageError) as exc:
         parse_checkpoint_drive("read=1GB/s")
@@ -290,8 +290,8 @@ def test_a_bad_checkpoint_drive_hint_names_the_option_given() -> None:
 
 
 def test_the_checkpoint_derating_measured_or_published_exactly() -> None:
-    from iotune.train.ckplan import checkpoint_derate
-    from iotune.train.datasheet import Derate
+    from iotune.plan.ckplan import checkpoint_derate
+    from iotune.plan.datasheet import Derate
 
     d = _drive()
     measured = {"measured": True, "read": 0.8, "write": 0.7, "source": "sweep of /dev/md0"}
@@ -325,7 +325,7 @@ def test_a_share_is_strictly_between_none_and_all_of_the_training() -> None:
 
 
 def _saves(writes: list[float], read_s: float | None, every: int = 9) -> list[Any]:
-    from iotune.train.ckplan import SavePlan
+    from iotune.plan.ckplan import SavePlan
 
     return [
         SavePlan(w, 6, 1.0, read_s, s, every, 1.0) for w, s in zip((4, 5, 6), writes, strict=True)
@@ -400,7 +400,7 @@ def _drives_plan(target: int | None) -> dict[str, Any]:
 
 
 def test_the_checkpoint_plan_on_nvme_from_the_drives_plan_exactly() -> None:
-    from iotune.train.datasheet import Derate
+    from iotune.plan.datasheet import Derate
 
     d = _drive()
     ck = checkpoint_plan(
@@ -490,7 +490,7 @@ def _small_sweep() -> dict[str, Any]:
 
 
 def test_a_sweep_alone_answers_with_the_writers_that_fit() -> None:
-    from iotune.train.datasheet import Derate
+    from iotune.plan.datasheet import Derate
 
     # 9 steps of 1 s: torch waits 1 s of 10 (10% exactly), decoupled none, the tuned 3 of 12
     ck = checkpoint_plan(

@@ -15,14 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from iotune import cli as cli_mod
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
+from iotune.plan.rundoc import volume_drives
 from iotune.trace.targets import Targets
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
 from iotune.train.preflight import Resources
-from iotune.train.presets import get_preset
 from iotune.train.request import Prepared, RunRequest
 from iotune.train.results import build_result, write_result
-from iotune.train.rundoc import volume_drives
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 #: the seconds each step's swaps took (iotune.workers.train.SwapClock)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
 from iotune.trace.targets import Array
 from iotune.train.checkpoint import save_rows
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.presets import get_preset
-from iotune.train.results import merge_ranks
+from iotune.train.ranks import merge_ranks
 from iotune.workers.checkpoints import save_checkpoint
 
 KIB, MIB = 1 << 10, 1 << 20

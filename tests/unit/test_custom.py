@@ -1,6 +1,6 @@
-"""Your model and DeepSpeed config (iotune.train.custom, advice, swapwatch): the pure parts.
-The model's tensors come from transformers in the root tier (tests/root/test_custom_root.py);
-here a geometry is written by hand."""
+"""Your model and DeepSpeed config (iotune.model.custom and dsfile, advice, swapwatch): the
+pure parts. The model's tensors come from transformers in the root tier
+(tests/root/test_custom_root.py); here a geometry is written by hand."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
-from iotune.train.advice import advise
-from iotune.train.custom import pick_preset, read_ds_config, strategy_of
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.presets import ModelGeometry, Preset, PresetError, apply_sets
+from iotune.model.custom import pick_preset, strategy_of
+from iotune.model.dsconfig import ds_config
+from iotune.model.dsfile import read_ds_config
+from iotune.model.estimate import estimate
+from iotune.model.geometry import ModelGeometry
+from iotune.model.presets import Preset, PresetError, apply_sets
+from iotune.plan.advice import advise
 from iotune.train.swapwatch import StepWatch, state_files
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
@@ -250,7 +252,7 @@ def test_the_step_watch_on_parameter_files_alone(tmp_path: Path) -> None:
 
 def test_advice_on_an_aio_block_the_sweep_measured_slower(tmp_path: Path) -> None:
     """--aio-config SWEEP_RUN: your config's block beside the sweep's best, from its points."""
-    from iotune.train.advice import _swept_block
+    from iotune.plan.advice import _swept_block
 
     def point(op: str, bs: int, qd: int, gib_s: float, status: str = "ok") -> str:
         return json.dumps(
@@ -403,7 +405,7 @@ def test_an_ignored_aio_key_in_a_plain_config_is_advice(tmp_path: Path) -> None:
 def test_a_warmup_an_older_transformers_fills_with_0_is_advice_and_1_for_our_runs() -> None:
     """Seen on a GPU machine's transformers: "auto" warmup filled with 0, which DeepSpeed
     0.19.8 refuses; the Trainer stopped in deepspeed.initialize."""
-    from iotune.train.custom import warmup_below_one
+    from iotune.model.dsfile import warmup_below_one
 
     cfg: dict[str, Any] = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
     filled = [("scheduler.params.warmup_num_steps", "0", "TrainingArguments' default")]
@@ -458,7 +460,7 @@ def test_a_model_config_that_is_not_json_says_so_with_the_line_and_column(
 def test_a_model_config_that_is_not_an_object_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from iotune.train.custom import load_model
+    from iotune.model.custom import load_model
 
     monkeypatch.setattr("iotune.proc.run_worker", _no_worker)
     (tmp_path / "config.json").write_text("[1, 2]")

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
-from iotune.train.datasheet import DriveSpec
-from iotune.train.drives import (
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
+from iotune.plan.datasheet import DriveSpec
+from iotune.plan.drives import (
     DriveInputs,
     DrivePlan,
     Limit,
@@ -18,11 +21,8 @@ from iotune.train.drives import (
     plan_drives,
     smallest_for,
 )
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.measured import AdamRate, Bandwidth, Baseline
-from iotune.train.predict import Prediction
-from iotune.train.presets import get_preset
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline
+from iotune.plan.predict import Prediction
 from iotune.units import GIB, amount, binary_size, format_size, parse_quantity, parse_size
 
 #: one drive of 2 GiB/s read, 3 GiB/s write (as tests/unit/test_drives_plan.py)

@@ -14,8 +14,11 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.train.datasheet import DriveSpec, link_bandwidth, load_profiles, parse_drive
-from iotune.train.drives import (
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset, preset_with
+from iotune.plan.datasheet import DriveSpec, link_bandwidth, load_profiles, parse_drive
+from iotune.plan.drives import (
     DAY_S,
     DriveInputs,
     DrivePlan,
@@ -25,9 +28,7 @@ from iotune.train.drives import (
     plan_drives,
     smallest_for,
 )
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.measured import (
+from iotune.plan.measured import (
     AdamRate,
     Bandwidth,
     Baseline,
@@ -35,7 +36,6 @@ from iotune.train.measured import (
     run_drives,
     study_inputs,
 )
-from iotune.train.presets import get_preset, preset_with
 from iotune.units import GIB
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"
@@ -394,7 +394,7 @@ def test_replace_keeps_a_profiles_source() -> None:
 
 def test_a_run_of_one_step_is_no_baseline_as_it_has_no_steady_row() -> None:
     """The run's table has no steady-step row for a run of one step; its baseline reader
-    (iotune.train.rundoc.later_steps) says the same instead of timing the first step."""
+    (iotune.plan.rundoc.later_steps) says the same instead of timing the first step."""
     doc = _nvme_run()
     doc["events"] = doc["events"][:2]
     with pytest.raises(UsageError, match="no steady step"):

@@ -1,6 +1,7 @@
-"""The I/O and memory model of ZeRO-3 offload (iotune.train.estimate) counted by hand: small
-models of chosen tensors, each figure written out with its reason (the module docstring's
-counts, DeepSpeed's defaults and boundaries), an invariant, or a boundary case.
+"""The I/O and memory model of ZeRO-3 offload (iotune.model.estimate, swapfiles, hostram)
+counted by hand: small models of chosen tensors, each figure written out with its reason (the
+modules' docstrings' counts, DeepSpeed's defaults and boundaries), an invariant, or a
+boundary case.
 
 The models are ModelGeometry objects whose parameter tensors are listed one by one (elements,
 in parameters() order), so every sum is short; their shape fields (hidden 8, intermediate 24,
@@ -13,30 +14,35 @@ from typing import Any
 
 import pytest
 
-from iotune.train.estimate import (
-    CUDA_HOST,
+from iotune.model.estimate import (
     CUDA_RESERVE,
+    Estimate,
+    IoVolume,
+    activation_bytes,
+    estimate,
+    per_n,
+    zenflow_schedule,
+)
+from iotune.model.geometry import Geometry, ModelGeometry
+from iotune.model.hostram import (
+    CUDA_HOST,
+    PROCESS_BASE,
+    SHM_WORKSPACE,
+    HostRam,
+    _param_subgroup_on_nvme,
+    pinned,
+)
+from iotune.model.presets import Preset, Strategy
+from iotune.model.swapfiles import (
     IN_CPU,
     NO_FILE,
     ON_NVME,
     PERSISTENT,
-    PROCESS_BASE,
-    SHM_WORKSPACE,
-    Estimate,
-    HostRam,
-    IoVolume,
-    _param_subgroup_on_nvme,
     _subgroup_indices,
-    activation_bytes,
-    estimate,
     parameter_placement,
-    per_n,
-    pinned,
     swap_layout,
     swapped_counts,
-    zenflow_schedule,
 )
-from iotune.train.presets import Geometry, ModelGeometry, Preset, Strategy
 
 MIB = 1 << 20
 #: DeepSpeed's defaults (runtime/zero/config.py, offload_config.py): sub_group_size,
@@ -744,9 +750,9 @@ def test_swap_files_are_rounded_to_1024_bytes_as_two_ranks_wrote_them_in_the_vm(
     moments' files hold 918,016 (DeepSpeed rounds a swap file up to 1024 bytes). Two ranks'
     copies of them in a checkpoint: 24 x 918,016 = 22,032,384 bytes, what the guest's save
     copied (tests/vm/test_checkpoint_vm.py; 3,072 bytes more than the unrounded count)."""
-    from iotune.train.dsconfig import ds_config
-    from iotune.train.estimate import swap_alignment
-    from iotune.train.presets import preset_with
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import preset_with
+    from iotune.model.swapfiles import swap_alignment
 
     sets = (
         "seq_len=2",

@@ -165,7 +165,7 @@ def test_the_report_page_names_every_figure_the_report_draws() -> None:
 
     page = (TOP / "docs/commands/report.md").read_text()
     drawn = []
-    for src in ("figures.py", "latency_figures.py"):
+    for src in ("figures.py", "sweep_figures.py", "latency_figures.py"):
         text = (TOP / "iotune/report" / src).read_text()
         drawn += re.findall(r"return Drawn\(\s*f?\"([^\"]+)\"", text)
     names = [re.sub(r"\{[^}]*\}", "NAME", n) + ".png" for n in drawn]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from iotune.fabrics.connect import nsid_count
+from iotune.plan.planner import parse_network
 from iotune.probes.fabrics import (
     controllers_of,
     parse_address,
@@ -20,7 +21,6 @@ from iotune.probes.fabrics import (
 )
 from iotune.probes.sysfs import SysTree
 from iotune.raid.plan import fabric_note
-from iotune.train.planner import parse_network
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from iotune.trace import latency as lt
-from iotune.trace.bpf import DEPTH_SLOTS, INFLIGHT_WORDS, LAT_SLOTS
+from iotune.trace.mapreader import DEPTH_SLOTS, INFLIGHT_WORDS, LAT_SLOTS
 
 pytestmark = pytest.mark.unit
 HEADER = Path(__file__).parents[2] / "bpf" / "iotune.h"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from iotune.errors import IotuneError
-from iotune.trace import bpf, libbpf
+from iotune.trace import libbpf, mapreader
 
 BPF = Path(__file__).resolve().parents[2] / "bpf"
 
@@ -47,7 +47,7 @@ def test_the_programs_and_the_readers_share_their_constants() -> None:
     src = (BPF / "reqsize.core.bpf.c").read_text()
     defines = dict(re.findall(r"^#define (\w+) (0x[0-9a-f]+|\d+)$", src, re.M))
     for name in ("SLOT_DEVS", "SLOT_SECTORS", "DONE_OPS", "OWNER_OPS", "MAX_SIZES", "NO_ROW"):
-        assert int(defines[name], 0) == getattr(bpf, name), name
+        assert int(defines[name], 0) == getattr(mapreader, name), name
     fields = re.search(r"struct config \{(.*?)\};", src, re.S)
     assert fields is not None
     members = re.findall(r"(u32|u64) (\w+)(?:\[(\w+)\])?;", fields.group(1))
@@ -55,5 +55,5 @@ def test_the_programs_and_the_readers_share_their_constants() -> None:
     # each member's width, as ctypes lays it out: the .rodata the loader checks by size
     sizes = {"u32": 4, "u64": 8}
     for (kind, name, count), field in zip(members, libbpf.Config._fields_, strict=True):
-        want = sizes[kind] * (getattr(bpf, count) if count else 1)
+        want = sizes[kind] * (getattr(mapreader, count) if count else 1)
         assert ctypes.sizeof(field[1]) == want, (name, field[0])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
-from iotune.train.datasheet import DriveSpec, _check, load_profiles, parse_drive, parse_link
+from iotune.plan.datasheet import DriveSpec, _check, load_profiles, parse_drive, parse_link
 
 TOP = Path(__file__).resolve().parents[2]
 TABLE = tomllib.loads((TOP / "configs" / "drives.toml").read_text())
@@ -232,7 +232,7 @@ def test_a_profile_table_of_ones_own(tmp_path: Path) -> None:
 
 
 def test_a_target_step_refusal_word_for_word() -> None:
-    from iotune.train.drives import parse_target
+    from iotune.plan.drives import parse_target
 
     cases = {
         "fast": (
@@ -255,7 +255,7 @@ def test_a_target_step_refusal_word_for_word() -> None:
 
 
 def test_endurance_json_rounding_and_a_time_limit_in_words() -> None:
-    from iotune.train.drives import Endurance, Limit
+    from iotune.plan.drives import Endurance, Limit
 
     e = Endurance(1234.5678, 98765.4321, 0.12345, 456.789)
     assert e.to_json() == {
@@ -282,11 +282,11 @@ def test_a_users_endurance_figures_replace_the_profiles() -> None:
 
 # ------------------------------------------------------------------ the planner's sentences
 
-from iotune.train.drives import DriveInputs, Limit, Raid, _beyond, plan_drives  # noqa: E402
-from iotune.train.dsconfig import ds_config  # noqa: E402
-from iotune.train.estimate import estimate  # noqa: E402
-from iotune.train.measured import AdamRate, Bandwidth, Baseline  # noqa: E402
-from iotune.train.presets import get_preset  # noqa: E402
+from iotune.model.dsconfig import ds_config  # noqa: E402
+from iotune.model.estimate import estimate  # noqa: E402
+from iotune.model.presets import get_preset  # noqa: E402
+from iotune.plan.drives import DriveInputs, Limit, Raid, _beyond, plan_drives  # noqa: E402
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline  # noqa: E402
 
 _GIB = 2**30
 _P = get_preset("opt_nvme_1b")

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import Estimate, estimate
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import Estimate, estimate
+from iotune.model.presets import Preset
 from iotune.train.observe import (
     HOOK_ENV,
     Observer,
@@ -28,7 +29,6 @@ from iotune.train.observe import (
     read_learned,
     swap_site,
 )
-from iotune.train.presets import Preset
 from tests.unit.test_custom import _preset
 
 #: a stand-in for DeepSpeed's engine module: the attributes the hook reads, nothing more

@@ -1,4 +1,4 @@
-"""By-hand counts of the storage planner (`iotune estimate --drives`, iotune.train.planner):
+"""By-hand counts of the storage planner (`iotune estimate --drives`, iotune.plan.planner):
 what it reads of the swept drives from a sysfs tree built here (their PCIe links, the network
 links of NVMe-oF namespaces, the health logs), how it picks one drive's bandwidth, and each
 figure, label and sentence of the plan it returns. Pure logic over tmp_path trees."""
@@ -14,16 +14,13 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
-from iotune.probes import nvme_health
-from iotune.probes.host import RecordedHost
-from iotune.probes.nvme_health import Health
-from iotune.probes.sysfs import SysTree
-from iotune.train.datasheet import Derate, load_profiles, parse_drive
-from iotune.train.drives import Limit
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.measured import AdamRate, Bandwidth, Baseline, RunDrives
-from iotune.train.planner import (
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
+from iotune.plan.datasheet import Derate, load_profiles, parse_drive
+from iotune.plan.drives import Limit
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline, RunDrives
+from iotune.plan.planner import (
     _health,
     _one_drive,
     _study_steps,
@@ -34,7 +31,10 @@ from iotune.train.planner import (
     swept_link,
     swept_network,
 )
-from iotune.train.presets import get_preset
+from iotune.probes import nvme_health
+from iotune.probes.host import RecordedHost
+from iotune.probes.nvme_health import Health
+from iotune.probes.sysfs import SysTree
 
 P1B = get_preset("opt_nvme_1b")
 CFG = ds_config(P1B)

@@ -17,8 +17,11 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from iotune.errors import UsageError
-from iotune.train.datasheet import _KEYS as _DRIVE_KEYS
-from iotune.train.datasheet import (
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import get_preset
+from iotune.plan.datasheet import _KEYS as _DRIVE_KEYS
+from iotune.plan.datasheet import (
     LINK_WIDTHS,
     DriveSpec,
     link_bandwidth,
@@ -26,7 +29,7 @@ from iotune.train.datasheet import (
     parse_drive,
     parse_link,
 )
-from iotune.train.drives import (
+from iotune.plan.drives import (
     GROWS,
     DriveInputs,
     Limit,
@@ -36,11 +39,8 @@ from iotune.train.drives import (
     plan_drives,
     smallest_for,
 )
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate
-from iotune.train.measured import AdamRate, Bandwidth, Baseline
-from iotune.train.planner import drive_counts, parse_network
-from iotune.train.presets import get_preset
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline
+from iotune.plan.planner import drive_counts, parse_network
 from iotune.units import GIB, binary_size, format_size, parse_quantity, parse_size
 
 #: the loaded profile's examples (tests/conftest.py: fewer under mutation testing) scaled up

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 
 from iotune.errors import UsageError
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate
+from iotune.model.presets import preset_with
+from iotune.model.swapfiles import rank_tensors
 from iotune.proc import ZYGOTE_ENV
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate, rank_tensors
 from iotune.train.launch import Launch, launch_command, place, plan_launch, read_hostfile
 from iotune.train.preflight import Resources, preflight, swap_dir_users
-from iotune.train.presets import preset_with
-from iotune.train.results import merge_ranks, per_drive, per_rank
+from iotune.train.ranks import merge_ranks, per_rank
+from iotune.train.results import per_drive
 
 GIB = 2**30
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.train import planner
-from iotune.train.datasheet import load_profiles, parse_drive
+from iotune.plan import planner
+from iotune.plan.datasheet import load_profiles, parse_drive
 from iotune.units import parse_quantity
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "study-h100"

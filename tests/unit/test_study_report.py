@@ -19,16 +19,16 @@ from matplotlib.patches import Rectangle
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.report import document, figures, tables
+from iotune.model.dsconfig import ds_config
+from iotune.model.estimate import estimate, zenflow_schedule
+from iotune.model.presets import get_preset
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline, adam_rate, aio_bandwidth
+from iotune.plan.predict import predict
+from iotune.plan.rundoc import forward_backward
+from iotune.report import document, figures, sweep_figures, tables
 from iotune.report.load import load
 from iotune.study import plan
 from iotune.study.record import summarize_run
-from iotune.train.dsconfig import ds_config
-from iotune.train.estimate import estimate, zenflow_schedule
-from iotune.train.measured import AdamRate, Bandwidth, Baseline, adam_rate, aio_bandwidth
-from iotune.train.predict import predict
-from iotune.train.presets import get_preset
-from iotune.train.rundoc import forward_backward
 from iotune.units import GIB
 from tests.unit.plots import values as _values
 
@@ -363,7 +363,7 @@ def test_request_size_figure_counts_every_request_of_each_drive() -> None:
 
 def test_sweep_heatmap_cells_are_the_best_bandwidth_at_each_block_and_depth() -> None:
     data = load([DATA / "sweep-aio"])
-    d = figures.sweep_heatmap(data.sweeps[0])
+    d = sweep_figures.sweep_heatmap(data.sweeps[0])
     assert d is not None
     ax = d.fig.axes[0]
     assert ax.get_title().startswith("read, GiB/s")
@@ -379,7 +379,7 @@ def test_sweep_heatmap_cells_are_the_best_bandwidth_at_each_block_and_depth() ->
 
 def test_adam_threads_figure_is_ms_per_billion_parameters() -> None:
     doc = json.loads((DATA / "threads/threads.json").read_text())
-    d = figures.adam_threads([doc], document.study_threads())
+    d = sweep_figures.adam_threads([doc], document.study_threads())
     assert d is not None
     (measured,) = [ln for ln in d.fig.axes[0].lines if ln.get_gid() == "measured"]
     assert _values(measured.get_xdata()) == [4, 8, 16]
@@ -432,8 +432,8 @@ def test_resume_takes_no_grid_options() -> None:
 
 @pytest.mark.parametrize("name", ["tiny_opt_nvme", "opt_nvme_1b", "opt_nvme_3b", "opt_nvme_16b"])
 def test_swap_layout_is_the_models_swapped_state_and_gradients(name: str) -> None:
-    from iotune.train.dsconfig import min_aio_bytes
-    from iotune.train.estimate import swap_layout, swapped_counts
+    from iotune.model.dsconfig import min_aio_bytes
+    from iotune.model.swapfiles import swap_layout, swapped_counts
 
     p = get_preset(name)
     cfg = ds_config(p)
@@ -467,7 +467,7 @@ def _swap_record(preset: str, aio: dict[str, Any], read: float, write: float) ->
 
 
 def test_prediction_takes_the_swap_rehearsal_before_the_file_bandwidth(tmp_path: Path) -> None:
-    from iotune.train.measured import measured_inputs
+    from iotune.plan.measured import measured_inputs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -522,10 +522,10 @@ def test_study_table_shows_no_estimate_beside_a_run_that_swaps_nothing() -> None
 def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
     tmp_path: Path,
 ) -> None:
+    from iotune.model.presets import preset_with
+    from iotune.model.swapfiles import swapped_counts
     from iotune.records import SWAP_REHEARSALS
     from iotune.sweep import swap
-    from iotune.train.estimate import swapped_counts
-    from iotune.train.presets import preset_with
 
     aio = get_preset("tiny_opt_nvme").aio
     sets = ("model.num_hidden_layers=1", "model.vocab_size=1024")
@@ -546,7 +546,7 @@ def test_swap_rehearsal_with_sets_swaps_the_runs_files_and_is_found_by_them(
 def test_prediction_notes_a_rehearsal_of_other_files_than_the_runs(tmp_path: Path) -> None:
     """The same preset's rehearsal with other --set values (another size) is taken with a
     note; the rehearsal of the run's own bytes is taken before it, without one."""
-    from iotune.train.measured import measured_inputs
+    from iotune.plan.measured import measured_inputs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()

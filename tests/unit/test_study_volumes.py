@@ -10,13 +10,13 @@ import pytest
 from matplotlib.text import Annotation
 
 from iotune.errors import UsageError
+from iotune.model.presets import get_preset
 from iotune.probes.sysfs import SysTree
 from iotune.report import figures as fg
 from iotune.report import tables as tb
 from iotune.study.plan import Item
 from iotune.study.runner import StudySpec
 from iotune.study.volumes import Volume, check_distinct, member_faults, parse_volume
-from iotune.train.presets import get_preset
 from tests.unit.plots import values
 
 SINGLE = Volume("single", "/mnt/a", None, ("nvme0n1",))

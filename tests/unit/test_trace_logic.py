@@ -379,7 +379,7 @@ def test_missed_events_take_the_larger_of_the_kernels_and_the_tracers_count() ->
 
 
 def test_log2_histogram_is_derived_from_the_exact_counts() -> None:
-    from iotune.trace.bpf import log2_hist
+    from iotune.trace.mapreader import log2_hist
 
     counts = {(7, 1, 512 * K): 3, (7, 1, 1023 * K): 2, (7, 1, 1024 * K): 1, (7, 3, 0): 4,
               (7, 0, 4 * K): 0}  # fmt: skip

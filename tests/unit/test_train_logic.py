@@ -14,14 +14,11 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.probes.cpu import Bf16Support, bf16_support
-from iotune.probes.sysfs import SysTree
-from iotune.train import data as tdata
-from iotune.train.dsconfig import check_ds_config, ds_config
-from iotune.train.estimate import IoVolume, estimate, pinned
-from iotune.train.preflight import Resources, Shortfall, preflight
-from iotune.train.presets import (
-    Geometry,
+from iotune.model.dsconfig import check_ds_config, ds_config
+from iotune.model.estimate import IoVolume, estimate
+from iotune.model.geometry import Geometry
+from iotune.model.hostram import pinned
+from iotune.model.presets import (
     Preset,
     PresetError,
     apply_sets,
@@ -32,6 +29,10 @@ from iotune.train.presets import (
     preset_with,
     resolve_dtype,
 )
+from iotune.probes.cpu import Bf16Support, bf16_support
+from iotune.probes.sysfs import SysTree
+from iotune.train import data as tdata
+from iotune.train.preflight import Resources, Shortfall, preflight
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 STRATEGIES = (
@@ -592,7 +593,7 @@ def test_estimate_prints_the_host_ram_breakdown() -> None:
 
 
 def test_the_studys_figures_are_data_printed_beside_the_estimate() -> None:
-    from iotune.train.study import load_study, study_row
+    from iotune.model.published import load_study, study_row
 
     doc = load_study()
     row = study_row(get_preset("opt_nvme_16b"))
@@ -686,7 +687,7 @@ def test_the_deepspeed_bounds_are_never_looser_than_deepspeeds_own() -> None:
         DeepSpeedZeroOffloadParamConfig,
     )
 
-    from iotune.train.presets import DS_BOUNDS
+    from iotune.model.dsbounds import DS_BOUNDS
 
     classes = {
         "zero_optimization": DeepSpeedZeroConfig,
@@ -749,7 +750,7 @@ def _trainer_template(ga: int = 4, hidden: int = 1024) -> dict[str, Any]:
 
 def _trainer_preset(cfg: dict[str, Any], ga: int = 4) -> Preset:
     """A 0.29B Llama (h1024 i3584 L16, vocab 32000, untied) under a user's config."""
-    from iotune.train.custom import strategy_of
+    from iotune.model.custom import strategy_of
 
     g = Geometry(
         hidden_size=1024,
@@ -818,7 +819,7 @@ def test_max_in_cpu_keeps_whole_subgroups_from_the_first() -> None:
     """DeepSpeed fills max_in_cpu's CPU buffer with the optimizer's sub-groups in order, each
     whole or not at all (zero/stage3.py:984-993): the parameters of the sub-groups after it
     stay on the drive, are read at every use and written after every step."""
-    from iotune.train.estimate import (
+    from iotune.model.swapfiles import (
         IN_CPU,
         NO_FILE,
         ON_NVME,

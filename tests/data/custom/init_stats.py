@@ -10,7 +10,7 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from iotune.workers.train import build_partitioned, model_config
+from iotune.workers.model_build import build_partitioned, model_config
 
 
 def main() -> None:

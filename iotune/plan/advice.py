@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iotune.model.dsconfig import DEFAULT_AIO_BLOCK, model_element_size
+from iotune.model.estimate import Estimate, estimate
+from iotune.model.presets import Preset
 from iotune.probes.sysfs import SysTree
-from iotune.train.dsconfig import DEFAULT_AIO_BLOCK, model_element_size
-from iotune.train.estimate import Estimate, estimate
-from iotune.train.presets import Preset
 from iotune.units import amount, format_size
 
 #: pinned swap buffers worth a word: below this the saving is noise on any training host

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from iotune.train.presets import Preset, PresetError, resolve_dtype
+from iotune.model.presets import Preset, PresetError, resolve_dtype
 
 #: DeepSpeed's aio block where a config gives none (runtime/swap_tensor/constants.py
 #: AIO_BLOCK_SIZE_DEFAULT): the focus size of a run or a trace of such a config
@@ -69,7 +69,7 @@ def ds_config(
         # embedding-sized buffers. max_in_cpu 0: every parameter streams from the drive;
         # DeepSpeed's default (1e9 elements) would read the optimizer's first sub-groups up
         # to 1e9 elements into CPU memory once and never touch their files again
-        # (zero/stage3.py:888-911, 984-993; iotune.train.estimate.parameter_placement).
+        # (zero/stage3.py:888-911, 984-993; iotune.model.swapfiles.parameter_placement).
         zo["offload_param"] = {
             "device": "nvme",
             "nvme_path": path,

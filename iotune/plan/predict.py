@@ -1,6 +1,6 @@
 """Step time predicted from measurements: the I/O model's bytes per step over the bandwidth
 a sweep (or a run, or a datasheet) gives the target, plus CPU Adam, plus forward and
-backward from a baseline. Pure: the inputs are read by :mod:`iotune.train.measured`.
+backward from a baseline. Pure: the inputs are read by :mod:`iotune.plan.measured`.
 
 DeepSpeed's ZeRO-3 optimizer step with the optimizer state on NVMe (runtime/zero/stage3.py,
 ``_optimizer_step`` per sub-group, runtime/swap_tensor/partitioned_optimizer_swapper.py):
@@ -29,13 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from iotune.model.estimate import Estimate
+from iotune.model.presets import Preset
 from iotune.records import DRIVE_KINDS
-from iotune.train.estimate import Estimate
-from iotune.train.presets import Preset
 from iotune.units import amount
 
 if TYPE_CHECKING:
-    from iotune.train.measured import AdamRate, Bandwidth, Baseline
+    from iotune.plan.measured import AdamRate, Bandwidth, Baseline
 
 
 class Term(NamedTuple):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iotune.model.presets import Preset, PresetError
 from iotune.paths import data_dir
-from iotune.train.presets import Preset, PresetError
 from iotune.units import GIB
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.train.datasheet import Derate, DriveSpec, load_profiles, parse_drive
+from iotune.plan.datasheet import Derate, DriveSpec, load_profiles, parse_drive
 
 PARITY = {5: 1, 6: 2}
 #: the widths a plan lists, and the widest --checkpoint-share searches

@@ -2,7 +2,7 @@
 bandwidth at the run's aio block, a thread sweep's CPU Adam, a baseline run's forward +
 backward (and, from a run whose optimizer state was on NVMe, the drives it swapped to and CPU
 Adam without the swaps), the seed study's own figures for its presets, or a drive's
-datasheet. Each input says where it came from; :mod:`iotune.train.predict` does the
+datasheet. Each input says where it came from; :mod:`iotune.plan.predict` does the
 arithmetic.
 """
 
@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
-from iotune.records import SWAP_REHEARSALS, THREADS_RESULT, read_threads
-from iotune.sweep import space as sp
-from iotune.sweep.run import SweepRun, has_points
-from iotune.train.presets import Preset
-from iotune.train.rundoc import (
+from iotune.model.presets import Preset
+from iotune.plan.rundoc import (
     backward_median,
     forward_backward,
     load_run,
@@ -27,6 +24,9 @@ from iotune.train.rundoc import (
     swap_medians,
     volume_drives,
 )
+from iotune.records import SWAP_REHEARSALS, THREADS_RESULT, read_threads
+from iotune.sweep import space as sp
+from iotune.sweep.run import SweepRun, has_points
 from iotune.units import GIB, binary_size
 
 
@@ -332,8 +332,8 @@ def study_inputs(preset: Preset) -> tuple[Baseline, AdamRate] | None:
     its gradients' writes added beyond backward on its drive, so the prediction lets them
     overlap all of it. Parameters on NVMe take the optimizer-only row's figure: the same
     model and batch, whose forward + backward fetched nothing from the drive."""
-    from iotune.train.presets import preset_with
-    from iotune.train.study import load_study, study_row
+    from iotune.model.presets import preset_with
+    from iotune.model.published import load_study, study_row
 
     opt_only = preset_with(f"opt_nvme_{preset.size}", ()) if preset.size else None
     row = study_row(opt_only) if opt_only is not None and preset.ga == 1 else None
@@ -391,8 +391,8 @@ def measured_inputs(
     aio = cfg.get("aio") or preset.aio
     bw = None
     if aio_config and has_points(aio_config) and preset.strategy.uses_nvme and aio:
-        from iotune.train.estimate import swapped_counts
-        from iotune.train.presets import base_name
+        from iotune.model.presets import base_name
+        from iotune.model.swapfiles import swapped_counts
 
         sw = swapped_counts(preset, cfg)
         bw = swap_bandwidth(

@@ -1,7 +1,7 @@
 """`iotune estimate --drives`: the storage a run needs, planned before it is bought. Gathers
 what the plan is made from (a sweep, a run's swaps or a datasheet for one drive; the swept
 drive's PCIe link from sysfs; the study's own steps for its presets) and returns the plan as
-one document; :mod:`iotune.train.drives` does the arithmetic.
+one document; :mod:`iotune.plan.drives` does the arithmetic.
 
 One drive's bandwidth comes from the first of:
 
@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import IotuneError, UsageError
-from iotune.probes.host import Host
-from iotune.probes.nvme_health import Health
-from iotune.sweep.run import SweepRun, has_points
-from iotune.train.datasheet import (
+from iotune.model.estimate import Estimate
+from iotune.model.presets import Preset
+from iotune.plan.datasheet import (
     Derate,
     DriveSpec,
     link_bandwidth,
@@ -32,7 +31,7 @@ from iotune.train.datasheet import (
     parse_drive,
     parse_link,
 )
-from iotune.train.drives import (
+from iotune.plan.drives import (
     DriveInputs,
     Limit,
     Raid,
@@ -41,8 +40,7 @@ from iotune.train.drives import (
     plan_drives,
     smallest_for,
 )
-from iotune.train.estimate import Estimate
-from iotune.train.measured import (
+from iotune.plan.measured import (
     STUDY,
     AdamRate,
     Bandwidth,
@@ -51,7 +49,9 @@ from iotune.train.measured import (
     datasheet_bandwidth,
     run_drives,
 )
-from iotune.train.presets import Preset
+from iotune.probes.host import Host
+from iotune.probes.nvme_health import Health
+from iotune.sweep.run import SweepRun, has_points
 from iotune.units import GIB, parse_quantity, parse_size
 
 #: mdadm's default RAID0 chunk (mdadm(8) --chunk), and `iotune raid create`'s
@@ -190,8 +190,8 @@ def _one_drive(
 def _study_steps(p: Preset) -> tuple[tuple[int, float], ...]:
     """The study's measured steps of this preset's model by drive count: its single NVMe
     and its RAID0 of 3."""
-    from iotune.train.presets import preset_with
-    from iotune.train.study import study_row
+    from iotune.model.presets import preset_with
+    from iotune.model.published import study_row
 
     if p.ga != 1 or not p.size:
         return ()
@@ -243,7 +243,7 @@ def plan_storage(
     ran = None
     run_disks: list[str] = []
     if baseline and baseline != STUDY:
-        from iotune.train.rundoc import load_run
+        from iotune.plan.rundoc import load_run
 
         doc = load_run(Path(baseline))
         run_disks = list(doc.get("drives") or [])
@@ -372,7 +372,7 @@ def plan_storage(
             "drives": k,
             "answer": why,
         }
-    from iotune.train.study import study_row
+    from iotune.model.published import study_row
 
     study = study_row(p)
     if study is not None:

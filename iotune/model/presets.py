@@ -1,5 +1,7 @@
-"""Training presets (configs/presets.toml): model geometry, strategy, and the DeepSpeed config
-each one runs with. Pure: no torch, no DeepSpeed, no I/O beyond reading the TOML file."""
+"""Training presets (configs/presets.toml): model geometry (iotune.model.geometry), strategy,
+and the DeepSpeed config each one runs with; the --set overrides on them, checked (the
+DeepSpeed keys' bounds are iotune.model.dsbounds), and the dtype a preset computes in. Pure:
+no torch, no DeepSpeed, no I/O beyond reading the TOML file."""
 
 from __future__ import annotations
 
@@ -10,139 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from iotune.errors import UsageError
+from iotune.model.dsbounds import DS_BOUNDS
+from iotune.model.geometry import LLAMA31, Geometry, ModelGeometry
 from iotune.paths import data_dir
 from iotune.probes.cpu import Bf16Support, bf16_support
-
-#: Llama-3.1-8B's settings that every size shares unless its table says otherwise
-LLAMA31 = {
-    "vocab_size": 128256,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 131072,
-    "rope_theta": 500000.0,
-    "rms_norm_eps": 1e-5,
-    "hidden_act": "silu",
-}
 
 
 class PresetError(UsageError):
     """A preset, or a --set override, that cannot be run as asked."""
-
-
-@dataclass(frozen=True)
-class Geometry:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    tie_word_embeddings: bool
-    vocab_size: int = 128256
-    num_key_value_heads: int = 8
-    max_position_embeddings: int = 131072
-    rope_theta: float = 500000.0
-    rms_norm_eps: float = 1e-5
-    hidden_act: str = "silu"
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    def tensors(self) -> list[tuple[str, int]]:
-        """Every parameter tensor of LlamaForCausalLM, in model.parameters() order, with numel."""
-        h, i, kv = (
-            self.hidden_size,
-            self.intermediate_size,
-            self.num_key_value_heads * self.head_dim,
-        )
-        out = [("model.embed_tokens.weight", self.vocab_size * h)]
-        for n in range(self.num_hidden_layers):
-            p = f"model.layers.{n}."
-            out += [
-                (p + "self_attn.q_proj.weight", h * h),
-                (p + "self_attn.k_proj.weight", h * kv),
-                (p + "self_attn.v_proj.weight", h * kv),
-                (p + "self_attn.o_proj.weight", h * h),
-                (p + "mlp.gate_proj.weight", h * i),
-                (p + "mlp.up_proj.weight", h * i),
-                (p + "mlp.down_proj.weight", i * h),
-                (p + "input_layernorm.weight", h),
-                (p + "post_attention_layernorm.weight", h),
-            ]
-        out.append(("model.norm.weight", h))
-        if not self.tie_word_embeddings:  # a tied lm_head is the embedding itself
-            out.append(("lm_head.weight", self.vocab_size * h))
-        return out
-
-    def tied_tensors(self) -> list[tuple[str, int]]:
-        """Module weights that transformers replaces by another's (lm_head by the embedding),
-        with the numel each had when its module was built."""
-        return (
-            [("lm_head.weight", self.vocab_size * self.hidden_size)]
-            if self.tie_word_embeddings
-            else []
-        )
-
-    def param_count(self) -> int:
-        return sum(n for _, n in self.tensors())
-
-    @property
-    def model_type(self) -> str:
-        return "llama"
-
-    @property
-    def family(self) -> str:
-        return "Llama"
-
-    def llama_config(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(Geometry)}
-        d["head_dim"] = self.head_dim
-        return d
-
-    def model_config(self) -> dict[str, Any]:
-        """The transformers config the worker builds the model from (with model_type)."""
-        return self.llama_config()
-
-    def describe(self) -> str:
-        return (
-            f"h{self.hidden_size} i{self.intermediate_size} L{self.num_hidden_layers} "
-            f"heads {self.num_attention_heads}/{self.num_key_value_heads} "
-            f"vocab {self.vocab_size}{' tied' if self.tie_word_embeddings else ''}"
-        )
-
-
-@dataclass(frozen=True)
-class ModelGeometry(Geometry):
-    """A user's model (--model): its config.json and its real parameter tensors, as
-    transformers builds it (iotune.workers.model_meta, on the meta device)."""
-
-    source: str = ""
-    architecture: str = ""
-    type_name: str = "llama"
-    config: dict[str, Any] = field(default_factory=dict, compare=False)
-    params: tuple[tuple[str, int], ...] = ()
-    tied: tuple[tuple[str, int], ...] = ()
-
-    def tensors(self) -> list[tuple[str, int]]:
-        return list(self.params)
-
-    def tied_tensors(self) -> list[tuple[str, int]]:
-        return list(self.tied)
-
-    @property
-    def model_type(self) -> str:
-        return self.type_name
-
-    @property
-    def family(self) -> str:
-        return self.architecture or self.type_name
-
-    def model_config(self) -> dict[str, Any]:
-        return {**self.config, "model_type": self.type_name}
-
-    def describe(self) -> str:
-        return (
-            f"h{self.hidden_size} L{self.num_hidden_layers} vocab {self.vocab_size}"
-            f"{' tied' if self.tied else ''}, {len(self.params)} tensors"
-        )
 
 
 @dataclass(frozen=True)
@@ -396,101 +273,6 @@ def apply_sets(preset: Preset, sets: dict[str, Any]) -> Preset:
     if geo:
         changes["geometry"] = check_geometry(replace(preset.geometry, **geo))
     return replace(preset, ds_set=ds, **changes)
-
-
-@dataclass(frozen=True)
-class DsBound:
-    """The values a numeric DeepSpeed key takes."""
-
-    least: float
-    most: float | None = None
-    integer: bool = True
-    above: bool = False  # least itself is refused (pydantic's gt=)
-    below: bool = False  # most itself is refused (pydantic's lt=)
-    auto: bool = False  # "auto" is taken too
-    example: str = "1"
-
-    def says(self) -> str:
-        """What the key must be, e.g. 'a positive integer', 'a number from 0 to 1'."""
-        if self.integer:
-            text = (
-                "a positive integer"
-                if self.least == 1 or (self.least == 0 and self.above)
-                else f"an integer of {self.least:g} or more"
-            )
-        elif self.most is None:
-            text = f"a number {'above' if self.above else 'of'} {self.least:g}" + (
-                "" if self.above else " or more"
-            )
-        elif self.above or self.below:
-            text = (
-                f"a number {'above' if self.above else 'from'} {self.least:g} and "
-                f"{'below' if self.below else 'up to'} {self.most:g}"
-            )
-        else:
-            text = f"a number from {self.least:g} to {self.most:g}"
-        return text + (' or "auto"' if self.auto else "")
-
-    def takes(self, value: Any) -> Any:
-        """*value* as the key takes it (an integral float as an int), or None: refused."""
-        if self.auto and value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        if self.integer and isinstance(value, float):
-            if not value.is_integer():
-                return None
-            value = int(value)
-        if value < self.least or (self.above and value == self.least):
-            return None
-        if self.most is not None and (value > self.most or (self.below and value == self.most)):
-            return None
-        return value
-
-
-_POS = DsBound(1)
-_NONNEG = DsBound(0)
-
-#: the numeric DeepSpeed keys a --set is checked against (dotted under the config's top).
-#: DeepSpeed's pydantic bounds (runtime/zero/config.py, offload_config.py,
-#: zenflow/zenflow_config.py) are the floor; some are raised where DeepSpeed takes a value
-#: and then fails on it: no swap buffer (buffer_count 0: range() with step 0 in
-#: optimizer_utils.py), steps_per_print 0 (a modulo in engine.py). The aio section is a
-#: plain dict to DeepSpeed (swap_tensor/aio_config.py checks nothing): its sizes and counts
-#: must be positive for the aio handle.
-DS_BOUNDS: dict[str, DsBound] = {
-    "aio.block_size": DsBound(1, example="1048576"),
-    "aio.queue_depth": DsBound(1, example="8"),
-    "aio.intra_op_parallelism": _POS,
-    "steps_per_print": DsBound(1, example="100"),
-    "gradient_clipping": DsBound(0, integer=False, example="1.0"),
-    "zero_optimization.sub_group_size": DsBound(0, example="100000000"),  # 0: one tensor each
-    "zero_optimization.reduce_bucket_size": DsBound(1, example="500000000"),
-    "zero_optimization.allgather_bucket_size": DsBound(0, example="500000000"),
-    "zero_optimization.stage3_prefetch_bucket_size": DsBound(0, example="50000000"),
-    "zero_optimization.stage3_param_persistence_threshold": DsBound(0, example="100000"),
-    "zero_optimization.stage3_model_persistence_threshold": _NONNEG,
-    "zero_optimization.stage3_max_live_parameters": DsBound(0, example="1000000000"),
-    "zero_optimization.stage3_max_reuse_distance": DsBound(0, example="1000000000"),
-    "zero_optimization.offload_optimizer.buffer_count": DsBound(1, example="4"),
-    "zero_optimization.offload_optimizer.ratio": DsBound(0, 1, integer=False, example="1.0"),
-    "zero_optimization.offload_param.buffer_count": DsBound(1, example="5"),
-    "zero_optimization.offload_param.buffer_size": DsBound(1, example="100000000"),
-    "zero_optimization.offload_param.max_in_cpu": DsBound(0, example="1000000000"),
-    "zero_optimization.zenflow.topk_ratio": DsBound(
-        0, 1, integer=False, above=True, below=True, example="0.1"
-    ),
-    "zero_optimization.zenflow.update_interval": DsBound(1, auto=True, example="4"),
-    "zero_optimization.zenflow.select_interval": DsBound(0, auto=True, example="1"),
-    "zero_optimization.zenflow.full_warm_up_rounds": DsBound(0, example="0"),
-}
-#: the same keys by their pydantic field names, which DeepSpeed takes too (populate_by_name)
-for _alias in ("prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters"):
-    DS_BOUNDS[f"zero_optimization.{_alias}"] = DS_BOUNDS[f"zero_optimization.stage3_{_alias}"]
-DS_BOUNDS["zero_optimization.model_persistence_threshold"] = _NONNEG
-DS_BOUNDS["zero_optimization.max_reuse_distance"] = DS_BOUNDS[
-    "zero_optimization.stage3_max_reuse_distance"
-]
 
 
 def check_ds_value(key: str, value: Any) -> Any:

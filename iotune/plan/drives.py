@@ -13,7 +13,7 @@ narrower:
   the rest goes at the sustained rate its datasheet gives;
 - the host's memory bandwidth, where it is known (every swapped byte crosses RAM once).
 
-The step is then :func:`iotune.train.predict.predict`'s at that bandwidth: the swaps shrink
+The step is then :func:`iotune.plan.predict.predict`'s at that bandwidth: the swaps shrink
 as 1/K, CPU Adam and forward + backward do not, so the speed-up flattens where the drives
 stop being what the step waits for. Each plan says what bounds its step, and what each drive
 writes a day against its rated endurance.
@@ -25,11 +25,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from iotune.train.datasheet import Derate, DriveSpec
-from iotune.train.estimate import Estimate
-from iotune.train.measured import AdamRate, Bandwidth, Baseline
-from iotune.train.predict import Prediction, predict
-from iotune.train.presets import Preset
+from iotune.model.estimate import Estimate
+from iotune.model.presets import Preset
+from iotune.plan.datasheet import Derate, DriveSpec
+from iotune.plan.measured import AdamRate, Bandwidth, Baseline
+from iotune.plan.predict import Prediction, predict
 from iotune.units import amount, binary_size
 
 #: the most drives --target-step searches

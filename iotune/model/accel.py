@@ -14,7 +14,7 @@ from typing import Any
 
 from iotune import proc
 from iotune.errors import CommandFailed
-from iotune.train.presets import PresetError
+from iotune.model.presets import PresetError
 
 #: keys only an accelerate config file has at its top level
 ACCELERATE_KEYS = ("distributed_type", "deepspeed_config", "compute_environment")

@@ -10,12 +10,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from iotune.train.dsconfig import model_element_size, study_differences
-from iotune.train.estimate import Estimate, IoVolume, estimate, per_n
-from iotune.train.presets import Preset, resolve_dtype
-from iotune.train.render import _b
-from iotune.train.study import StudyRow, study_row
+from iotune.model.dsconfig import model_element_size, study_differences
+from iotune.model.estimate import Estimate, IoVolume, estimate, per_n
+from iotune.model.presets import Preset, resolve_dtype
+from iotune.model.published import StudyRow, study_row
 from iotune.units import GIB, amount, format_size, gib_text, scale_for
+
+
+def _b(n: int) -> str:
+    """Parameter counts: 1.24B, 28.97M."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
 
 def presets_json(rows: list[tuple[Preset, Estimate]]) -> list[dict[str, Any]]:
