@@ -108,6 +108,9 @@ class _Running:
 
 
 _running: dict[str, _Running] = {}
+#: each command waited for: seconds from its start to its end, and whether it began early
+#: (tests/conftest.py prints them at the end of the run)
+DONE: dict[str, tuple[float, bool]] = {}
 
 
 def start(name: str, early: bool = True) -> None:
@@ -129,7 +132,11 @@ def start(name: str, early: bool = True) -> None:
             stdout=fo,
             stderr=fe,
             env=env,
-            start_new_session=True,  # stopped as a group at the session's end
+            # a process group of its own, to be stopped as one at the session's end, in the
+            # tests' session: under the kernel's autogroup scheduling, nice weighs only
+            # within a session, and a session of its own would take an equal share of the
+            # cores from the tests in front however nice it is
+            process_group=0,
         )
     _running[name] = _Running(cmd, proc, out, err, time.monotonic(), early)
 
@@ -157,6 +164,7 @@ def result(name: str) -> Outcome:
         r.early,
     )
     shutil.rmtree(r.out.parent, ignore_errors=True)
+    DONE[name] = (outcome.seconds, outcome.early)
     return outcome
 
 

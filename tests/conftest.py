@@ -136,6 +136,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         + "; by tier: "
         + ", ".join(f"{t} {_tier_seconds[t]:.0f}" for t in TIERS if t in _tier_seconds)
     )
+    if background.DONE:
+        terminalreporter.write_line(
+            "in the background: "
+            + ", ".join(
+                f"{name} {sec:.0f} s{'' if early else ' (started by its test)'}"
+                for name, (sec, early) in background.DONE.items()
+            )
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
