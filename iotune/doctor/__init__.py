@@ -2,6 +2,9 @@
 the exact fix, and names the command families (raid, sweep, trace, train) that need it.
 The host's own checks are here, the tracer's in :mod:`iotune.doctor.tracer`, training's in
 :mod:`iotune.doctor.train`; :func:`run_checks` runs them all.
+
+May import: iotune.trace (a load of its programs), iotune.checks, iotune.probes, iotune.proc,
+iotune.paths, iotune.units, iotune.errors. Not the sweeps, the run or the command line.
 """
 
 from __future__ import annotations

@@ -1,1 +1,3 @@
-"""NVMe over Fabrics: where a target is, and connecting its namespaces."""
+"""NVMe over Fabrics: where a target is, and connecting its namespaces.
+
+May import: iotune.probes, iotune.proc, iotune.errors."""

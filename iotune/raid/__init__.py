@@ -1,1 +1,3 @@
-"""`iotune raid`: plan-then-apply mdadm volumes, safe by construction."""
+"""`iotune raid`: plan-then-apply mdadm volumes, safe by construction.
+
+May import: iotune.render, iotune.probes, iotune.proc, iotune.units, iotune.errors."""

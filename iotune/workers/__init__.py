@@ -1,5 +1,8 @@
 """Code that imports torch or DeepSpeed runs here, each in its own process, so a crash, a hang
-or CUDA state costs one record, not the caller."""
+or CUDA state costs one record, not the caller.
+
+May import: iotune.trace, iotune.proc, and torch, DeepSpeed and transformers inside the
+process. Nothing above it: they are started by name (`python -m iotune.workers.NAME`)."""
 
 from __future__ import annotations
 

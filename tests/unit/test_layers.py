@@ -23,6 +23,14 @@ def test_imports_run_down_only_with_no_circle_and_no_module_above_450_lines() ->
     assert not found, "\n".join(found)
 
 
+def test_each_rooms_docstring_says_what_it_may_import() -> None:
+    rooms_ = sorted(p.parent.name for p in (TOP / "iotune").glob("*/__init__.py"))
+    silent = [
+        r for r in rooms_ if "May import" not in (TOP / "iotune" / r / "__init__.py").read_text()
+    ]
+    assert len(rooms_) >= 14 and not silent, silent
+
+
 def test_no_room_holds_more_than_a_fifth_of_the_package() -> None:
     big = {r["room"]: r["share"] for r in rooms.table() if float(r["share"]) > 20.0}  # type: ignore[arg-type]
     assert not big, big
