@@ -1,9 +1,8 @@
 """Commands of minutes whose test only waits for their outcome: the mutation score and the
-set-up in an empty Debian root. They mostly wait on a download or use cores that the tests
-beside them leave idle, so each starts in the background when the first test marked
-``beside_study`` begins (tests/conftest.py), at a nice level that yields the cores to the
-tests in front, and its test, which runs last of its group, waits for it. Run alone, a test
-starts its command itself. Either way the test judges what the command printed and left,
+set-up in an empty Debian root. Each starts in the background when the first test marked
+``beside_study`` begins (tests/conftest.py), in a session of its own, and its test, which
+runs last of its group, waits for it: the two go on while the tests beside them wait on
+workers, drives and guests. Run alone, a test starts its command itself. Either way the test judges what the command printed and left,
 never how long it took; the limit is a hang detector.
 
 A test names its command with ``@pytest.mark.background(NAME)``; NAME is a key of COMMANDS.
@@ -132,11 +131,13 @@ def start(name: str, early: bool = True) -> None:
             stdout=fo,
             stderr=fe,
             env=env,
-            # a process group of its own, to be stopped as one at the session's end, in the
-            # tests' session: under the kernel's autogroup scheduling, nice weighs only
-            # within a session, and a session of its own would take an equal share of the
-            # cores from the tests in front however nice it is
-            process_group=0,
+            # a session of its own, stopped as one group at the session's end. Under the
+            # kernel's autogroup scheduling that session takes its own share of the cores,
+            # nice or not: measured on this 2-core host (benchmarks/RESULTS.md), the whole
+            # run is shorter so (1763 s) than with the commands in the tests' session at
+            # nice 19 (1886 s), where they got only the idle cores and were left to the end,
+            # and the vm guests' tests waited on them there
+            start_new_session=True,
         )
     _running[name] = _Running(cmd, proc, out, err, time.monotonic(), early)
 
