@@ -97,8 +97,7 @@ def swept_link(aio_config: str | None, *, host: Host | None = None) -> Limit | N
         return None
     v, x = min(known, key=lambda t: t[0])
     return Limit(
-        # sysfs says "8.0 GT/s PCIe": the link named as `devices` and --link name it
-        f"PCIe link {str(x.current_speed).replace(' PCIe', '')} x{x.current_width} per drive",
+        f"PCIe link {x.current} per drive",  # as `devices` names it: "8.0 GT/s x4"
         v,
         "B/s",
         f"sysfs of {', '.join(disks)}",

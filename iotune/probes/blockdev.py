@@ -73,15 +73,20 @@ class PcieLink:
     max_speed: str | None
     max_width: int | None
 
-    def __str__(self) -> str:
-        def one(speed: str | None, width: int | None) -> str:
-            if not speed or speed == "Unknown":
-                return "?"  # emulated controllers (QEMU) report no link
-            s = speed.replace(" PCIe", "")
-            return f"{s} x{width}" if width else s
+    @staticmethod
+    def named(speed: str | None, width: int | None) -> str:
+        """A link as iotune names it: sysfs's "8.0 GT/s PCIe" and 4 lanes as "8.0 GT/s x4"."""
+        if not speed or speed == "Unknown":
+            return "?"  # emulated controllers (QEMU) report no link
+        s = speed.replace(" PCIe", "")
+        return f"{s} x{width}" if width else s
 
-        current = one(self.current_speed, self.current_width)
-        return f"{current} (max {one(self.max_speed, self.max_width)})"
+    @property
+    def current(self) -> str:
+        return self.named(self.current_speed, self.current_width)
+
+    def __str__(self) -> str:
+        return f"{self.current} (max {self.named(self.max_speed, self.max_width)})"
 
 
 @dataclass(frozen=True)
