@@ -31,9 +31,14 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
+#: each RAID6 member's size: 512 MiB of data holds every save of the checkpoint runs (about
+#: 25 MB each) many times over. The array's initial resync reads every member and computes
+#: both parities on the guest's emulated CPU, beside the zygote's imports of torch and
+#: DeepSpeed: a quarter of the size is a quarter of that work
+CK_MIB = 256
 DRIVES = [
     *(Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members),
-    *(Drive(s, size_mib=1024) for s in CK_SERIALS),
+    *(Drive(s, size_mib=CK_MIB) for s in CK_SERIALS),
 ]
 ZYGOTE = "/tmp/iotune-zygote.sock"
 BIN = Path(sys.executable).parent
