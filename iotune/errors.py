@@ -14,9 +14,15 @@ import click
 
 
 def last_line(text: str) -> str | None:
-    """The last line of a program's (or an exception's) error output; None when it is empty."""
-    stripped = text.strip()
-    return stripped.splitlines()[-1] if stripped else None
+    """The last line of a program's (or an exception's) error output; None when it is empty.
+    A program that prints its usage after the error (mkfs.xfs: "Log size must be at least
+    64MB." and then its whole usage) is told by the line before "Usage:"."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    usage = next((i for i, line in enumerate(lines) if line.lower().startswith("usage:")), None)
+    if usage:
+        lines = lines[:usage]
+    lines = [line for line in lines if line]
+    return lines[-1] if lines else None
 
 
 class IotuneError(click.ClickException):

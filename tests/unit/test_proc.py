@@ -110,6 +110,21 @@ def test_worker_json_guards_against_a_worker_that_printed_no_result() -> None:
 def test_last_line_of_error_output() -> None:
     assert last_line("warning: x\nerror: disk full  \n\n") == "error: disk full"
     assert last_line("  \n") is None
+
+
+def test_the_error_before_a_programs_usage_is_its_last_line() -> None:
+    """mkfs.xfs on a 508 MiB RAID6 with its stripe (as its stderr read): the error, then the
+    usage, whose last line alone told nothing."""
+    out = (
+        "log stripe unit (524288 bytes) is too large (maximum is 256KiB)\n"
+        "log stripe unit adjusted to 32KiB\n"
+        "Log size must be at least 64MB.\n"
+        "Usage: mkfs.xfs\n"
+        "/* blocksize */\t\t[-b size=num]\n"
+        "<value> is xxx (512 byte blocks).\n"
+    )
+    assert last_line(out) == "Log size must be at least 64MB."
+    assert last_line("usage: tool [-h]\ntool: error: bad\n") == "tool: error: bad"
     exc = CommandFailed(["mdadm", "--stop", "/dev/md0"], 1, "")
     assert exc.message == "mdadm --stop /dev/md0 failed with exit code 1: no output"
 
