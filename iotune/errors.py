@@ -19,7 +19,7 @@ def last_line(text: str) -> str | None:
     64MB." and then its whole usage) is told by the line before "Usage:"."""
     lines = [line.strip() for line in text.strip().splitlines()]
     usage = next((i for i, line in enumerate(lines) if line.lower().startswith("usage:")), None)
-    if usage:
+    if usage is not None and usage > 0:  # usage first (argparse): the error comes after it
         lines = lines[:usage]
     lines = [line for line in lines if line]
     return lines[-1] if lines else None

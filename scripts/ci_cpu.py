@@ -60,12 +60,9 @@ def _cgroup(pid: int) -> str | None:
     return None
 
 
-def _mark(pid: int) -> str | None:
-    with contextlib.suppress(OSError):
-        name = _stat(pid)[0]
-        text = _cmdline(pid) + " " + name
-        return next((part for mark, part in MARKS if mark in text), None)
-    return None
+def _mark(pid: int, name: str) -> str | None:
+    text = _cmdline(pid) + " " + name
+    return next((part for mark, part in MARKS if mark in text), None)
 
 
 def _under(pid: int, top: int) -> bool:
@@ -115,11 +112,11 @@ def main() -> int:
                     continue
                 pid = int(entry.name)
                 group = _cgroup(pid)
-                part = _mark(pid)
                 try:
-                    sid = _stat(pid)[2]
+                    name, _, sid = _stat(pid)
                 except OSError:
                     continue
+                part = _mark(pid, name)
                 if group == "/":
                     if not _under(pid, args.pid):
                         skip.add(pid)

@@ -110,6 +110,8 @@ def test_worker_json_guards_against_a_worker_that_printed_no_result() -> None:
 def test_last_line_of_error_output() -> None:
     assert last_line("warning: x\nerror: disk full  \n\n") == "error: disk full"
     assert last_line("  \n") is None
+    exc = CommandFailed(["mdadm", "--stop", "/dev/md0"], 1, "")
+    assert exc.message == "mdadm --stop /dev/md0 failed with exit code 1: no output"
 
 
 def test_the_error_before_a_programs_usage_is_its_last_line() -> None:
@@ -125,8 +127,6 @@ def test_the_error_before_a_programs_usage_is_its_last_line() -> None:
     )
     assert last_line(out) == "Log size must be at least 64MB."
     assert last_line("usage: tool [-h]\ntool: error: bad\n") == "tool: error: bad"
-    exc = CommandFailed(["mdadm", "--stop", "/dev/md0"], 1, "")
-    assert exc.message == "mdadm --stop /dev/md0 failed with exit code 1: no output"
 
 
 def test_a_workers_report_keeps_stdout_and_the_rest_goes_to_stderr() -> None:
