@@ -378,10 +378,17 @@ def command(module: str, *args: str) -> list[str]:
 def module_args(module: str, *args: str) -> list[str]:
     """What follows ``python -m`` in ``command``: for a launcher that starts the Python
     module itself (DeepSpeed's ``--module``)."""
-    sock = os.environ.get(ZYGOTE_ENV)
-    if sock and os.path.exists(sock):
+    sock = zygote_socket()
+    if sock:
         return ["iotune.workers.zygote", "client", sock, module, *args]
     return [module, *args]
+
+
+def zygote_socket() -> str | None:
+    """The socket of the zygote that serves this host's workers (``$IOTUNE_ZYGOTE``), or
+    None where it names none that exists."""
+    sock = os.environ.get(ZYGOTE_ENV)
+    return sock if sock and os.path.exists(sock) else None
 
 
 def run_worker(

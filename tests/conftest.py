@@ -4,14 +4,20 @@ selected tier that ran no test at all."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings as _hypothesis
 
+from iotune.proc import ZYGOTE_ENV, worker_env
 from tests import background
 
 # Property tests draw new cases on each run where a developer runs them; under CI the draw is
@@ -164,3 +170,43 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if tr is not None:
             tr.write_sep("!", "CI: " + "; ".join(problems), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One zygote for the session (iotune/workers/zygote.py, the path a user takes with
+    $IOTUNE_ZYGOTE): a server that imported torch, DeepSpeed and transformers and loaded
+    DeepSpeed's ops once, its socket's path. Started by the first test that wants it (the
+    root tier's first, or a unit test that starts workers), and kept to the session's end:
+    a worker's imports cost about 6 s on a quiet host, three times that beside the vm
+    tier's guests, paid once instead of in each run."""
+    sock = tmp_path_factory.mktemp("zygote") / "workers.sock"
+    log_path = sock.with_suffix(".log")
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "iotune.workers.zygote", "serve", str(sock)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, **worker_env()},
+            start_new_session=True,
+        )
+    try:
+        # its imports, and on a host that never built DeepSpeed's ops, their first build
+        deadline = time.monotonic() + 900
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the zygote did not start: {log_path.read_text()}")
+            time.sleep(0.1)
+        yield str(sock)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+@pytest.fixture
+def zygote_workers(zygote: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's workers fork from the session's zygote, as they would for a user who set
+    $IOTUNE_ZYGOTE: the same worker modules, without their imports."""
+    monkeypatch.setenv(ZYGOTE_ENV, zygote)

@@ -11,6 +11,8 @@ starting its own ranks and tracing its own drives (deepspeed's ``--no_ssh --node
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shlex
 import socket
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotune.errors import UsageError
-from iotune.proc import module_args
+from iotune.proc import module_args, zygote_socket
+from iotune.workers.launch import LOCAL_LAUNCH
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
 
@@ -230,6 +233,11 @@ def launch_command(
     visible_env = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
     argv = [sys.executable, "-m", "iotune.workers.launch"]
     port = launch.master_port or (29500 if launch.hosts else free_port())
+    # each rank forks from a zygote where one serves this node (IOTUNE_ZYGOTE): DeepSpeed's
+    # launcher then starts the zygote's client, not an import of torch and DeepSpeed per
+    # rank; over ssh the other nodes have no such socket
+    over_ssh = bool(launch.hosts) and launch.node_rank is None
+    module = ["iotune.workers.train"] if over_ssh else module_args("iotune.workers.train")
     if not launch.hosts:
         visible = [d.strip() for d in visible_env.split(",") if d.strip()]
         if accelerator == "cuda" and visible:
@@ -238,9 +246,13 @@ def launch_command(
                     f"--ranks {launch.ranks} but CUDA_VISIBLE_DEVICES names {len(visible)} GPU(s)",
                     hint=f"--ranks {len(visible)}, or widen CUDA_VISIBLE_DEVICES",
                 )
-            argv += ["--include", "localhost:" + ",".join(visible[: launch.ranks])]
+            slots = visible[: launch.ranks]
+            argv += ["--include", "localhost:" + ",".join(slots)]
         else:
+            slots = [str(r) for r in range(launch.ranks)]
             argv += ["--num_gpus", str(launch.ranks)]
+        if zygote_socket() and all(s.isdigit() for s in slots):
+            return local_launch_command([int(s) for s in slots], port, module, spec)
         # not DeepSpeed's default /job/hostfile, whatever this host has there
         argv += ["--hostfile", os.devnull]
     else:
@@ -258,10 +270,37 @@ def launch_command(
     # DeepSpeed's launcher logs every environment variable it passes on at info level; the
     # command it runs is in the run directory's command.json
     argv += ["--master_port", str(port), "--log_level", "error"]
-    # each rank forks from a zygote where one serves this node (IOTUNE_ZYGOTE): DeepSpeed's
-    # launcher then starts the zygote's client, not an import of torch and DeepSpeed per
-    # rank; over ssh the other nodes have no such socket
-    over_ssh = bool(launch.hosts) and launch.node_rank is None
-    module = ["iotune.workers.train"] if over_ssh else module_args("iotune.workers.train")
     argv += ["--no_local_rank", "--module", *module]
     return [*argv, str(spec)]
+
+
+def world_info(slots: list[int]) -> str:
+    """DeepSpeed's ``--world_info`` for ranks on this node only, on devices *slots*: what
+    its runner gives its launch (``encode_world_info`` of ``{"localhost": slots}``)."""
+    doc = json.dumps({"localhost": slots}).encode()
+    return base64.urlsafe_b64encode(doc).decode()
+
+
+def local_launch_command(
+    slots: list[int], port: int, module: list[str], spec: Path | str
+) -> list[str]:
+    """Ranks on this node where a zygote serves it: the wrapper starts DeepSpeed's launch
+    (``deepspeed.launcher.launch``, which starts and stops the ranks) forked from the
+    zygote, with the arguments DeepSpeed's runner would give it. The runner itself only
+    works those out, in a process of its own that imports torch and DeepSpeed, and so would
+    the launch: two imports a run, minutes each in an emulated guest."""
+    return [
+        sys.executable,
+        "-m",
+        "iotune.workers.launch",
+        LOCAL_LAUNCH,
+        f"--world_info={world_info(slots)}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "--no_local_rank",
+        "--module",
+        "--enable_each_rank_log=None",  # the runner's default, passed on as it does
+        "--log_level=error",
+        *module,
+        str(spec),
+    ]

@@ -1,16 +1,22 @@
 """Worker: DeepSpeed's own launcher (``deepspeed`` on the command line) for a multi-rank run.
 
     python -m iotune.workers.launch [DEEPSPEED RUNNER ARGS] --module iotune.workers.train SPEC
+    python -m iotune.workers.launch --launch [DEEPSPEED LAUNCH ARGS] --module ... SPEC
 
 The tracer starts this wrapper as the leader of its own process group; it runs
 deepspeed.launcher.runner, which starts deepspeed.launcher.launch on this node (or on every
 node of a hostfile), which starts one training worker per rank and stops them all when one
-fails or it is signalled. The wrapper adds two things: after a signal it stays until every
-rank of the group has stopped (DeepSpeed's runner returns at once), so the tracer's last
-sample follows the ranks' last I/O; when iotune itself dies (a kill -9) the kernel sends
-it a SIGTERM, which it passes to the whole group, so no rank is left writing swap files; and
-once the ranks are gone it removes the shared-memory workspaces that DeepSpeed's CPU
-allreduce creates in /dev/shm and never unlinks (66 MiB per rank and run, shm.cpp).
+fails or it is signalled. With ``--launch`` (ranks on this node only, where a zygote serves
+it: iotune.train.launch) it starts deepspeed.launcher.launch itself, forked from the zygote
+through its client, with the world the runner would have given it: the runner only works
+that out, and each of the two would otherwise import torch and DeepSpeed anew. The client
+stays in this group until the launch has stopped every rank. The wrapper adds two things:
+after a signal it stays until every process of its group has stopped (DeepSpeed's runner
+returns at once), so the tracer's last sample follows the ranks' last I/O; when iotune
+itself dies (a kill -9) the kernel sends it a SIGTERM, which it passes to the whole group,
+so no rank is left writing swap files; and once the ranks are gone it removes the
+shared-memory workspaces that DeepSpeed's CPU allreduce creates in /dev/shm and never
+unlinks (66 MiB per rank and run, shm.cpp).
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from iotune.proc import module_args
 from iotune.workers import die_with_parent
 
 #: how long the ranks get to stop after a signal (DeepSpeed's launch gives its ranks 30 s)
 STOP_S = 40.0
+RUNNER = "deepspeed.launcher.runner"
+#: the first argument where DeepSpeed's launch's arguments follow, not its runner's
+LOCAL_LAUNCH = "--launch"
 #: set (to 1) for a run over ssh that traces each node (iotune.train.nodes)
 NODES_ENV = "IOTUNE_NODES"
 
@@ -59,9 +69,13 @@ def shm_workspaces(port: str, shm: Path = Path("/dev/shm")) -> list[Path]:  # no
 
 
 def master_port(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv[:-1]):
-        if a == "--master_port":
+    """The run's port: ``--master_port P`` (the runner's arguments), ``--master_port=P`` (the
+    launch's)."""
+    for i, a in enumerate(argv):
+        if a == "--master_port" and i + 1 < len(argv):
             return argv[i + 1]
+        if a.startswith("--master_port="):
+            return a.partition("=")[2]
     return None
 
 
@@ -96,10 +110,12 @@ def run(args: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     die_with_parent()
     # several nodes over ssh: the runner whose pdsh command starts iotune's node entry
-    runner = (
-        "iotune.workers.pdsh_nodes" if os.environ.get(NODES_ENV) else "deepspeed.launcher.runner"
-    )
-    child = subprocess.Popen([sys.executable, "-u", "-m", runner, *args])
+    if args[:1] == [LOCAL_LAUNCH]:
+        started = module_args("deepspeed.launcher.launch", *args[1:])
+    else:
+        runner = "iotune.workers.pdsh_nodes" if os.environ.get(NODES_ENV) else RUNNER
+        started = [runner, *args]
+    child = subprocess.Popen([sys.executable, "-u", "-m", *started])
     while child.poll() is None and not stopping:
         time.sleep(0.2)
     if not stopping:

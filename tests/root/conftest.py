@@ -3,7 +3,6 @@ every test here fails (never skips), so a CI host that cannot run them is notice
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from iotune.proc import ZYGOTE_ENV, worker_env
+from iotune.proc import ZYGOTE_ENV
 
 IOTUNE = str(Path(sys.executable).parent / "iotune")
 LAZY0 = "lazy_itable_init=0,lazy_journal_init=0"
@@ -32,41 +31,21 @@ def _sigint_reaches_the_children() -> None:
 
 
 @pytest.fixture(autouse=True, scope="package")
-def _workers_fork_from_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every worker of this tier (training, probes, sweep points) forks from one zygote that
-    imported torch, DeepSpeed and transformers and loaded DeepSpeed's ops once (iotune/workers/zygote.py, the path a
-    user takes with $IOTUNE_ZYGOTE): a worker's imports cost about 6 s here, paid once
-    instead of in each of the tier's runs. Tests that need plain workers drop it with the
+def _workers_fork_from_a_zygote(zygote: str) -> Iterator[None]:
+    """Every worker of this tier (training, probes, sweep points) forks from the session's
+    zygote (tests/conftest.py), which imported torch, DeepSpeed and transformers and loaded
+    DeepSpeed's ops once: a worker's imports cost about 6 s here, paid once instead of in
+    each of the tier's runs. Tests that need plain workers drop it with the
     ``plain_workers`` fixture or ``env=PLAIN``: the fresh root, those that kill a worker and
     check the worker itself by its command line (a study's, a sweep's, a run's), and the runs
     whose peak RSS is checked against the estimate. The ranks of a multi-rank run on this
-    host fork from it too (DeepSpeed's launcher starts the zygote's client for each)."""
-    sock = tmp_path_factory.mktemp("zygote") / "workers.sock"
-    log_path = sock.with_suffix(".log")
-    log = log_path.open("wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "iotune.workers.zygote", "serve", str(sock)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env={**os.environ, **worker_env()},
-        start_new_session=True,
-    )
+    host fork from it too, and so does DeepSpeed's launch that starts them
+    (iotune/workers/launch.py)."""
+    os.environ[ZYGOTE_ENV] = zygote
     try:
-        # its imports, and on a host that never built DeepSpeed's ops, their first build
-        deadline = time.monotonic() + 900
-        while not sock.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the zygote did not start: {log_path.read_text()}")
-            time.sleep(0.1)
-        os.environ[ZYGOTE_ENV] = str(sock)
         yield
     finally:
         os.environ.pop(ZYGOTE_ENV, None)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-        log.close()
 
 
 #: ``env=`` for one iotune command whose workers start plainly (an empty socket: no zygote)

@@ -18,6 +18,10 @@ from iotune.model.presets import Preset
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
 
+#: the workers these tests start (transformers' and accelerate's own readers of a config)
+#: fork from the session's zygote (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("zygote_workers")
+
 #: accelerate's guide, "ZeRO Stage-3 with CPU Offload DeepSpeed Plugin Example", with the
 #: optimizer state on NVMe and bf16 (iotune does not model fp16)
 PLUGIN = """\

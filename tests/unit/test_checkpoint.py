@@ -220,6 +220,7 @@ def _traced(tmp_path: Path, writer: dict[str, object], *command: str) -> tuple[i
     return r.exit_code, r.output
 
 
+@pytest.mark.usefixtures("zygote_workers")  # its check's worker forks from the zygote
 def test_a_script_whose_fast_writer_would_fail_is_refused_before_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,10 @@ from iotune.train.swapwatch import StepWatch, state_files
 DATA = Path(__file__).resolve().parent.parent / "data" / "custom"
 MIB = 1 << 20
 
+#: the workers these tests start (transformers' and accelerate's own readers of a config)
+#: fork from the session's zygote (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("zygote_workers")
+
 
 def _geometry(tied: bool) -> ModelGeometry:
     emb = ("transformer.wte.weight", 4096 * 256)

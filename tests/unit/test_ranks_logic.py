@@ -16,11 +16,19 @@ from iotune.model.dsconfig import ds_config
 from iotune.model.estimate import estimate
 from iotune.model.presets import preset_with
 from iotune.model.swapfiles import rank_tensors
-from iotune.proc import ZYGOTE_ENV
-from iotune.train.launch import Launch, launch_command, place, plan_launch, read_hostfile
+from iotune.proc import ZYGOTE_ENV, module_args
+from iotune.train.launch import (
+    Launch,
+    launch_command,
+    place,
+    plan_launch,
+    read_hostfile,
+    world_info,
+)
 from iotune.train.preflight import Resources, preflight, swap_dir_users
 from iotune.train.ranks import merge_ranks, per_rank
 from iotune.train.results import per_drive
+from iotune.workers.launch import LOCAL_LAUNCH, master_port
 
 GIB = 2**30
 
@@ -164,28 +172,90 @@ def test_launch_command_uses_deepspeeds_runner(
 def test_the_ranks_fork_from_the_zygote_that_serves_this_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With IOTUNE_ZYGOTE naming a live socket, DeepSpeed's launcher starts the zygote's
-    client for each rank of this node, not a worker that imports torch itself; ranks
-    started over ssh on other nodes, which have no such socket, start plainly."""
+    """With IOTUNE_ZYGOTE naming a live socket, DeepSpeed's launch, forked from the zygote,
+    starts the zygote's client for each rank of this node, not a worker that imports torch
+    itself; nodes of a hostfile go through DeepSpeed's runner, and ranks started over ssh on
+    other nodes, which have no such socket, start plainly."""
     sock = tmp_path / "workers.sock"
     sock.touch()
     monkeypatch.setenv(ZYGOTE_ENV, str(sock))
     spec = tmp_path / "spec.json"
-    forked = ["--module", "iotune.workers.zygote", "client", str(sock), "iotune.workers.train"]
+    forked = ["iotune.workers.zygote", "client", str(sock), "iotune.workers.train"]
     local = launch_command(Launch(ranks=2), spec, "cpu", env={})
-    assert local[-6:] == [*forked, str(spec)]
+    assert local[:4] == [sys.executable, "-m", "iotune.workers.launch", LOCAL_LAUNCH]
+    assert local[-5:] == [*forked, str(spec)]
     hosts = (("a", 1), ("b", 1))
     nossh = launch_command(
         Launch(1, hosts, "/h", node_rank=1, master_addr="a"), spec, "cuda", env={}
     )
-    assert nossh[-6:] == [*forked, str(spec)]
+    assert nossh[-6:] == ["--module", *forked, str(spec)] and LOCAL_LAUNCH not in nossh
     ssh = launch_command(Launch(1, hosts, "/h", launcher="slurm"), spec, "cuda", env={})
     assert ssh[-3:] == ["--module", "iotune.workers.train", str(spec)]
-    from deepspeed.launcher.runner import parse_args
+    from deepspeed.launcher.launch import parse_args
 
-    args = parse_args(local[3:])
-    assert args.module and args.user_script == "iotune.workers.zygote"
-    assert args.user_args == ["client", str(sock), "iotune.workers.train", str(spec)]
+    monkeypatch.setattr(sys, "argv", ["launch", *local[4:]])
+    args = parse_args()
+    assert args.module and args.no_local_rank and args.node_rank == 0
+    assert args.training_script == "iotune.workers.zygote"
+    assert args.training_script_args == ["client", str(sock), "iotune.workers.train", str(spec)]
+    # GPUs that CUDA_VISIBLE_DEVICES names by index: the launch gets them; by UUID (which
+    # DeepSpeed's --include cannot name) the runner's arguments, as without a zygote
+    cuda = launch_command(Launch(ranks=2), spec, "cuda", env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    assert LOCAL_LAUNCH in cuda and f"--world_info={world_info([4, 5])}" in cuda
+    uuid = launch_command(Launch(ranks=1), spec, "cuda", env={"CUDA_VISIBLE_DEVICES": "GPU-1a"})
+    assert LOCAL_LAUNCH not in uuid and "--include" in uuid
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "visible", "runner_args"),
+    [
+        ("cpu", "", ["--num_gpus", "2"]),
+        ("cuda", "4,5,6", ["--include", "localhost:4,5"]),
+    ],
+)
+def test_the_launch_gets_what_deepspeeds_runner_would_give_it(
+    accelerator: str,
+    visible: str,
+    runner_args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where a zygote serves, iotune starts DeepSpeed's launch without its runner: the
+    launch's arguments are the ones DeepSpeed's own runner builds for the same ranks (its
+    main() run here, its one subprocess caught), to the byte."""
+    sock = tmp_path / "workers.sock"
+    sock.touch()
+    monkeypatch.setenv(ZYGOTE_ENV, str(sock))
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    spec = tmp_path / "spec.json"
+    ours = launch_command(Launch(ranks=2), spec, accelerator, env={"CUDA_VISIBLE_DEVICES": visible})
+    port = master_port(ours)
+    assert port is not None and LOCAL_LAUNCH in ours
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.launcher import runner
+
+    ran: list[list[str]] = []
+
+    class Caught:
+        returncode = 0
+
+        def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+            ran.append(cmd)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Caught)
+    # the devices DeepSpeed's runner checks --include against (a CPU host has none)
+    monkeypatch.setattr(type(get_accelerator()), "device_count", lambda self: 8)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    module = module_args("iotune.workers.train")
+    given = ["--hostfile", os.devnull, "--master_port", port, "--log_level", "error"]
+    runner.main([*runner_args, *given, "--no_local_rank", "--module", *module, str(spec)])
+    (cmd,) = ran
+    assert cmd[:4] == [sys.executable, "-u", "-m", "deepspeed.launcher.launch"]
+    assert sorted(cmd[4:]) == sorted(ours[4:])
+    assert cmd[-5:] == ours[-5:]  # the module and its arguments, in their order
 
 
 def _ev(event: str, step: int, rank: int, **kw: Any) -> dict[str, Any]:
