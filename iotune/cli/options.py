@@ -227,6 +227,16 @@ def run_options(f: Any) -> Any:
                 "else torch.",
             ),
             click.option(
+                "--checkpoint-copy",
+                type=click.Choice(["aio", "reflink", "deepspeed"]),
+                default="deepspeed",
+                show_default=True,
+                help="How a save copies the swap files of an optimizer on NVMe into the "
+                "checkpoint, and a resume back: O_DIRECT through DeepSpeed's async I/O op "
+                "(aio), a clone of each file where both are on one file system that clones "
+                "(reflink: XFS, btrfs), or DeepSpeed's shutil.copytree (deepspeed).",
+            ),
+            click.option(
                 "--resume-from",
                 type=click.Path(),
                 help="Start from a checkpoint of this model (a --checkpoint-dir); the steps and "

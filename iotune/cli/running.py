@@ -46,6 +46,7 @@ def run_preset(
     checkpoint_dir: str | None = None,
     checkpoint_writer: str | None = None,
     resume_from: str | None = None,
+    checkpoint_copy: str = "deepspeed",
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
     from iotune.plan.measured import measured_inputs
@@ -82,6 +83,7 @@ def run_preset(
         checkpoint_dir=checkpoint_dir,
         checkpoint_writer=checkpoint_writer,
         resume_from=resume_from,
+        checkpoint_copy=checkpoint_copy,
     )
     if req.launch is not None and req.launch.over_pdsh:
         # every node prepares its own part (its drives, its space, its memory)

@@ -279,6 +279,8 @@ def save_rows(
                 "files": e.get("files"),
                 "bytes": e.get("bytes"),
                 "swap_copy_bytes": e.get("swap_copy_bytes"),
+                # iotune's copy of the swap files (aio, reflink), durable within the save
+                "swap_copy": e.get("swap_copy") or [],
                 "read_bytes": None if io is None else io["read"].get("bytes"),
                 "write_bytes": None if io is None else io["write"].get("bytes"),
                 "offload_read_bytes": _drive_bytes(io, offload_drives, "read"),
@@ -304,6 +306,8 @@ def save_rows(
     model = save_volume(est, optimizer_on_nvme)
     return {
         "writer": saves[0].get("writer"),
+        # how the swap files were copied: iotune's aio or reflink, or DeepSpeed's copytree
+        "copy": saves[0].get("copy") or "deepspeed",
         "saves": rows,
         "estimate": {
             "read_bytes": model.read,

@@ -221,7 +221,10 @@ def checkpoints_table(result: dict[str, Any]) -> Table | None:
     if not ck:
         return None
     t = Table(
-        box=None, pad_edge=False, header_style="bold", title=f"checkpoints ({ck['writer']} writer)"
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        title=f"checkpoints ({ck['writer']} writer, {ck.get('copy') or 'deepspeed'} copy)",
     )
     for col in (
         "SAVE",

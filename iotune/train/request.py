@@ -47,6 +47,9 @@ class RunRequest:
     launch: Launch | None = None  # several ranks or nodes: DeepSpeed's launcher
     checkpoint: Checkpointing | None = None  # saves every N steps, where and with which writer
     resume_from: Path | None = None  # a checkpoint of this model to start from
+    #: how a save copies an optimizer's swap files into the checkpoint, and a resume back
+    #: (iotune/workers/swapcopy.py: aio, reflink, deepspeed)
+    swap_copy: str = "deepspeed"
 
 
 @dataclass
@@ -99,6 +102,7 @@ def make_request(
     checkpoint_dir: str | None = None,
     checkpoint_writer: str | None = None,
     resume_from: str | None = None,
+    checkpoint_copy: str = "deepspeed",
 ) -> RunRequest:
     """The run the options ask for: the preset (or the user's model and config), the
     launch, the offload directories, the aio block, the run directory, the data. Refuses
@@ -166,4 +170,5 @@ def make_request(
         launch=launch,
         checkpoint=ck,
         resume_from=Path(resume_from).resolve() if resume_from else None,
+        swap_copy=checkpoint_copy,
     )

@@ -307,6 +307,8 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
             "writer": ck.writer,
             "tag": TAG,
         }
+    # the swap files' copy, a save's and a resume's
+    spec["swap_copy"] = req.swap_copy
     if prep.resume is not None:
         spec["resume"] = {"dir": str(prep.resume[0]), "tag": prep.resume[1]}
     if req.data is not None:

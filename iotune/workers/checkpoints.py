@@ -122,10 +122,13 @@ def save_checkpoint(
     was blocked, the seconds until its files were durable (fsync'd; for the decoupled writer
     after its process committed them), and what it holds; its event ends its own interval in
     the trace, after the step's."""
+    from iotune.workers.swapcopy import copies
+
     tag = str(ck["tag"]).format(global_step)
     acc.synchronize()
     t0 = time.perf_counter()
-    engine.save_checkpoint(ck["dir"], tag=tag, client_state={STEP_KEY: global_step})
+    with copies(ck.get("copy"), ck.get("aio")) as made:
+        engine.save_checkpoint(ck["dir"], tag=tag, client_state={STEP_KEY: global_step})
     acc.synchronize()
     t1 = time.perf_counter()
     if ck["writer"] == "decoupled":
@@ -139,6 +142,9 @@ def save_checkpoint(
             "global_step": global_step,
             "tag": tag,
             "writer": ck["writer"],
+            "copy": ck.get("copy") or "deepspeed",
+            # the swap files' copy by iotune, durable within the save (aio, reflink)
+            "swap_copy": [r.as_dict() for r in made],
             "blocked_s": round(t1 - t0, 4),
             "durable_s": round(t2 - t0, 4),
             **held,

@@ -319,9 +319,14 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         config=ds_config,
     )
     resumed = 0
+    copy, aio = spec.get("swap_copy"), ds_config.get("aio")
+    resume_copy: list[Any] = []
     if spec.get("resume"):
+        from iotune.workers.swapcopy import copies
+
         # DeepSpeed copies the checkpoint's swap files back into this run's swap folder
-        _path, client = engine.load_checkpoint(spec["resume"]["dir"], tag=spec["resume"]["tag"])
+        with copies(copy, aio) as resume_copy:
+            _path, client = engine.load_checkpoint(spec["resume"]["dir"], tag=spec["resume"]["tag"])
         resumed = int((client or {}).get(STEP_KEY, 0))
     acc.synchronize()
     now = time.perf_counter()
@@ -337,6 +342,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "host_rss_peak_bytes": rss_peak,
             "proc_io": _proc_io(),
             "resumed_at": resumed,
+            "resume_copy": [r.as_dict() for r in resume_copy],
             **base,
         }
     )
@@ -347,6 +353,8 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         next(it)
     engine.train()
     ck = spec.get("checkpoint")
+    if ck:
+        ck = {**ck, "copy": copy, "aio": aio}
     step_losses = StepLosses(spec, rank, resumed, "bf16" if bf16 else "fp32")
     with fastpersist.writer_ends(engine):
         for step in range(1, int(spec["steps"]) + 1):

@@ -1,0 +1,132 @@
+"""Root tier: the swap files' copy of a save and of a resume by iotune (`--checkpoint-copy
+aio|reflink`, iotune/workers/swapcopy.py), in real DeepSpeed ZeRO-3 runs on the CPU, traced:
+through DeepSpeed's async I/O op between two ext4 volumes, and by reflink within one XFS
+volume. Each copy is the swap folder to the byte, each resumed run continues the saving run's
+loss (iotune's own check), and each copy shows how it was made: the aio copy's requests at the
+op's block size, the clone's extents shared with the swap files it was taken from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.root.conftest import LoopDevices, iotune
+
+pytestmark = pytest.mark.beside_study
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def _mounted(devs: LoopDevices, size_mib: int, fs: str) -> tuple[str, Path]:
+    dev = devs(size_mib=size_mib, fs=fs, mount=True)
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
+    return Path(dev).name, devs.mounts[-1]
+
+
+def _run(out: Path, offload: Path, *args: str) -> dict[str, Any]:
+    p = iotune("--json", "trace", "--run", "tiny_opt_nvme", "--nvme-path", str(offload),
+               "--out", str(out), *args)  # fmt: skip
+    doc: dict[str, Any] = json.loads(p.stdout)
+    return doc
+
+
+def _du(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """aio: two steps saved from one ext4 volume into another, then a step resumed from the
+    first save; reflink: the same within one XFS volume, the swap files kept."""
+    devs = LoopDevices(tmp_path_factory.mktemp("swapcopy"))
+    try:
+        off_dev, off = _mounted(devs, 512, "ext4")
+        ck_dev, ck = _mounted(devs, 512, "ext4")
+        xfs_dev, xfs = _mounted(devs, 512, "xfs")
+        tmp = devs.tmp
+        aio = ("--checkpoint-copy", "aio")
+        reflink = ("--checkpoint-copy", "reflink", "--force")  # checkpoints on the offload
+        doc = {
+            "aio": _run(tmp / "aio", off, "--steps", "2", "--checkpoint-every", "1",
+                        "--checkpoint-dir", str(ck / "ck"), *aio),
+            "aio_resumed": _run(tmp / "aio-resumed", off, "--steps", "1",
+                                "--resume-from", str(ck / "ck" / "step1"), *aio),
+            "reflink": _run(tmp / "reflink", xfs, "--steps", "2", "--checkpoint-every", "1",
+                            "--checkpoint-dir", str(xfs / "ck"), "--keep-swap", *reflink),
+            "reflink_resumed": _run(tmp / "reflink-resumed", xfs, "--steps", "1",
+                                    "--resume-from", str(xfs / "ck" / "step1"), *reflink),
+        }  # fmt: skip
+        yield {**doc, "ck": ck, "xfs": xfs, "devs": (off_dev, ck_dev, xfs_dev)}
+    finally:
+        devs.close()
+
+
+def _saves(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in doc["events"] if e["event"] == "checkpoint"]
+
+
+@pytest.mark.parametrize("copy", ["aio", "reflink"])
+def test_each_save_is_copied_by_iotune_to_the_byte(copies: dict[str, Any], copy: str) -> None:
+    doc = copies[copy]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    folder = (copies["ck"] if copy == "aio" else copies["xfs"]) / "ck"
+    saves = _saves(doc)
+    assert [s["tag"] for s in saves] == ["step1", "step2"]
+    for s in saves:
+        assert s["copy"] == copy
+        (rec,) = s["swap_copy"]  # one rank: one swap folder copied
+        assert rec["copy"] == copy and rec["target"].endswith("offloaded_tensors/rank00")
+        # fp32 master and Adam's two moments, 4 bytes a swapped parameter each: the record,
+        # the folder's files after the run, and the save's own count of them
+        held = folder / s["tag"] / "offloaded_tensors" / "rank00"
+        assert rec["bytes"] == 12 * n_s == _du(held) == s["swap_copy_bytes"]
+        assert rec["files"] == len([f for f in held.rglob("*") if f.is_file()])
+        assert 0 <= rec["durable_s"] <= rec["seconds"] <= s["blocked_s"] <= s["durable_s"]
+
+
+def test_the_aio_copy_reads_and_writes_at_the_ops_block(copies: dict[str, Any]) -> None:
+    """O_DIRECT through DeepSpeed's op: each save reads the swap files from the offload
+    volume and writes them to the checkpoint volume in requests of the op's block (512
+    KiB here), not in the page cache's write-back sizes."""
+    doc = copies["aio"]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    block = int(doc["ds_config"]["aio"]["block_size"])
+    for s in doc["checkpoints"]["saves"]:
+        assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
+        wrote = {int(k): n for k, n in s["checkpoint_write_sizes"].items()}
+        at_block = wrote.get(block, 0) * block
+        # the three files' whole blocks; their tails, the pickles and ext4's journal apart
+        assert at_block >= 12 * n_s - 3 * block, wrote
+
+
+def test_a_clone_shares_the_swap_files_extents(copies: dict[str, Any]) -> None:
+    """The last save's clone and the swap files it was taken from (kept, not written
+    since) share their extents: the clone took no space of its own (XFS, FIEMAP's shared
+    flag by filefrag)."""
+    ck = copies["xfs"] / "ck" / "step2" / "offloaded_tensors" / "rank00"
+    files = sorted(f for f in ck.rglob("*") if f.is_file() and f.stat().st_size)
+    assert files
+    for f in files:
+        out = subprocess.run(["filefrag", "-v", str(f)], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+        extents = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+        assert extents and all("shared" in line for line in extents), out
+
+
+@pytest.mark.parametrize("copy", ["aio", "reflink"])
+def test_a_run_resumed_through_the_copy_continues_the_loss(
+    copies: dict[str, Any], copy: str
+) -> None:
+    doc = copies[f"{copy}_resumed"]
+    assert doc["resumed_at"] == 1
+    assert doc["resume_check"]["ok"] is True, doc["resume_check"]
+    init = next(e for e in doc["events"] if e["event"] == "init")
+    (rec,) = init["resume_copy"]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    assert rec["copy"] == copy and rec["bytes"] == 12 * n_s
+    assert rec["source"].endswith("step1/offloaded_tensors/rank00")
