@@ -251,7 +251,40 @@ def _checkpoints(
             folder = folder.parent
         behind = resolve_path(tree, str(folder))
     resume = resume_point(req.resume_from, est, on_nvme) if req.resume_from else None
+    if req.swap_copy != "deepspeed" and (ck is not None or resume is not None):
+        _check_copy(req.swap_copy, on_nvme, nvmes, ck.dir if ck else None, resume)
     return cfg, behind, resume
+
+
+def _check_copy(
+    copy: str, on_nvme: bool, nvmes: list[Path], ck_dir: Path | None, resume: Any
+) -> None:
+    """--checkpoint-copy aio|reflink: refused where there are no swap files to copy, and
+    reflink where a save's or the resume's files cannot be cloned (tried: a 4 KiB file)."""
+    from iotune.probes.mounts import existing_ancestor
+    from iotune.workers.swapcopy import clone_problem
+
+    if not on_nvme:
+        raise UsageError(
+            f"--checkpoint-copy {copy} copies the swap files of an optimizer on NVMe, and this "
+            "run keeps its optimizer state in host memory",
+            hint="drop --checkpoint-copy (its saves are DeepSpeed's files alone), or run a "
+            "preset with the optimizer on NVMe",
+        )
+    if copy != "reflink":
+        return
+    pairs = [(n, existing_ancestor(ck_dir)) for n in nvmes] if ck_dir else []
+    pairs += [(Path(resume[0]), n) for n in nvmes] if resume else []
+    for a, b in pairs:
+        src, dst = existing_ancestor(a), existing_ancestor(b)
+        why = clone_problem(src, dst)
+        if why is not None:
+            raise UsageError(
+                f"--checkpoint-copy reflink: the swap files cannot be cloned from {src} "
+                f"({fstype(src)}) into {dst} ({fstype(dst)}): {why}",
+                hint="make the volume XFS with reflink (mkfs.xfs -m reflink=1, its default) "
+                "or btrfs, with the checkpoints on the offload volume; or --checkpoint-copy aio",
+            )
 
 
 def emulated_bf16_note(dtype: Dtype) -> str:

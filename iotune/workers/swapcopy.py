@@ -34,6 +34,7 @@ import errno
 import fcntl
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -166,12 +167,10 @@ def _reflink(src: Path, dst: Path) -> None:
         except OSError as e:
             if e.errno in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY):
                 raise CopyError(
-                    f"cannot clone {src} into {dst.parent}: "
-                    + (
-                        "they are on different file systems"
-                        if e.errno == errno.EXDEV
-                        else "its file system does not clone files (XFS with reflink, btrfs do)"
-                    )
+                    "they are on different file systems"
+                    if e.errno == errno.EXDEV
+                    else f"{dst.parent}'s file system does not clone files (XFS with reflink, "
+                    "btrfs do)"
                 ) from None
             raise
 
@@ -271,7 +270,10 @@ def copy_tree(
                 if copier is not None:
                     rec.bytes += copier.copy(f, t)
                 else:
-                    _reflink(f, t)
+                    try:
+                        _reflink(f, t)
+                    except CopyError as e:
+                        raise CopyError(f"cannot clone {f} into {t.parent}: {e}") from None
                     rec.bytes += t.stat().st_size
                 rec.files += 1
         finally:
@@ -286,6 +288,29 @@ def copy_tree(
     rec.durable_s = time.perf_counter() - t1
     rec.seconds = time.perf_counter() - t0
     return rec
+
+
+def clone_problem(src: Path, dst: Path) -> str | None:
+    """Why a file in folder *src* cannot be cloned into folder *dst* (None: it can), by
+    trying: a 4 KiB probe file made in *src*, cloned into *dst*, both removed."""
+    made: list[Path] = []
+    try:
+        with tempfile.NamedTemporaryFile(dir=src, prefix=".iotune-clone-", delete=False) as fh:
+            made.append(Path(fh.name))
+            fh.write(b"\0" * ALIGN)
+            fh.flush()
+            os.fsync(fh.fileno())
+        target = dst / (made[0].name + ".clone")
+        made.append(target)
+        _reflink(made[0], target)
+    except CopyError as e:
+        return str(e)
+    except OSError as e:
+        return f"a clone could not be tried: {e.strerror or e}"
+    finally:
+        for f in made:
+            f.unlink(missing_ok=True)
+    return None
 
 
 def is_swap_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> bool:

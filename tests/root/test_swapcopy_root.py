@@ -45,10 +45,13 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     first save; reflink: the same within one XFS volume, the swap files kept."""
     devs = LoopDevices(tmp_path_factory.mktemp("swapcopy"))
     try:
-        off_dev, off = _mounted(devs, 512, "ext4")
-        ck_dev, ck = _mounted(devs, 512, "ext4")
-        xfs_dev, xfs = _mounted(devs, 512, "xfs")
+        off_dev, off = _mounted(devs, 1024, "ext4")
+        ck_dev, ck = _mounted(devs, 1024, "ext4")  # two saves of 0.32 GiB
+        # the swap files kept, and two saves of them, counted as copies (the clones share)
+        xfs_dev, xfs = _mounted(devs, 2048, "xfs")
         tmp = devs.tmp
+        for sub in ("off", "off2"):  # each run's offload folder on the one XFS volume
+            (xfs / sub).mkdir()
         aio = ("--checkpoint-copy", "aio")
         reflink = ("--checkpoint-copy", "reflink", "--force")  # checkpoints on the offload
         doc = {
@@ -56,12 +59,12 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                         "--checkpoint-dir", str(ck / "ck"), *aio),
             "aio_resumed": _run(tmp / "aio-resumed", off, "--steps", "1",
                                 "--resume-from", str(ck / "ck" / "step1"), *aio),
-            "reflink": _run(tmp / "reflink", xfs, "--steps", "2", "--checkpoint-every", "1",
+            "reflink": _run(tmp / "reflink", xfs / "off", "--steps", "2", "--checkpoint-every", "1",
                             "--checkpoint-dir", str(xfs / "ck"), "--keep-swap", *reflink),
-            "reflink_resumed": _run(tmp / "reflink-resumed", xfs, "--steps", "1",
+            "reflink_resumed": _run(tmp / "reflink-resumed", xfs / "off2", "--steps", "1",
                                     "--resume-from", str(xfs / "ck" / "step1"), *reflink),
         }  # fmt: skip
-        yield {**doc, "ck": ck, "xfs": xfs, "devs": (off_dev, ck_dev, xfs_dev)}
+        yield {**doc, "ck": ck, "off": off, "xfs": xfs, "devs": (off_dev, ck_dev, xfs_dev)}
     finally:
         devs.close()
 
@@ -130,3 +133,22 @@ def test_a_run_resumed_through_the_copy_continues_the_loss(
     n_s = doc["estimate"]["swapped"]["n_s"]
     assert rec["copy"] == copy and rec["bytes"] == 12 * n_s
     assert rec["source"].endswith("step1/offloaded_tensors/rank00")
+
+
+def test_a_copy_that_cannot_be_made_is_refused_in_one_line(copies: dict[str, Any]) -> None:
+    """Before anything runs: reflink between two ext4 volumes (named, with the option that
+    makes a volume clone), and a copy for a run whose optimizer state is not on NVMe."""
+    ck = copies["ck"] / "refused"
+    for preset, copy, want, hint in (
+        ("tiny_opt_nvme", "reflink", f"cannot be cloned from {copies['off']} (ext4) into "
+         f"{copies['ck']} (ext4): ", "mkfs.xfs -m reflink=1"),
+        ("tiny_opt_ram", "aio", "--checkpoint-copy aio copies the swap files of an optimizer "
+         "on NVMe, and this run keeps its optimizer state in host memory", "drop --checkpoint"),
+    ):  # fmt: skip
+        p = iotune("run", preset, "--nvme-path", str(copies["off"]), "--checkpoint-every", "1",
+                   "--checkpoint-dir", str(ck), "--checkpoint-copy", copy, check=False)  # fmt: skip
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 2 and "Traceback" not in p.stderr, p.stderr
+        assert want in lines[0] and hint in lines[1], p.stderr
+        assert not ck.exists()
+    assert not [f for f in copies["off"].iterdir() if f.name.startswith(".iotune-clone-")]

@@ -97,7 +97,7 @@ def test_a_file_system_that_cannot_clone_is_one_line(tmp_path: Path) -> None:
     _swap_folder(src)
     with pytest.raises(CopyError) as e:
         copy_tree(src, tmp_path / "ck" / "offloaded_tensors" / "rank00", "reflink")
-    assert "does not clone files (XFS with reflink, btrfs do)" in str(e.value)
+    assert "file system does not clone files (XFS with reflink, btrfs do)" in str(e.value)
     assert "\n" not in str(e.value)
 
 
