@@ -6,7 +6,7 @@ runner has: the suite must pass on what the program did, never on a quiet machin
     scripts/ci_under_load.py --cpu 1               # one CPU-bound loop at nice 0
     scripts/ci_under_load.py --cpu 1 --io          # and a steady O_DIRECT writer on the root disk
     scripts/ci_under_load.py --mem                 # page-cache pressure
-    scripts/ci_under_load.py --bursty              # the three in bursts, as a working machine has them
+    scripts/ci_under_load.py --bursty              # those and a developer's commands, in bursts
 
 The clone is made under --where (default /tmp: the vm tier's guests see the host's /tmp) from
 this checkout's HEAD; the load runs in its own process group and ends with the run. The last
@@ -74,10 +74,42 @@ def mem_pressure(folder: Path, burst: bool) -> None:
             time.sleep(_RNG.uniform(2, 15))
 
 
-def bursty(folder: Path) -> None:
-    """CPU, I/O and memory in bursts: each child runs for 5-40 s, then rests 5-30 s, like the
-    imports, downloads and builds beside a developer's test run."""
-    kinds = ("cpu", "io", "mem")
+def tools(venv: Path) -> None:
+    """What a developer runs beside a test run: a fresh interpreter importing torch,
+    transformers and DeepSpeed (CPU, memory, the page cache), then `iotune --help` and an
+    `iotune estimate`, over and over (the clone's own virtualenv, once the set-up made it)."""
+    python, iotune = venv / "bin" / "python", venv / "bin" / "iotune"
+    while True:
+        if not iotune.exists():
+            time.sleep(5)
+            continue
+        for argv in (
+            [str(python), "-c", "import torch, transformers, deepspeed"],
+            [str(iotune), "--help"],
+            [str(iotune), "estimate", "opt_nvme_1b"],
+        ):
+            subprocess.run(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+                preexec_fn=_die_with_parent,  # no thread here
+            )
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the process that started this one dies (the burst's end, the run's)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+
+
+def bursty(folder: Path, venv: Path) -> None:
+    """CPU, I/O, memory and a developer's own commands in bursts: each child runs for 5-40 s,
+    then rests 5-30 s, like the imports, downloads and builds beside a developer's test run.
+    A command a child started dies with it."""
+    kinds = ("cpu", "io", "mem", "tools")
     while True:
         kind = _RNG.choice(kinds)
         pid = os.fork()
@@ -86,8 +118,10 @@ def bursty(folder: Path) -> None:
                 cpu_loop()
             elif kind == "io":
                 io_writer(folder, burst=False)
-            else:
+            elif kind == "mem":
                 mem_pressure(folder, burst=False)
+            else:
+                tools(venv)
             os._exit(0)
         time.sleep(_RNG.uniform(5, 40))
         os.kill(pid, signal.SIGKILL)
@@ -109,7 +143,11 @@ def main() -> int:
     ap.add_argument("--cpu", type=int, default=0, metavar="N", help="N CPU-bound loops at nice 0")
     ap.add_argument("--io", action="store_true", help="a steady O_DIRECT writer on the root disk")
     ap.add_argument("--mem", action="store_true", help="pressure on the page cache")
-    ap.add_argument("--bursty", action="store_true", help="CPU, I/O and memory in bursts")
+    ap.add_argument(
+        "--bursty",
+        action="store_true",
+        help="CPU, I/O, memory and a developer's commands (torch imports, iotune) in bursts",
+    )
     ap.add_argument(
         "--where", type=Path, default=Path(tempfile.gettempdir()), help="where the clone is made"
     )
@@ -134,7 +172,7 @@ def main() -> int:
     if args.mem:
         pids.append(start(mem_pressure, load_dir, False))
     if args.bursty:
-        pids.append(start(bursty, load_dir))
+        pids.append(start(bursty, load_dir, clone / "repo" / ".venv"))
     t0 = time.monotonic()
     try:
         run = subprocess.run(

@@ -29,6 +29,19 @@ _hypothesis.register_profile("ci", derandomize=True, database=None, print_blob=T
 _hypothesis.register_profile("mutation", derandomize=True, database=None, max_examples=12)
 if os.environ.get("IOTUNE_HYPOTHESIS") == "mutation":
     _hypothesis.load_profile("mutation")
+    # Each mutant's tests run in a process forked from one that collected them
+    # (scripts/mutation.py): what they would import at run time (the command line, its
+    # tables, rich) is imported there once, not again for each of the thousands of mutants.
+    # Not the workers, the hook or the report: processes of their own, or matplotlib.
+    import importlib
+    import pkgutil
+
+    import iotune
+
+    for _mod in pkgutil.walk_packages(iotune.__path__, "iotune."):
+        skip = ("iotune.workers", "iotune.hook", "iotune.report", "iotune.__main__")
+        if not _mod.name.startswith(skip):
+            importlib.import_module(_mod.name)
 elif os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     _hypothesis.load_profile("ci")
 
