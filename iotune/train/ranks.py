@@ -58,6 +58,9 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 m[k] = max(r[k] for r in recs)
         if all(r.get("peak_accel_bytes") is not None for r in recs):
             m["peak_accel_bytes"] = max(r["peak_accel_bytes"] for r in recs)
+        for k in ("swap_copy", "resume_copy"):  # each rank copies its own rank folder
+            if any(r.get(k) for r in recs):
+                m[k] = [c for r in recs for c in r.get(k) or []]
         if "loss" in m:
             m["loss"] = round(statistics.mean(r["loss"] for r in recs), 5)
         if all(r.get("proc_io") for r in recs):

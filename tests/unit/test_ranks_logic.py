@@ -381,3 +381,19 @@ def test_only_this_runs_shared_memory_workspaces_are_removed(tmp_path: Path) -> 
     assert remove_workspaces(master_port(argv), tmp_path) == mine
     assert sorted(tmp_path.iterdir()) == sorted(others)
     assert remove_workspaces(None, tmp_path) == []
+
+
+def test_each_ranks_copy_of_its_swap_folder_is_kept_in_the_merged_save() -> None:
+    """--checkpoint-copy with ranks: each rank copies its own rank folder; the save's and the
+    resume's records keep every rank's copy, in rank order."""
+    copy = [{"copy": "aio", "target": f"ck/step1/offloaded_tensors/rank0{r}", "bytes": 10 + r}
+            for r in range(2)]  # fmt: skip
+    recs = [
+        _ev("checkpoint", 1, r, swap_copy=[copy[r]], files=6, bytes=100, swap_copy_bytes=21)
+        for r in (1, 0)
+    ]
+    recs += [_ev("init", 0, r, resume_copy=[copy[r]]) for r in (0, 1)]
+    merged = {m["event"]: m for m in merge_ranks(recs)}
+    assert merged["checkpoint"]["swap_copy"] == copy
+    assert merged["checkpoint"]["bytes"] == 100 and merged["checkpoint"]["swap_copy_bytes"] == 21
+    assert merged["init"]["resume_copy"] == copy
