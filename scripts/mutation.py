@@ -62,8 +62,9 @@ def stage(where: Path, tests: list[str]) -> None:
         "tests/vm/guest.py",
     ):
         shutil.copy2(TOP / f, where / f)
-    for t in tests:
-        shutil.copy2(TOP / t, where / t)
+    for t in tests:  # the test files; not the options among them (--deselect and its node)
+        if not t.startswith("-") and "::" not in t:
+            shutil.copy2(TOP / t, where / t)
     for d in DATA:
         shutil.copytree(TOP / "tests" / "data" / d, where / "tests" / "data" / d, symlinks=True)
 
@@ -141,9 +142,15 @@ def main() -> int:
         if args.only:  # the scratch copy's own config names the modules asked for
             cfg = (scratch / "setup.cfg").read_text()
             head, _, rest = cfg.partition("only_mutate =\n")
-            kept = "".join(line + "\n" for line in rest.split("\n") if not line.startswith("    "))
+            # the modules' list ends at the first line that is not one of its items: the
+            # other keys' lists (the tests, the arguments) stay as they are
+            lines = rest.split("\n")
+            n = next(i for i, line in enumerate(lines) if not line.startswith("    "))
             (scratch / "setup.cfg").write_text(
-                head + "only_mutate =\n" + "".join(f"    {m}\n" for m in mods) + kept
+                head
+                + "only_mutate =\n"
+                + "".join(f"    {m}\n" for m in mods)
+                + "\n".join(lines[n:])
             )
         env = {
             **os.environ,
