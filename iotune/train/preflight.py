@@ -52,8 +52,21 @@ class Shortfall:
     where: str
 
     def describe(self) -> str:
-        have = "none" if self.have is None else f"{self.have / GIB:.1f} GiB"
-        return f"≈ {self.need / GIB:.1f} GiB {self.what} {self.where}, found {have}"
+        need, have = _apart(self.need, self.have)
+        return f"≈ {need} {self.what} {self.where}, found {have}"
+
+
+def _apart(need: int, have: int | None) -> tuple[str, str]:
+    """*need* and *have* in GiB to a tenth, or with the decimals (then MiB, then bytes) that
+    tell them apart: a shortfall never reads "needs 0.5 GiB, found 0.5 GiB"."""
+    if have is None:
+        return f"{need / GIB:.1f} GiB", "none"
+    for unit, size in (("GiB", GIB), ("MiB", 2**20)):
+        for d in (1, 2, 3):
+            a, b = f"{need / size:.{d}f}", f"{have / size:.{d}f}"
+            if a != b:
+                return f"{a} {unit}", f"{b} {unit}"
+    return f"{need:,} bytes", f"{have:,} bytes"
 
 
 def preflight(est: Estimate, res: Resources, nvme_path: str | None) -> list[Shortfall]:

@@ -122,18 +122,23 @@ def save_checkpoint(
     was blocked, the seconds until its files were durable (fsync'd; for the decoupled writer
     after its process committed them), and what it holds; its event ends its own interval in
     the trace, after the step's."""
-    from iotune.workers.swapcopy import copies
+    from iotune.workers.swapcopy import copies, fsync_tree, write_latest
 
     tag = str(ck["tag"]).format(global_step)
     acc.synchronize()
     t0 = time.perf_counter()
     with copies(ck.get("copy"), ck.get("aio")) as made:
-        engine.save_checkpoint(ck["dir"], tag=tag, client_state={STEP_KEY: global_step})
+        # latest only once the tag folder is durable, below
+        engine.save_checkpoint(
+            ck["dir"], tag=tag, client_state={STEP_KEY: global_step}, save_latest=False
+        )
     acc.synchronize()
     t1 = time.perf_counter()
     if ck["writer"] == "decoupled":
         engine._commit_decoupled_checkpoint()
-    held = _fsync_tree(Path(ck["dir"]) / tag)
+    held = fsync_tree(Path(ck["dir"]) / tag)
+    if engine.global_rank == 0:
+        write_latest(Path(ck["dir"]), tag)
     t2 = time.perf_counter()
     events.emit(
         {
@@ -150,32 +155,3 @@ def save_checkpoint(
             **held,
         }
     )
-
-
-def _fsync_tree(path: Path) -> dict[str, int]:
-    """fsync every file under *path* and the folders: what the save left durable, and how
-    many bytes: the .pt files the writer wrote, the copy of the swap files beside them.
-    DeepSpeed's save_checkpoint (and the decoupled writer's commit) ends in a barrier, so
-    with several ranks each one's walk finds every rank's files: the figures are the tag
-    folder's, not this rank's share (iotune.train.ranks.merge_ranks counts them once)."""
-    files = copied = written = 0
-    for root, dirs, names in os.walk(path):
-        for n in names:
-            f = os.path.join(root, n)
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                size = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-            files += 1
-            written += size
-            if n.endswith(".swp"):
-                copied += size
-        for d in (root, *(os.path.join(root, x) for x in dirs)):
-            fd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    return {"files": files, "bytes": written, "swap_copy_bytes": copied}

@@ -15,9 +15,12 @@ checkpoint writer is chosen. Within ``swap_copies(COPY)`` those two copies go an
   where the file system cannot clone;
 - ``deepspeed``: DeepSpeed's own ``shutil.copytree``, as without iotune.
 
-Whichever runs, the copy is durable before DeepSpeed goes on to write ``latest``: each file's
-data, then the folders, bottom up. The copies other than of the swap folder (none today) go
-to ``shutil.copytree`` unchanged.
+Whichever runs, the copy is durable before DeepSpeed goes on: each file's data, then the
+folders, bottom up. Within ``swap_copies`` a save also keeps the order a crash cannot break
+(``durable_save``): every file of the tag folder durable, then its folders, and only then
+``latest``, replaced atomically; killed or powered off at any point, ``latest`` names a
+checkpoint that is whole. The copies other than of the swap folder (none today) go to
+``shutil.copytree`` unchanged.
 
 In your own script, around DeepSpeed's calls::
 
@@ -46,6 +49,8 @@ COPIES = ("aio", "reflink", "deepspeed")
 FICLONE = 0x40049409
 #: the folder of the swap files' copy inside a checkpoint's tag folder
 OFFLOADED = "offloaded_tensors"
+#: DeepSpeed's file in a checkpoint folder that names the tag to load
+LATEST = "latest"
 #: the O_DIRECT unit: a request's offset and length are multiples of it (the largest logical
 #: block size of a drive, 4 KiB); a file's tail past the last whole unit is copied through the
 #: page cache and made durable with the rest
@@ -126,10 +131,11 @@ def settings_of(aio: dict[str, Any] | None) -> AioSettings:
 
 def copies(copy: str | None, aio: dict[str, Any] | None) -> Any:
     """``swap_copies`` for a run's *copy*; for ``deepspeed`` (or none) nothing in
-    DeepSpeed's way: its own copy, as without iotune."""
+    DeepSpeed's way: its own copy, as without iotune. iotune's worker orders its saves
+    itself, whatever the copy (iotune.workers.checkpoints)."""
     if not copy or copy == "deepspeed":
         return contextlib.nullcontext([])
-    return swap_copies(copy, settings_of(aio))
+    return swap_copies(copy, settings_of(aio), order_saves=False)
 
 
 @dataclass
@@ -158,6 +164,77 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_tree(path: Path) -> dict[str, int]:
+    """fsync every file under *path*, then each folder bottom up and *path*'s own parent:
+    what a save left durable, and how many bytes (the .swp files apart: the swap files'
+    copy). After DeepSpeed's save_checkpoint (a barrier ends it) every rank's files are
+    there: the figures are the tag folder's, not one rank's share."""
+    files = copied = written = 0
+    dirs: list[str] = []
+    for root, _, names in os.walk(path):
+        dirs.append(root)
+        for n in names:
+            f = os.path.join(root, n)
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            files += 1
+            written += size
+            if n.endswith(".swp"):
+                copied += size
+    for d in reversed(dirs):
+        _fsync(Path(d), directory=True)
+    _fsync(path.parent, directory=True)
+    return {"files": files, "bytes": written, "swap_copy_bytes": copied}
+
+
+def write_latest(save_dir: Path, tag: str) -> None:
+    """DeepSpeed's ``latest`` file naming *tag*, atomically and durably: written beside it,
+    made durable, renamed over it, the folder made durable. A crash at any point leaves
+    ``latest`` naming the checkpoint before or this one, never a torn name."""
+    tmp = save_dir / f".{LATEST}.iotune-new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, tag.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, save_dir / LATEST)
+    _fsync(save_dir, directory=True)
+
+
+def durable_save(
+    engine: Any,
+    save_dir: str | os.PathLike[str],
+    tag: Any = None,
+    client_state: dict[str, Any] | None = None,
+    save_latest: bool = True,
+    save: Callable[..., Any] | None = None,
+    **kw: Any,
+) -> tuple[Any, dict[str, int]]:
+    """DeepSpeed's ``save_checkpoint`` in the order a crash cannot break: the tag folder's
+    files, then its folders, made durable, and only then ``latest`` (write_latest), which
+    DeepSpeed itself writes through the page cache before anything is durable. The decoupled
+    writer commits after the call returns; its save is left to DeepSpeed's order. *save*:
+    the unbound save_checkpoint to call (DeepSpeed's, where swap_copies replaced it)."""
+    save = save or type(engine).save_checkpoint
+    if tag is None:  # DeepSpeed's own default
+        tag = f"global_step{engine.global_steps}"
+    tag = str(tag)
+    state = {} if client_state is None else client_state
+    if engine.checkpoint_engine.is_decoupled():
+        out = save(engine, save_dir, tag=tag, client_state=state, save_latest=save_latest, **kw)
+        return out, {}
+    out = save(engine, save_dir, tag=tag, client_state=state, save_latest=False, **kw)
+    held = fsync_tree(Path(save_dir) / tag)
+    if save_latest and engine.global_rank == 0:
+        write_latest(Path(save_dir), tag)
+    return out, held
 
 
 def _reflink(src: Path, dst: Path) -> None:
@@ -324,10 +401,12 @@ def is_swap_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> bo
 
 @contextlib.contextmanager
 def swap_copies(
-    copy: str = "aio", settings: AioSettings | None = None
+    copy: str = "aio", settings: AioSettings | None = None, order_saves: bool = True
 ) -> Iterator[list[CopyRecord]]:
     """Within it, DeepSpeed's copies of its swap folder (``save_checkpoint``'s and
-    ``load_checkpoint``'s) go by *copy*; the list it gives holds a record of each."""
+    ``load_checkpoint``'s) go by *copy*; the list it gives holds a record of each. With
+    *order_saves*, each ``save_checkpoint`` also makes its tag folder durable before it
+    writes ``latest`` (durable_save)."""
     if copy not in COPIES:
         raise CopyError(f"unknown copy {copy!r}: one of {', '.join(COPIES)}")
     if settings is not None:
@@ -342,7 +421,28 @@ def swap_copies(
         return dst
 
     shutil.copytree = copytree  # DeepSpeed imports it from shutil at each save and load
+    engine_cls = _engine_class() if order_saves else None
+    real_save = engine_cls.save_checkpoint if engine_cls is not None else None
+    if engine_cls is not None and real_save is not None:
+
+        def save_checkpoint(self: Any, save_dir: Any, *args: Any, **kw: Any) -> Any:
+            names = ("tag", "client_state", "save_latest", "exclude_frozen_parameters")
+            kw.update(zip(names, args, strict=False))
+            return durable_save(self, save_dir, save=real_save, **kw)[0]
+
+        engine_cls.save_checkpoint = save_checkpoint
     try:
         yield records
     finally:
         shutil.copytree = real
+        if engine_cls is not None:
+            engine_cls.save_checkpoint = real_save
+
+
+def _engine_class() -> Any:
+    """DeepSpeed's engine class, where the script imported DeepSpeed's runtime (a script
+    with an engine has); None without it: nothing to order then."""
+    import sys
+
+    mod = sys.modules.get("deepspeed.runtime.engine")
+    return getattr(mod, "DeepSpeedEngine", None)

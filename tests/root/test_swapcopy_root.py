@@ -7,15 +7,20 @@ op's block size, the clone's extents shared with the swap files it was taken fro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.root.conftest import LoopDevices, iotune
+from tests.root.conftest import IOTUNE, LoopDevices, iotune
 
 pytestmark = pytest.mark.beside_study
 
@@ -160,3 +165,96 @@ def test_a_copy_that_cannot_be_made_is_refused_in_one_line(copies: dict[str, Any
         assert want in lines[0] and hint in lines[1], p.stderr
         assert not ck.exists()
     assert not [f for f in copies["off"].iterdir() if f.name.startswith(".iotune-clone-")]
+
+
+def _kill_marked(marker: str) -> int:
+    """SIGKILL at once every process whose environment holds *marker*: the iotune command,
+    and its worker wherever it was started (a zygote's child is not in its process group)."""
+    killed = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in env:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(d.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def test_a_save_killed_in_its_copy_leaves_latest_on_the_save_before_and_it_resumes(
+    tmp_path: Path,
+) -> None:
+    """The crash between two saves: every process of a run killed (SIGKILL) while its second
+    save's aio copy is half written. ``latest`` still names the first save (iotune writes it
+    only once a save is durable, and atomically), and a run resumed from the checkpoint
+    folder loads that save and continues its loss. The checkpoint volume's writes are
+    throttled (the kernel's blkio throttle) once the first save is in, so that the kill
+    lands inside the second copy, which is checked."""
+    devs = LoopDevices(tmp_path)
+    rule = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
+    majmin = ""
+    try:
+        _, off = _mounted(devs, 1024, "ext4")
+        ck_dev, ck = _mounted(devs, 1536, "ext4")
+        majmin = Path(f"/sys/block/{ck_dev}/dev").read_text().strip()
+        folder = ck / "ck"
+        marker = f"IOTUNE_CRASH_TEST={uuid.uuid4().hex}"
+        key, _, value = marker.partition("=")
+        run = subprocess.Popen(
+            [IOTUNE, "--json", "run", "tiny_opt_nvme", "--nvme-path", str(off), "--steps", "2",
+             "--checkpoint-every", "1", "--checkpoint-dir", str(folder),
+             "--checkpoint-copy", "aio", "--out", str(tmp_path / "killed")],
+            env={**os.environ, key: value}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            latest = folder / "latest"
+            _wait(latest.exists, run)
+            assert latest.read_text() == "step1"
+            rule.write_text(f"{majmin} {16 * MIB}")  # 16 MiB/s: the copy now takes seconds
+            copying = folder / "step2" / "offloaded_tensors" / "rank00"
+            _wait(lambda: _du(copying) > 0 if copying.is_dir() else False, run)
+            assert _kill_marked(marker) >= 2  # iotune and its worker
+            run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                _kill_marked(marker)
+                run.communicate(timeout=120)
+        rule.write_text(f"{majmin} 0")
+        majmin = ""
+        first = _du(folder / "step1" / "offloaded_tensors")
+        assert 0 < _du(copying) < first  # killed within the copy
+        assert latest.read_text() == "step1"
+        assert not list(folder.glob(".latest*"))
+        # the killed run's swap files are left where it swapped (nothing of it could clean
+        # up): the resumed run swaps on a volume of its own
+        _, again = _mounted(devs, 1024, "ext4")
+        doc = json.loads(
+            iotune("--json", "run", "tiny_opt_nvme", "--nvme-path", str(again),
+                   "--steps", "1", "--resume-from", str(folder), "--checkpoint-copy", "aio",
+                   "--out", str(tmp_path / "resumed")).stdout
+        )  # fmt: skip
+        assert doc["resumed_at"] == 1
+        assert doc["resume_check"]["ok"] is True, doc["resume_check"]
+        init = next(e for e in doc["events"] if e["event"] == "init")
+        (rec,) = init["resume_copy"]
+        assert rec["source"].endswith("step1/offloaded_tensors/rank00") and rec["bytes"] == first
+    finally:
+        if majmin:
+            rule.write_text(f"{majmin} 0")
+        devs.close()
+
+
+def _wait(done: Callable[[], bool], run: subprocess.Popen[str]) -> None:
+    """Until *done*; a hang detector only (10 minutes), and the run's own end is a failure."""
+    deadline = time.monotonic() + 600
+    while not done():
+        if run.poll() is not None:
+            _, err = run.communicate()
+            raise AssertionError(f"the run ended ({run.returncode}) first:\n{err[-3000:]}")
+        assert time.monotonic() < deadline, "the run did not get there in 10 minutes"
+        time.sleep(0.02)

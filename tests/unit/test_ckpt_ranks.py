@@ -32,8 +32,12 @@ class _Engine:
 
     def __init__(self, rank: int, barrier: threading.Barrier, sizes: dict[str, int]) -> None:
         self.rank, self.barrier, self.sizes = rank, barrier, sizes
+        self.global_rank = rank
 
-    def save_checkpoint(self, save_dir: str, tag: str, client_state: dict[str, Any]) -> None:
+    def save_checkpoint(
+        self, save_dir: str, tag: str, client_state: dict[str, Any], save_latest: bool = True
+    ) -> None:
+        assert not save_latest  # iotune writes latest itself, once the save is durable
         top = Path(save_dir) / tag
         swp = top / "offloaded_tensors" / f"rank{self.rank:02d}" / "zero_stage_3" / "optimizer"
         swp.mkdir(parents=True, exist_ok=True)
@@ -120,6 +124,9 @@ def test_a_two_rank_save_is_the_tag_folders_size_not_twice_it(tmp_path: Path) ->
     assert swap_files == 6
     # the seconds stay the slower rank's
     assert save["durable_s"] == max(e["durable_s"] for e in events)
+    # latest written once, by rank 0, after the folder: the only other entry beside it
+    assert (tmp_path / "ck" / "latest").read_text() == "step1"
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest", "step1"]
 
 
 def test_parity_of_a_two_rank_save_is_measured_against_the_folder(tmp_path: Path) -> None:

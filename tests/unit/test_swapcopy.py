@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,10 @@ from iotune.workers.swapcopy import (
     AioSettings,
     CopyError,
     copy_tree,
+    durable_save,
     is_swap_copy,
     swap_copies,
+    write_latest,
 )
 
 
@@ -147,3 +151,80 @@ def test_deepspeeds_own_copy_is_left_in_its_way(tmp_path: Path) -> None:
     with copies("aio", {"intra_op_parallelism": 2}) as made:
         assert shutil.copytree.__module__ != "shutil"
     assert shutil.copytree.__module__ == "shutil"
+
+
+class _Engine:
+    """What durable_save reads of a DeepSpeed engine, and a save that writes a tag folder and
+    records, as DeepSpeed's does, whether it would write ``latest`` itself."""
+
+    def __init__(self, rank: int = 0, decoupled: bool = False) -> None:
+        self.global_steps = 7
+        self.global_rank = rank
+        self.asked: list[dict[str, object]] = []
+        self.checkpoint_engine = type("CE", (), {"is_decoupled": lambda _self: decoupled})()
+
+    def save_checkpoint(
+        self,
+        save_dir: str,
+        tag: str | None = None,
+        client_state: dict[str, object] | None = None,
+        save_latest: bool = True,
+    ) -> bool:
+        self.asked.append({"tag": tag, "save_latest": save_latest, "state": client_state})
+        folder = Path(save_dir) / str(tag)
+        (folder / "offloaded_tensors" / "rank00").mkdir(parents=True)
+        (folder / "mp_rank_00_model_states.pt").write_bytes(b"m" * 100)
+        (folder / "offloaded_tensors" / "rank00" / "0.tensor.swp").write_bytes(b"s" * 4096)
+        if save_latest:
+            (Path(save_dir) / "latest").write_text(str(tag))
+        return True
+
+
+def test_latest_is_written_by_iotune_after_the_tag_folder_and_atomically(
+    tmp_path: Path,
+) -> None:
+    eng = _Engine()
+    (tmp_path / "latest").write_text("global_step6")
+    out, held = durable_save(eng, tmp_path)
+    assert out is True
+    # DeepSpeed's default tag, and DeepSpeed told not to write latest itself
+    assert eng.asked == [{"tag": "global_step7", "save_latest": False, "state": {}}]
+    assert held == {"files": 2, "bytes": 4196, "swap_copy_bytes": 4096}
+    assert (tmp_path / "latest").read_text() == "global_step7"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step7", "latest"]
+
+
+def test_only_rank_0_writes_latest_and_a_save_without_it_writes_none(tmp_path: Path) -> None:
+    durable_save(_Engine(rank=1), tmp_path / "a", tag="t1")
+    assert not (tmp_path / "a" / "latest").exists()
+    durable_save(_Engine(), tmp_path / "b", tag="t2", save_latest=False)
+    assert not (tmp_path / "b" / "latest").exists()
+    write_latest(tmp_path / "b", "t2")
+    write_latest(tmp_path / "b", "t3")
+    assert (tmp_path / "b" / "latest").read_text() == "t3"
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["latest", "t2"]
+
+
+def test_the_decoupled_writers_save_is_left_to_deepspeeds_order(tmp_path: Path) -> None:
+    eng = _Engine(decoupled=True)
+    _, held = durable_save(eng, tmp_path, tag=3)
+    assert eng.asked == [{"tag": "3", "save_latest": True, "state": {}}] and held == {}
+
+
+def test_a_scripts_save_within_swap_copies_keeps_that_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = types.ModuleType("deepspeed.runtime.engine")
+    engine.DeepSpeedEngine = _Engine  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.engine", engine)
+    real = _Engine.save_checkpoint
+    eng = _Engine()
+    with swap_copies("aio"):
+        # as a script may call it: the tag, the client state and save_latest by position
+        assert eng.save_checkpoint(str(tmp_path), "t", {"k": 1}, True) is True
+    assert eng.asked == [{"tag": "t", "save_latest": False, "state": {"k": 1}}]
+    assert (tmp_path / "latest").read_text() == "t"
+    assert _Engine.save_checkpoint is real
+    with swap_copies("aio", order_saves=False):
+        eng.save_checkpoint(str(tmp_path / "x"), "u")
+    assert eng.asked[-1]["save_latest"] is True

@@ -308,6 +308,15 @@ def test_preflight_names_every_shortfall() -> None:
     assert (
         Shortfall("of GPU memory", 2**31, None, "on a CUDA GPU").describe().endswith("found none")
     )
+    # figures that round alike are shown apart (a root test's resume was refused with
+    # "needs ≈ 0.5 GiB free ..., found 0.5 GiB")
+    mib = 2**20
+    for need, have, said in (
+        (540 * mib, 530 * mib, "≈ 0.53 GiB free at /x, found 0.52 GiB"),
+        (int(0.5004 * 2**30), int(0.5001 * 2**30), "≈ 512.4 MiB free at /x, found 512.1 MiB"),
+        (mib + 7, mib + 3, "≈ 1,048,583 bytes free at /x, found 1,048,579 bytes"),
+    ):
+        assert Shortfall("free", need, have, "at /x").describe() == said
 
 
 def test_pack_and_byte_tokens(tmp_path: Path) -> None:
