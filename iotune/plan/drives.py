@@ -62,16 +62,20 @@ class Raid:
     queue_depth: int
     threads: int
     source: str
+    #: the node's ranks, each swapping its own partition with its own requests in flight
+    ranks: int = 1
 
     @property
     def busy(self) -> int:
-        """Members DeepSpeed's requests in flight can keep busy: each of its queue_depth x
+        """Members DeepSpeed's requests in flight can keep busy: each rank's queue_depth x
         threads requests of one aio block covers ceil(block / chunk) chunks, one member each."""
-        return self.queue_depth * self.threads * max(1, math.ceil(self.block / self.chunk))
+        per = self.queue_depth * self.threads * max(1, math.ceil(self.block / self.chunk))
+        return per * max(1, self.ranks)
 
     def describe(self) -> str:
+        ranks = f"{self.ranks} ranks x " if self.ranks > 1 else ""
         return (
-            f"RAID0 chunk {binary_size(self.chunk)} against {self.queue_depth} x "
+            f"RAID0 chunk {binary_size(self.chunk)} against {ranks}{self.queue_depth} x "
             f"{self.threads} request(s) of {binary_size(self.block)} in flight: at most "
             f"{self.busy} members busy ({self.source})"
         )

@@ -290,6 +290,7 @@ def plan_storage(
         int(aio.get("queue_depth", 8)),
         int(aio.get("intra_op_parallelism", 1)),
         "--chunk" if chunk else "mdadm's default chunk",
+        max(1, e.ranks),
     )
     notes = [raid.describe()]
     capacity = writes_left = None

@@ -111,6 +111,9 @@ def predict(
             notes=["parameters on NVMe with the optimizer state elsewhere: not modelled"],
         )
     sw = est.swapped
+    # the node's ranks each swap their own partition (est.swapped is one rank's) through the
+    # node's drives, and each steps its own share of the parameters on its own cores
+    ranks = max(1, est.ranks)
     terms: list[Term] = []
     cpu = base is not None and base.optimizer_s is not None and s.optimizer == "nvme"
     if cpu and base and base.optimizer_s is not None:
@@ -121,8 +124,14 @@ def predict(
     elif adam is not None:
         if adam.note:
             notes.append(adam.note)
-        adam_s = adam.seconds_per_param * est.params
-        adam_what = f"CPU Adam, {_count(est.params)} parameters at {adam.threads} thread(s)"
+        share = est.params // max(1, est.world)
+        adam_s = adam.seconds_per_param * share
+        adam_what = f"CPU Adam, {_count(share)} parameters at {adam.threads} thread(s)"
+        if est.world > 1:
+            adam_what = (
+                f"CPU Adam, each of {est.world} ranks' {_count(share)} parameters at "
+                f"{adam.threads} thread(s), the ranks side by side (a core per thread)"
+            )
         adam_src = adam.source_label or ""
     else:
         return Prediction(
@@ -136,8 +145,8 @@ def predict(
             return Prediction(None, None, notes=["no AIO bandwidth: pass --aio-config SWEEP_RUN"])
         if bw.note:
             notes.append(bw.note)
-        rd = 12 * sw.n_s + 4 * sw.n_g
-        wr = 12 * sw.n_s
+        rd = (12 * sw.n_s + 4 * sw.n_g) * ranks
+        wr = 12 * sw.n_s * ranks
         how = f" ({bw.how})" if bw.how else ""
         terms.append(
             Term(f"read {amount(rd)} at {amount(bw.read, '/s')}{how}", rd / bw.read, "read")
@@ -148,7 +157,7 @@ def predict(
         )
         # parameters on NVMe too: the step writes the updated parameters back (the I/O
         # model's steady write beyond the optimizer state and the gradients)
-        back = max(0, est.steady_step.write - wr - 4 * sw.n_g)
+        back = max(0, est.steady_step.write - wr - 4 * sw.n_g * ranks)
         if back:
             terms.append(
                 Term(
@@ -166,7 +175,7 @@ def predict(
         terms.append(Term("forward + backward", base.forward_backward_s, "compute", base.source))
         # parameters on NVMe: forward, the recomputation and backward fetch them (the I/O
         # model's steady read beyond the optimizer's), each fetch waited for on a CPU run
-        fetch = max(0, est.steady_step.read - (12 * sw.n_s + 4 * sw.n_g))
+        fetch = max(0, est.steady_step.read - (12 * sw.n_s + 4 * sw.n_g) * ranks)
         if s.optimizer == "nvme" and bw is not None and fetch:
             step += fetch / bw.read
             terms.append(
@@ -177,7 +186,7 @@ def predict(
                     "parameters",
                 )
             )
-        grads = 4 * sw.n_g if s.optimizer == "nvme" and bw is not None else 0
+        grads = 4 * sw.n_g * ranks if s.optimizer == "nvme" and bw is not None else 0
         if grads and bw:
             # DeepSpeed writes each gradient partition asynchronously as the last micro-step's
             # backward produces it: the writing hides behind that backward, and what is left

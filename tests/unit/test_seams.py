@@ -54,6 +54,57 @@ def test_a_link_bound_read_does_not_stop_more_drives_from_helping() -> None:
     assert k == 9 and "RAID0 chunk caps the swaps" in answer
 
 
+def test_ranks_on_a_node_swap_their_partitions_through_its_drives_and_step_their_share() -> None:
+    """`estimate --ranks 8` against one rank, the same model on the same 4 and 16 drives
+    (datasheet, the study's baseline). Each rank swaps its own eighth of the optimizer state
+    through the node's drives and steps its own eighth on its own cores. The plan took one
+    rank's eighth at the whole array's bandwidth (the swaps 8x too short), called the other
+    seven eighths of the writes "updated parameters" (209.92 GiB; this preset keeps its
+    parameters on the GPU) and read them again as parameter fetches, priced CPU Adam for
+    all 16.10B parameters at one rank's threads, and capped the array at one rank's 8
+    requests in flight."""
+    spec = "samsung-pm9a3-3.84tb"
+    one, eight = (
+        _plan_json("opt_nvme_16b", "--drive", spec, "--baseline", "study", "--drives", "4,16",
+                   *(("--ranks", str(r)) if r > 1 else ()))["plans"]
+        for r in (1, 8)
+    )  # fmt: skip
+    for a, b in zip(one, eight, strict=True):
+        ta = {t["kind"]: t for t in a["terms"]}
+        tb = {t["kind"]: t for t in b["terms"]}
+        # the node's swaps are the same bytes either way (and at 4 drives the same seconds)
+        for kind in ("read", "write"):
+            assert tb[kind]["what"].split(" at ")[0] == ta[kind]["what"].split(" at ")[0]
+            if a["drives"] == 4:
+                assert tb[kind]["seconds"] == ta[kind]["seconds"]
+        assert "parameters" not in tb
+        # CPU Adam: each rank an eighth of the parameters at the measured rate, side by side
+        assert tb["adam"]["seconds"] == pytest.approx(ta["adam"]["seconds"] / 8, abs=1e-3)
+        assert "each of 8 ranks' 2.01B parameters at 6 thread(s)" in tb["adam"]["what"]
+        if a["drives"] == 4:
+            assert b["step_s"] == pytest.approx(
+                a["step_s"] - ta["adam"]["seconds"] * 7 / 8, abs=2e-3
+            )
+    # 8 requests of 512 KiB in flight per rank: one rank keeps 8 members of a 512 KiB chunk
+    # busy, eight ranks 64, so 16 drives are the drives' bound, not the chunk's
+    assert one[1]["bound_by"] == "RAID0 chunk" and eight[1]["bound_by"] == "drives"
+    assert eight[1]["read_bw_bytes_s"] == 4 * eight[0]["read_bw_bytes_s"]
+
+
+def test_the_arrays_requests_in_flight_are_every_ranks() -> None:
+    from iotune.plan.drives import Raid
+
+    one = Raid(512 << 10, 1 << 20, 8, 2, "mdadm's default chunk")
+    assert one.busy == 32
+    eight = Raid(512 << 10, 1 << 20, 8, 2, "mdadm's default chunk", 8)
+    assert eight.busy == 256
+    assert eight.describe() == (
+        "RAID0 chunk 512 KiB against 8 ranks x 8 x 2 request(s) of 1 MiB in flight: at most "
+        "256 members busy (mdadm's default chunk)"
+    )
+    assert one.describe().startswith("RAID0 chunk 512 KiB against 8 x 2 request(s)")
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
