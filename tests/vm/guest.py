@@ -241,6 +241,9 @@ class Guest:
             "--run",
             str(kernel),
             "--disable-kvm",
+            # the kernel's console into the guest's log: a guest that dies before its agent
+            # answers (a panic, an init that failed) says why in the failure's log tail
+            "--verbose",
             "--user",
             "root",
             "--memory",
