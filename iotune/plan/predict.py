@@ -114,6 +114,9 @@ def predict(
     # the node's ranks each swap their own partition (est.swapped is one rank's) through the
     # node's drives, and each steps its own share of the parameters on its own cores
     ranks = max(1, est.ranks)
+    opt_read = (12 * sw.n_s + 4 * sw.n_g) * ranks  # the node's optimizer swaps of a step
+    opt_write = 12 * sw.n_s * ranks
+    grad_write = 4 * sw.n_g * ranks
     terms: list[Term] = []
     cpu = base is not None and base.optimizer_s is not None and s.optimizer == "nvme"
     if cpu and base and base.optimizer_s is not None:
@@ -126,12 +129,13 @@ def predict(
             notes.append(adam.note)
         share = est.params // max(1, est.world)
         adam_s = adam.seconds_per_param * share
-        adam_what = f"CPU Adam, {_count(share)} parameters at {adam.threads} thread(s)"
         if est.world > 1:
             adam_what = (
                 f"CPU Adam, each of {est.world} ranks' {_count(share)} parameters at "
                 f"{adam.threads} thread(s), the ranks side by side (a core per thread)"
             )
+        else:
+            adam_what = f"CPU Adam, {_count(share)} parameters at {adam.threads} thread(s)"
         adam_src = adam.source_label or ""
     else:
         return Prediction(
@@ -145,8 +149,7 @@ def predict(
             return Prediction(None, None, notes=["no AIO bandwidth: pass --aio-config SWEEP_RUN"])
         if bw.note:
             notes.append(bw.note)
-        rd = (12 * sw.n_s + 4 * sw.n_g) * ranks
-        wr = 12 * sw.n_s * ranks
+        rd, wr = opt_read, opt_write
         how = f" ({bw.how})" if bw.how else ""
         terms.append(
             Term(f"read {amount(rd)} at {amount(bw.read, '/s')}{how}", rd / bw.read, "read")
@@ -157,7 +160,7 @@ def predict(
         )
         # parameters on NVMe too: the step writes the updated parameters back (the I/O
         # model's steady write beyond the optimizer state and the gradients)
-        back = max(0, est.steady_step.write - wr - 4 * sw.n_g * ranks)
+        back = max(0, est.steady_step.write - wr - grad_write)
         if back:
             terms.append(
                 Term(
@@ -175,7 +178,7 @@ def predict(
         terms.append(Term("forward + backward", base.forward_backward_s, "compute", base.source))
         # parameters on NVMe: forward, the recomputation and backward fetch them (the I/O
         # model's steady read beyond the optimizer's), each fetch waited for on a CPU run
-        fetch = max(0, est.steady_step.read - (12 * sw.n_s + 4 * sw.n_g) * ranks)
+        fetch = max(0, est.steady_step.read - opt_read)
         if s.optimizer == "nvme" and bw is not None and fetch:
             step += fetch / bw.read
             terms.append(
@@ -186,7 +189,7 @@ def predict(
                     "parameters",
                 )
             )
-        grads = 4 * sw.n_g * ranks if s.optimizer == "nvme" and bw is not None else 0
+        grads = grad_write if s.optimizer == "nvme" and bw is not None else 0
         if grads and bw:
             # DeepSpeed writes each gradient partition asynchronously as the last micro-step's
             # backward produces it: the writing hides behind that backward, and what is left

@@ -122,7 +122,7 @@ def save_checkpoint(
     was blocked, the seconds until its files were durable (fsync'd; for the decoupled writer
     after its process committed them), and what it holds; its event ends its own interval in
     the trace, after the step's."""
-    from iotune.workers.swapcopy import copies, fsync_tree, write_latest
+    from iotune.workers.swapcopy import copies, seal
 
     tag = str(ck["tag"]).format(global_step)
     acc.synchronize()
@@ -136,9 +136,7 @@ def save_checkpoint(
     t1 = time.perf_counter()
     if ck["writer"] == "decoupled":
         engine._commit_decoupled_checkpoint()
-    held = fsync_tree(Path(ck["dir"]) / tag)
-    if engine.global_rank == 0:
-        write_latest(Path(ck["dir"]), tag)
+    held = seal(Path(ck["dir"]), tag, latest=engine.global_rank == 0)
     t2 = time.perf_counter()
     events.emit(
         {

@@ -37,6 +37,7 @@ import errno
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -208,6 +209,15 @@ def write_latest(save_dir: Path, tag: str) -> None:
     _fsync(save_dir, directory=True)
 
 
+def seal(save_dir: Path, tag: str, latest: bool) -> dict[str, int]:
+    """A save's end in the order a crash cannot break: the tag folder durable (fsync_tree),
+    then, with *latest* (rank 0 of a save that names itself), ``latest`` (write_latest)."""
+    held = fsync_tree(save_dir / tag)
+    if latest:
+        write_latest(save_dir, tag)
+    return held
+
+
 def durable_save(
     engine: Any,
     save_dir: str | os.PathLike[str],
@@ -231,10 +241,7 @@ def durable_save(
         out = save(engine, save_dir, tag=tag, client_state=state, save_latest=save_latest, **kw)
         return out, {}
     out = save(engine, save_dir, tag=tag, client_state=state, save_latest=False, **kw)
-    held = fsync_tree(Path(save_dir) / tag)
-    if save_latest and engine.global_rank == 0:
-        write_latest(Path(save_dir), tag)
-    return out, held
+    return out, seal(Path(save_dir), tag, save_latest and engine.global_rank == 0)
 
 
 def _reflink(src: Path, dst: Path) -> None:
@@ -422,8 +429,8 @@ def swap_copies(
 
     shutil.copytree = copytree  # DeepSpeed imports it from shutil at each save and load
     engine_cls = _engine_class() if order_saves else None
-    real_save = engine_cls.save_checkpoint if engine_cls is not None else None
-    if engine_cls is not None and real_save is not None:
+    if engine_cls is not None:
+        real_save = engine_cls.save_checkpoint
 
         def save_checkpoint(self: Any, save_dir: Any, *args: Any, **kw: Any) -> Any:
             names = ("tag", "client_state", "save_latest", "exclude_frozen_parameters")
@@ -442,7 +449,5 @@ def swap_copies(
 def _engine_class() -> Any:
     """DeepSpeed's engine class, where the script imported DeepSpeed's runtime (a script
     with an engine has); None without it: nothing to order then."""
-    import sys
-
     mod = sys.modules.get("deepspeed.runtime.engine")
     return getattr(mod, "DeepSpeedEngine", None)
