@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -301,45 +300,23 @@ def estimate_cmd(
             network=network_link,
         )
     ckp = None
-    if checkpoint_sweep and checkpoint_every is None:
-        raise UsageError(
-            "--checkpoint-sweep plans checkpoints, and --checkpoint-every says how often",
-            hint="--checkpoint-every 100 --checkpoint-sweep RUN",
-        )
-    if checkpoint_every is not None:
-        from iotune.plan.ckplan import (
-            checkpoint_derate,
-            checkpoint_plan,
-            parse_checkpoint_drive,
-            parse_share,
-        )
-        from iotune.plan.datasheet import parse_drive
-        from iotune.sweep.ckpt import load_result
+    if checkpoint_every is not None or checkpoint_sweep:
+        from iotune.plan.ckplan import plan_for_estimate
         from iotune.train.checkpoint import save_volume
 
-        target_share = parse_share(checkpoint_share)
-        offload_spec = parse_drive(drive) if drive else None
-        ck_spec = parse_checkpoint_drive(checkpoint_drive) if checkpoint_drive else offload_spec
-        on_nvme = p.strategy.optimizer == "nvme"
-        step_s = pred.step_s if pred else None
-        if step_s is None and base is not None and base.kind == "ram" and not on_nvme:
-            # the state in RAM and a RAM run of the model: its own step is the step
-            step_s = base.forward_backward_s + (base.optimizer_s or 0.0)
-        ckp = checkpoint_plan(
-            save_volume(e, on_nvme).write,
-            on_nvme,
+        ckp = plan_for_estimate(
+            p,
             plan,
-            step_s,
-            bw.read if bw else None,
-            ck_spec,
-            checkpoint_every,
-            int(checkpoint_level),
-            target_share,
-            load_result(Path(checkpoint_sweep)) if checkpoint_sweep else None,
-            # the checkpoint drives' own derating: the plan's only where it measured their kind
-            derate=checkpoint_derate(ck_spec, offload_spec, (plan or {}).get("derate"))
-            if ck_spec is not None
-            else None,
+            pred,
+            bw,
+            base,
+            save_bytes=save_volume(e, p.strategy.optimizer == "nvme").write,
+            drive=drive,
+            checkpoint_drive=checkpoint_drive,
+            every=checkpoint_every,
+            level=int(checkpoint_level),
+            share=checkpoint_share,
+            sweep=checkpoint_sweep,
         )
     if STATE.json:
         emit_json(

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
 from iotune.plan.datasheet import Derate, DriveSpec, load_profiles, parse_drive
+
+if TYPE_CHECKING:
+    from iotune.model.presets import Preset
+    from iotune.plan.measured import Bandwidth, Baseline
+    from iotune.plan.predict import Prediction
 
 PARITY = {5: 1, 6: 2}
 #: the widths a plan lists, and the widest --checkpoint-share searches
@@ -331,3 +336,56 @@ def checkpoint_plan(
         "width": best.width if best else None,
         "answer": answer,
     }
+
+
+def plan_for_estimate(
+    p: Preset,
+    plan: dict[str, Any] | None,
+    pred: Prediction | None,
+    bw: Bandwidth | None,
+    base: Baseline | None,
+    *,
+    save_bytes: float,
+    drive: str | None,
+    checkpoint_drive: str | None,
+    every: int | None,
+    level: int,
+    share: str,
+    sweep: str | None,
+) -> dict[str, Any]:
+    """``estimate --checkpoint-every`` from the command's options: *save_bytes* (the I/O
+    model's, iotune.train.checkpoint.save_volume), the step from the prediction (or a RAM run's own, for state in RAM), the
+    checkpoint drives from ``--checkpoint-drive`` (else ``--drive``), the sweep's record."""
+    from pathlib import Path
+
+    from iotune.sweep.ckpt import load_result
+
+    if every is None:
+        raise UsageError(
+            "--checkpoint-sweep plans checkpoints, and --checkpoint-every says how often",
+            hint="--checkpoint-every 100 --checkpoint-sweep RUN",
+        )
+    target_share = parse_share(share)
+    offload_spec = parse_drive(drive) if drive else None
+    ck_spec = parse_checkpoint_drive(checkpoint_drive) if checkpoint_drive else offload_spec
+    on_nvme = p.strategy.optimizer == "nvme"
+    step_s = pred.step_s if pred else None
+    if step_s is None and base is not None and base.kind == "ram" and not on_nvme:
+        # the state in RAM and a RAM run of the model: its own step is the step
+        step_s = base.forward_backward_s + (base.optimizer_s or 0.0)
+    return checkpoint_plan(
+        save_bytes,
+        on_nvme,
+        plan,
+        step_s,
+        bw.read if bw else None,
+        ck_spec,
+        every,
+        level,
+        target_share,
+        load_result(Path(sweep)) if sweep else None,
+        # the checkpoint drives' own derating: the plan's only where it measured their kind
+        derate=checkpoint_derate(ck_spec, offload_spec, (plan or {}).get("derate"))
+        if ck_spec is not None
+        else None,
+    )

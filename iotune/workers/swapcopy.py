@@ -210,8 +210,7 @@ def write_latest(save_dir: Path, tag: str) -> None:
 
 
 def seal(save_dir: Path, tag: str, latest: bool) -> dict[str, int]:
-    """A save's end in the order a crash cannot break: the tag folder durable (fsync_tree),
-    then, with *latest* (rank 0 of a save that names itself), ``latest`` (write_latest)."""
+    """A save's end, in the order a crash cannot break: the tag folder durable, then latest."""
     held = fsync_tree(save_dir / tag)
     if latest:
         write_latest(save_dir, tag)
@@ -412,8 +411,7 @@ def swap_copies(
 ) -> Iterator[list[CopyRecord]]:
     """Within it, DeepSpeed's copies of its swap folder (``save_checkpoint``'s and
     ``load_checkpoint``'s) go by *copy*; the list it gives holds a record of each. With
-    *order_saves*, each ``save_checkpoint`` also makes its tag folder durable before it
-    writes ``latest`` (durable_save)."""
+    *order_saves*, each ``save_checkpoint`` also ends as durable_save orders it."""
     if copy not in COPIES:
         raise CopyError(f"unknown copy {copy!r}: one of {', '.join(COPIES)}")
     if settings is not None:
@@ -447,7 +445,6 @@ def swap_copies(
 
 
 def _engine_class() -> Any:
-    """DeepSpeed's engine class, where the script imported DeepSpeed's runtime (a script
-    with an engine has); None without it: nothing to order then."""
+    """DeepSpeed's engine class where the script imported it (None: no save to order)."""
     mod = sys.modules.get("deepspeed.runtime.engine")
     return getattr(mod, "DeepSpeedEngine", None)
