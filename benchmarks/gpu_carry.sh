@@ -5,6 +5,7 @@
 #   .debs/  libaio1, libaio-dev (DeepSpeed builds its async_io op against them)
 #   .bpf/   libbpf1 and libelf1: all that `iotune trace` needs there (its CO-RE object is in
 #           bpf/, prebuilt), well under 1 MB
+#   .xfs/   xfsprogs, libinih1, liburcu8: mkfs.xfs for the reflink measures (gpu_swapcopy.sh)
 #   .bcc/   only with IOTUNE_CARRY_BCC=1, to compare with bcc: bcc 0.26 (libbpfcc,
 #           python3-bpfcc, libbpf1) with the LLVM 14 libraries it links, and Debian 12's 6.1
 #           kernel headers (bcc compiles tracepoint programs against them), about 52 MB
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=(python3 -m pip)
-mkdir -p .whl .debs .bpf
+mkdir -p .whl .debs .bpf .xfs
 if ! ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1; then
     "${py[@]}" wheel -q --no-deps --no-build-isolation -w .whl deepspeed==0.19.8
 fi
@@ -28,9 +29,10 @@ for w in pydantic==2.12.5 pydantic-core==2.41.5 annotated-types==0.7.0 typing-in
 done
 (cd .debs && apt-get download libaio1 libaio-dev >/dev/null)
 (cd .bpf && apt-get download libbpf1 libelf1 >/dev/null)
+(cd .xfs && apt-get download xfsprogs libinih1 liburcu8 >/dev/null)
 if [ "${IOTUNE_CARRY_BCC:-0}" = 1 ]; then
     mkdir -p .bcc
     (cd .bcc && apt-get download libbpfcc python3-bpfcc libbpf1 libllvm14 libclang-cpp14 libz3-4 \
         libedit2 linux-headers-6.1.0-56-amd64 linux-headers-6.1.0-56-common >/dev/null)
 fi
-du -sh .whl .debs .bpf .bcc 2>/dev/null
+du -sh .whl .debs .bpf .xfs .bcc 2>/dev/null

@@ -217,7 +217,7 @@ def run_options(f: Any) -> Any:
                 "--checkpoint-dir",
                 type=click.Path(),
                 help="Where the checkpoints go: a volume of their own (a RAID5/6); the offload "
-                "volume only with --force.",
+                "volume only with --force, or with --checkpoint-copy reflink (a snapshot on it).",
             ),
             click.option(
                 "--checkpoint-writer",

@@ -131,11 +131,18 @@ def save_volume(est: Estimate, optimizer_on_nvme: bool) -> IoVolume:
 
 
 def check_folder(
-    ck: Checkpointing, steps: int, offload: list[Path], need: int, force: bool
+    ck: Checkpointing,
+    steps: int,
+    offload: list[Path],
+    need: int,
+    force: bool,
+    copy: str = "deepspeed",
 ) -> list[str]:
     """Refuse a checkpoint folder that cannot take the run's saves: on a file system the
     kernel serves from itself (/proc, /sys), not writable, on the offload volume (without
-    --force), too small. Nothing is written. The notes to show."""
+    --force; a reflink *copy* is a snapshot there, by design), too small. The room asked is
+    the whole copy's for reflink too: the next step's swaps rewrite the files, and each save
+    then holds its own extents. Nothing is written. The notes to show."""
     notes = []
     if ck.dir.exists() and not ck.dir.is_dir():
         raise UsageError(f"--checkpoint-dir {ck.dir} is not a folder", hint="name a folder")
@@ -157,7 +164,13 @@ def check_folder(
         )
     dev = base.stat().st_dev
     shared = [o for o in offload if existing_ancestor(o).stat().st_dev == dev]
-    if shared:
+    if shared and copy == "reflink":
+        notes.append(
+            f"--checkpoint-dir {ck.dir} is on the offload volume ({shared[0]}), as a reflink "
+            "snapshot must be: each save shares the swap files' extents until the next "
+            "step's swaps rewrite them, then holds its own, and a full volume stops the training"
+        )
+    elif shared:
         msg = (
             f"--checkpoint-dir {ck.dir} is on the offload volume ({shared[0]}): its saves "
             "compete with the swaps, and a full volume stops the training"

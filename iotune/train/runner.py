@@ -245,7 +245,7 @@ def _checkpoints(
                 f"save copies the swap files ({need / 2**30:.2f} GiB) with shutil.copytree "
                 "whatever the writer; the writer writes only the small pickles beside them"
             )
-        req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force))
+        req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force, req.swap_copy))
         folder = ck.dir
         while not folder.exists():
             folder = folder.parent

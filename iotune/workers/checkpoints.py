@@ -122,7 +122,8 @@ def save_checkpoint(
     was blocked, the seconds until its files were durable (fsync'd; for the decoupled writer
     after its process committed them), and what it holds; its event ends its own interval in
     the trace, after the step's."""
-    from iotune.workers.swapcopy import copies, seal
+    from iotune.workers.durable import seal
+    from iotune.workers.swapcopy import copies
 
     tag = str(ck["tag"]).format(global_step)
     acc.synchronize()

@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iotune.workers.durable import durable_save, fsync_path, preallocate
+
 COPIES = ("aio", "reflink", "deepspeed")
 #: linux/fs.h: _IOW(0x94, 9, int)
 FICLONE = 0x40049409
 #: the folder of the swap files' copy inside a checkpoint's tag folder
 OFFLOADED = "offloaded_tensors"
-#: DeepSpeed's file in a checkpoint folder that names the tag to load
-LATEST = "latest"
 #: the O_DIRECT unit: a request's offset and length are multiples of it (the largest logical
 #: block size of a drive, 4 KiB); a file's tail past the last whole unit is copied through the
 #: page cache and made durable with the rest
@@ -159,90 +159,6 @@ def _walk(src: Path, dst: Path, ignore: Callable[[str, list[str]], Any] | None) 
     return out
 
 
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(path: Path) -> dict[str, int]:
-    """fsync every file under *path*, then each folder bottom up and *path*'s own parent:
-    what a save left durable, and how many bytes (the .swp files apart: the swap files'
-    copy). After DeepSpeed's save_checkpoint (a barrier ends it) every rank's files are
-    there: the figures are the tag folder's, not one rank's share."""
-    files = copied = written = 0
-    dirs: list[str] = []
-    for root, _, names in os.walk(path):
-        dirs.append(root)
-        for n in names:
-            f = os.path.join(root, n)
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                size = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-            files += 1
-            written += size
-            if n.endswith(".swp"):
-                copied += size
-    for d in reversed(dirs):
-        _fsync(Path(d), directory=True)
-    _fsync(path.parent, directory=True)
-    return {"files": files, "bytes": written, "swap_copy_bytes": copied}
-
-
-def write_latest(save_dir: Path, tag: str) -> None:
-    """DeepSpeed's ``latest`` file naming *tag*, atomically and durably: written beside it,
-    made durable, renamed over it, the folder made durable. A crash at any point leaves
-    ``latest`` naming the checkpoint before or this one, never a torn name."""
-    tmp = save_dir / f".{LATEST}.iotune-new"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, tag.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, save_dir / LATEST)
-    _fsync(save_dir, directory=True)
-
-
-def seal(save_dir: Path, tag: str, latest: bool) -> dict[str, int]:
-    """A save's end, in the order a crash cannot break: the tag folder durable, then latest."""
-    held = fsync_tree(save_dir / tag)
-    if latest:
-        write_latest(save_dir, tag)
-    return held
-
-
-def durable_save(
-    engine: Any,
-    save_dir: str | os.PathLike[str],
-    tag: Any = None,
-    client_state: dict[str, Any] | None = None,
-    save_latest: bool = True,
-    save: Callable[..., Any] | None = None,
-    **kw: Any,
-) -> tuple[Any, dict[str, int]]:
-    """DeepSpeed's ``save_checkpoint`` in the order a crash cannot break: the tag folder's
-    files, then its folders, made durable, and only then ``latest`` (write_latest), which
-    DeepSpeed itself writes through the page cache before anything is durable. The decoupled
-    writer commits after the call returns; its save is left to DeepSpeed's order. *save*:
-    the unbound save_checkpoint to call (DeepSpeed's, where swap_copies replaced it)."""
-    save = save or type(engine).save_checkpoint
-    if tag is None:  # DeepSpeed's own default
-        tag = f"global_step{engine.global_steps}"
-    tag = str(tag)
-    state = {} if client_state is None else client_state
-    if engine.checkpoint_engine.is_decoupled():
-        out = save(engine, save_dir, tag=tag, client_state=state, save_latest=save_latest, **kw)
-        return out, {}
-    out = save(engine, save_dir, tag=tag, client_state=state, save_latest=False, **kw)
-    return out, seal(Path(save_dir), tag, save_latest and engine.global_rank == 0)
-
-
 def _reflink(src: Path, dst: Path) -> None:
     with open(src, "rb") as fs, open(dst, "wb") as fd:
         try:
@@ -298,9 +214,10 @@ class _AioCopier:
         size = src.stat().st_size
         unit = ALIGN * self.s.intra_op_parallelism
         direct = size - size % unit
-        # the target exists, empty, before the first write (the op opens without O_TRUNC)
-        with open(dst, "wb"):
-            pass
+        # the target exists, its blocks allocated, before the first write (the op opens
+        # without O_TRUNC; a write past the end would wait for its completion: durable.py)
+        with open(dst, "wb") as fh:
+            preallocate(fh.fileno(), size)
         chunks = [(o, min(self.s.chunk, direct - o)) for o in range(0, direct, self.s.chunk)]
         s, d = str(src), str(dst)
         writing = False
@@ -364,10 +281,10 @@ def copy_tree(
                 copier.close()
     t1 = time.perf_counter()
     for _, t in walk.files:
-        _fsync(t)
+        fsync_path(t)
     for d in reversed(walk.dirs):
-        _fsync(d, directory=True)
-    _fsync(target.parent, directory=True)
+        fsync_path(d, directory=True)
+    fsync_path(target.parent, directory=True)
     rec.durable_s = time.perf_counter() - t1
     rec.seconds = time.perf_counter() - t0
     return rec

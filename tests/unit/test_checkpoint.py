@@ -91,6 +91,11 @@ def test_a_folder_too_small_for_the_saves_is_refused_with_numbers(tmp_path: Path
     with pytest.raises(UsageError, match="on the offload volume"):
         check_folder(ck, 3, [tmp_path], 1, force=False)
     assert "on the offload volume" in check_folder(ck, 3, [tmp_path], 1, force=True)[0]
+    # a reflink snapshot belongs there: no --force, and the room asked is still the copy's
+    (note,) = check_folder(ck, 3, [tmp_path], 1, force=False, copy="reflink")
+    assert "as a reflink snapshot must be" in note
+    with pytest.raises(UsageError, match="GiB free"):
+        check_folder(ck, 3, [tmp_path], 1 << 60, force=False, copy="reflink")
     assert not (tmp_path / "ck").exists()
 
 

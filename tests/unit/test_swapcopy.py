@@ -13,15 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from iotune.workers.swapcopy import (
-    AioSettings,
-    CopyError,
-    copy_tree,
-    durable_save,
-    is_swap_copy,
-    swap_copies,
-    write_latest,
-)
+from iotune.workers.durable import durable_save, preallocate, write_latest
+from iotune.workers.swapcopy import AioSettings, CopyError, copy_tree, is_swap_copy, swap_copies
 
 
 def _swap_folder(root: Path) -> dict[str, str]:
@@ -228,3 +221,17 @@ def test_a_scripts_save_within_swap_copies_keeps_that_order(
     with swap_copies("aio", order_saves=False):
         eng.save_checkpoint(str(tmp_path / "x"), "u")
     assert eng.asked[-1]["save_latest"] is True
+
+
+def test_preallocate_gives_the_file_its_size_and_its_blocks(tmp_path: Path) -> None:
+    """The copy's target laid out before O_DIRECT fills it: its length the source's, and,
+    where the file system allocates ahead (ext4, XFS, btrfs, tmpfs), every block in place;
+    nothing written, so it reads back as zeros."""
+    path = tmp_path / "t"
+    with open(path, "wb") as fh:
+        allocated = preallocate(fh.fileno(), 3 * 4096 + 1)
+        assert preallocate(fh.fileno(), 0)  # nothing to lay out
+    st = path.stat()
+    assert st.st_size == 3 * 4096 + 1
+    assert not allocated or st.st_blocks * 512 >= 4 * 4096
+    assert path.read_bytes() == b"\0" * (3 * 4096 + 1)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU tier, one GPU: the swap files' copy of a save (issue: saves at the drives' speed), in two
+# calls of at most 10 minutes each, back to back on one warm machine. From the repository root
+# with .whl/, .debs/ and .xfs/ carried (benchmarks/gpu_carry.sh fills them; .xfs/ holds
+# Debian 12's xfsprogs, libinih1 and liburcu8: the machine has no mkfs.xfs):
+#     . benchmarks/gpu_env.sh; bash benchmarks/gpu_swapcopy.sh pairs
+#     . benchmarks/gpu_env.sh; bash benchmarks/gpu_swapcopy.sh runs
+# pairs: benchmarks/swapcopy_pairs.py for opt_nvme_1b's 14.8 GB swap folder, 3 rounds in
+#   turns between two folders of the machine's one disk (ceiling, aio, deepspeed).
+# runs: `iotune run opt_nvme_1b` with its saves copied by reflink on an XFS (reflink on,
+#   mkfs.xfs's default) on a loop device over a file of that disk, checkpoints on
+#   the offload volume as a snapshot must be (5 steps, a save after steps 2 and 4: steps 3
+#   and 5 rewrite shared extents, steps 2 and 4 none), then, the XFS gone, by aio between two
+#   folders of the disk (2 steps, a save after each; --force: one disk holds both).
+# $OUT gets each part's output and records.
+set -u
+out="${OUT:-/tmp/gpu-out}"
+mkdir -p "$out"
+export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda
+echo 512 > /sys/block/vda/queue/max_sectors_kb
+start=$SECONDS
+xfs=/mnt/iotune-xfs
+mount_xfs() {
+    mountpoint -q "$xfs" && return 0
+    mkdir -p /tmp/xfs "$xfs"
+    for d in .xfs/*.deb; do dpkg -x "$d" /tmp/xfs; done
+    export PATH="/tmp/xfs/sbin:/tmp/xfs/usr/sbin:$PATH"
+    export LD_LIBRARY_PATH="/tmp/xfs/usr/lib/x86_64-linux-gnu:/tmp/xfs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+    truncate -s 60G /var/tmp/xfs.img
+    dev=$(losetup --find --show --direct-io=on /var/tmp/xfs.img) || return 1
+    echo 512 > "/sys/block/${dev#/dev/}/queue/max_sectors_kb"
+    mkfs.xfs -q -f "$dev" && mount -o discard "$dev" "$xfs" || return 1
+    xfs_info "$xfs" | grep -o "reflink=[01]"
+}
+case "${1:?pairs or runs}" in
+pairs)
+    {
+        nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+        nproc; free -g | head -2; lsblk -d -o NAME,SIZE,ROTA,MODEL; uname -r; df -h /var/tmp
+        cat /sys/block/vda/queue/scheduler /sys/block/vda/queue/max_sectors_kb
+        git log -1 --format=%h 2>/dev/null
+    } > "$out/machine.txt" 2>&1
+    python3 -c 'from deepspeed.ops.op_builder import AsyncIOBuilder, CPUAdamBuilder
+AsyncIOBuilder().load(); CPUAdamBuilder().load()' > "$out/build.txt" 2>&1
+    echo "=== ops built: exit $? at $((SECONDS - start)) s" >&2
+    mkdir -p /var/tmp/off /var/tmp/ck
+    python3 benchmarks/swapcopy_pairs.py --src /var/tmp/off --dst /var/tmp/ck --rounds 3 \
+        --out "$out/pairs_disk.json" 2>&1 | tee "$out/pairs_disk.txt"
+    echo "=== pairs on the disk: exit ${PIPESTATUS[0]} at $((SECONDS - start)) s" >&2
+    rm -rf /var/tmp/off /var/tmp/ck
+    ;;
+runs)
+    mount_xfs > "$out/xfs.txt" 2>&1 || { cat "$out/xfs.txt"; exit 1; }
+    rm -rf "${xfs:?}"/* /var/tmp/off /var/tmp/ck
+    iot() { python3 -m iotune "$@"; }
+    iot --json run opt_nvme_1b --steps 5 --checkpoint-every 2 --checkpoint-copy reflink \
+        --nvme-path "$xfs/off" --checkpoint-dir "$xfs/ck" --out /tmp/runs/reflink \
+        > "$out/run_reflink.json" 2> "$out/run_reflink.err"
+    echo "=== reflink run: exit $? at $((SECONDS - start)) s" >&2
+    tail -3 "$out/run_reflink.err" >&2
+    umount "$xfs" && losetup -D && rm -f /var/tmp/xfs.img
+    mkdir -p /var/tmp/off /var/tmp/ck
+    iot --json run opt_nvme_1b --steps 2 --checkpoint-every 1 --checkpoint-copy aio \
+        --nvme-path /var/tmp/off --checkpoint-dir /var/tmp/ck/aio --force --out /tmp/runs/aio \
+        > "$out/run_aio.json" 2> "$out/run_aio.err"
+    echo "=== aio run: exit $? at $((SECONDS - start)) s" >&2
+    tail -3 "$out/run_aio.err" >&2
+    tar czf "$out/runs.tgz" -C /tmp runs
+    ;;
+esac
