@@ -9,8 +9,8 @@
 #   turns between two folders of the machine's one disk (ceiling, aio, deepspeed).
 # runs: `iotune run opt_nvme_1b` with its saves copied by reflink on an XFS (reflink on,
 #   mkfs.xfs's default) on a loop device over a file of that disk, checkpoints on
-#   the offload volume as a snapshot must be (5 steps, a save after steps 2 and 4: steps 3
-#   and 5 rewrite shared extents, steps 2 and 4 none), then, the XFS gone, by aio between two
+#   the offload volume as a snapshot must be (4 steps, a save after steps 2 and 4: step 3
+#   rewrites the shared extents, steps 1 and 2 none), then, the XFS gone, by aio between two
 #   folders of the disk (2 steps, a save after each; --force: one disk holds both).
 # $OUT gets each part's output and records.
 set -u
@@ -52,8 +52,9 @@ AsyncIOBuilder().load(); CPUAdamBuilder().load()' > "$out/build.txt" 2>&1
 runs)
     mount_xfs > "$out/xfs.txt" 2>&1 || { cat "$out/xfs.txt"; exit 1; }
     rm -rf "${xfs:?}"/* /var/tmp/off /var/tmp/ck
+    mkdir -p "$xfs/off"
     iot() { python3 -m iotune "$@"; }
-    iot --json run opt_nvme_1b --steps 5 --checkpoint-every 2 --checkpoint-copy reflink \
+    iot --json run opt_nvme_1b --steps 4 --checkpoint-every 2 --checkpoint-copy reflink \
         --nvme-path "$xfs/off" --checkpoint-dir "$xfs/ck" --out /tmp/runs/reflink \
         > "$out/run_reflink.json" 2> "$out/run_reflink.err"
     echo "=== reflink run: exit $? at $((SECONDS - start)) s" >&2

@@ -155,6 +155,13 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     help="The host's memory bandwidth in GiB/s, a ceiling for --drives (default: none).",
 )
 @click.option(
+    "--cpu",
+    metavar="NAME[,sockets=N]",
+    help="The node's CPUs, for CPU Adam with --ranks side by side and the memory bandwidth: a "
+    "name from configs/cpus.toml (amd-epyc-9654,sockets=2), or their figures "
+    "(cores=64,channels=12,mts=4800).",
+)
+@click.option(
     "--chunk",
     metavar="SIZE",
     help="The RAID0 chunk for --drives (default 512K, mdadm's): with DeepSpeed's requests in "
@@ -215,6 +222,7 @@ def estimate_cmd(
     link: str | None,
     memory_bw: float | None,
     network_link: str | None,
+    cpu: str | None,
     chunk: str | None,
     checkpoint_every: int | None,
     checkpoint_drive: str | None,
@@ -272,6 +280,12 @@ def estimate_cmd(
     cfg = dsconfig.ds_config(p, aio=aio)
     e = estimate(p, cfg)
     bw, adam, base = measured_inputs(p, cfg, aio_config, threads_config, baseline)
+    node = None
+    if cpu is not None:
+        from iotune.plan.cpus import node_adam, parse_cpu
+
+        node = parse_cpu(cpu)
+        adam = node_adam(adam, node, e.ranks)
     pred = predict(p, e, bw, adam, base) if bw or adam or base else None
     advice = advise(p, cfg, e, aio_config=aio_config)
     plan = None
@@ -298,6 +312,7 @@ def estimate_cmd(
             memory_bw=memory_bw,
             chunk=chunk,
             network=network_link,
+            cpu=node,
         )
     ckp = None
     if checkpoint_every is not None or checkpoint_sweep:

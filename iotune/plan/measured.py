@@ -333,19 +333,15 @@ def study_inputs(preset: Preset) -> tuple[Baseline, AdamRate] | None:
     overlap all of it. Parameters on NVMe take the optimizer-only row's figure: the same
     model and batch, whose forward + backward fetched nothing from the drive."""
     from iotune.model.presets import preset_with
-    from iotune.model.published import load_study, study_row
+    from iotune.model.published import study_row
 
     opt_only = preset_with(f"opt_nvme_{preset.size}", ()) if preset.size else None
     row = study_row(opt_only) if opt_only is not None and preset.ga == 1 else None
     if row is None or row.step_s is None or row.optimizer_s is None:
         return None
-    doc = load_study()
-    threads = doc.get("adam_threads") or {}
-    sizes, times = threads.get("threads") or [], threads.get("optimizer_ms") or []
-    if not sizes:
+    adam = study_adam()
+    if adam is None:
         return None
-    n_small = preset_with(f"opt_ram_{threads['size']}", ()).geometry.param_count()
-    t, ms = sizes[-1], float(times[-1])
     fb = row.step_s - row.optimizer_s
     base = Baseline(
         round(fb, 4),
@@ -354,14 +350,28 @@ def study_inputs(preset: Preset) -> tuple[Baseline, AdamRate] | None:
         round(fb, 4),
         kind="study",
     )
-    adam = AdamRate(
+    return base, adam
+
+
+def study_adam() -> AdamRate | None:
+    """CPU Adam at the study's largest thread count, from its thread table (the 2B model with
+    the optimizer state in RAM): where its memory is saturated (its text says so)."""
+    from iotune.model.presets import preset_with
+    from iotune.model.published import load_study
+
+    threads = load_study().get("adam_threads") or {}
+    sizes, times = threads.get("threads") or [], threads.get("optimizer_ms") or []
+    if not sizes:
+        return None
+    n_small = preset_with(f"opt_ram_{threads['size']}", ()).geometry.param_count()
+    t, ms = sizes[-1], float(times[-1])
+    return AdamRate(
         ms / 1000 / n_small,
         int(t),
         n_small,
         "configs/study.toml [study.adam_threads]",
         source_label=f"the study's {threads['size'].upper()} at {t} threads: {ms:.0f} ms",
     )
-    return base, adam
 
 
 def datasheet_bandwidth(spec: Any, derate: Any) -> Bandwidth:

@@ -23,6 +23,7 @@ from typing import Any
 from iotune.errors import IotuneError, UsageError
 from iotune.model.estimate import Estimate
 from iotune.model.presets import Preset
+from iotune.plan.cpus import CpuSpec
 from iotune.plan.datasheet import (
     Derate,
     DriveSpec,
@@ -225,6 +226,7 @@ def plan_storage(
     chunk: str | None,
     network: str | None = None,
     host: Host | None = None,
+    cpu: CpuSpec | None = None,
 ) -> dict[str, Any]:
     """--drives / --target-step: the plan as one document, with what it was made from; the
     swept drives are looked up on *host* (this machine where None)."""
@@ -278,6 +280,8 @@ def plan_storage(
             hint="--memory-bw 95 (dual-channel DDR5-6400: 102.4 GB/s)",
         )
     mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
+    if mem is None and cpu is not None:
+        mem = Limit(f"host memory, {cpu.describe()}", cpu.node_memory_bw, "B/s", "--cpu")
     net = (
         Limit(f"network link {network.strip()}", parse_network(network), "B/s", "--network-link")
         if network
@@ -347,7 +351,7 @@ def plan_storage(
     if lim is None:
         missing.append("PCIe link: not reported for the measured drive (--link sets it)")
     if mem is None:
-        missing.append("host memory bandwidth: not known (--memory-bw sets it)")
+        missing.append("host memory bandwidth: not known (--cpu or --memory-bw sets it)")
     rated = spec.rated_writes if spec is not None else writes_left
     if rated is None and not any("health log" in n for n in notes):
         missing.append(

@@ -1,0 +1,144 @@
+"""A node's CPUs in the planner (iotune/plan/cpus.py, `estimate --cpu`): the table against its
+own sources, the figures a user gives, the refusals, and CPU Adam with R ranks side by side,
+each figure computed again by hand. Pure logic and CliRunner."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from iotune import cli as cli_mod
+from iotune.errors import UsageError
+from iotune.plan.cpus import STUDY_CPU, adam_bytes, fit_adam, load_cpus, node_adam, parse_cpu
+from iotune.plan.measured import AdamRate, study_adam
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(cli_mod.cli, list(args), prog_name="iotune")
+
+
+def test_the_tables_bandwidth_is_its_sources_where_they_state_it() -> None:
+    """channels x MT/s x 8 bytes, and where the maker's page states the bandwidth (AMD's
+    "GB/s per socket") the same figure; every profile names its cores in its source."""
+    table = load_cpus()
+    assert table, "no CPU profiles"
+    stated = 0
+    for key, c in table.items():
+        assert c.memory_bw == c.channels * c.mts * 8e6, key  # type: ignore[operator]
+        assert f"{c.cores} cores" in c.source, key
+        m = re.search(r"([\d.]+) GB/s per socket", c.source)
+        if m:
+            stated += 1
+            assert c.memory_bw == pytest.approx(float(m.group(1)) * 1e9), key
+    assert stated >= 3
+    # the study's workstation: dual-channel DDR5-6400, 102.4 GB/s, as its text gives it
+    assert table[STUDY_CPU].memory_bw == 102.4e9
+
+
+def test_a_cpu_by_name_by_sockets_and_by_its_figures() -> None:
+    two = parse_cpu("AMD-EPYC-9654, sockets=2")
+    assert (two.node_cores, two.node_memory_bw) == (192, 921.6e9)
+    assert two.describe() == (
+        "2 x amd-epyc-9654: 192 cores, 24 channels of 4800 MT/s, 921.6 GB/s (theoretical)"
+    )
+    own = parse_cpu("cores=32,channels=8,mts=5600,sockets=2")
+    assert (own.node_cores, own.node_memory_bw) == (64, 2 * 8 * 5600 * 8e6)
+    rated = parse_cpu("cores=24,memory=300GB/s")
+    assert (rated.node_cores, rated.node_memory_bw, rated.channels) == (24, 300e9, None)
+    assert rated.describe() == "1 x a CPU of 24 cores: 24 cores, 300.0 GB/s (theoretical)"
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "hint"),
+    [
+        ("xeon-9999", r"not in iotune's CPU table \(amd-epyc-7763, ", "cores=64,channels=12"),
+        ("amd-epyc-9654,cores=8", "a named CPU takes only sockets=", "sockets=2"),
+        ("amd-epyc-9654,intel-xeon-8468", "names two CPUs", "one name"),
+        ("cores=64", "needs cores and the memory", "cores=64,channels=12,mts=4800"),
+        ("cores=64,channels=12", "needs cores and the memory", "cores=64"),
+        ("cores=64,memory=1TB/s,mts=4800", "gives the memory twice", "one of them"),
+        ("cores=0,memory=1TB/s", "cores='0' is not a positive whole number", "e.g."),
+        ("cores=64,memory=fast", "memory=", "460.8GB/s"),
+        ("cores=64,cores=32,memory=1TB/s", "gives cores twice", "e.g."),
+        ("cores=64,ghz=3,memory=1TB/s", "unknown figure 'ghz'", "sockets"),
+        ("amd-epyc-9654,sockets=x", "sockets='x' is not a positive", "e.g."),
+    ],
+)
+def test_a_cpu_the_table_cannot_take_is_one_line_with_a_hint(
+    text: str, message: str, hint: str
+) -> None:
+    with pytest.raises(UsageError, match=message) as err:
+        parse_cpu(text)
+    assert hint in (err.value.hint or "")
+    assert "\n" not in str(err.value)
+
+
+def _adam(spp: float = 5e-10, threads: int = 6) -> AdamRate:
+    return AdamRate(spp, threads, 2_000_000_000, "sweep", source_label="measured")
+
+
+def test_cpu_adam_on_the_studys_own_workstation_is_its_measure() -> None:
+    """The memory bound is calibrated on the study's workstation: there, one rank's CPU Adam
+    is the study's own figure, not bound by memory and not scaled."""
+    ref = study_adam()
+    assert ref is not None
+    study = load_cpus()[STUDY_CPU]
+    k = adam_bytes(ref, study)
+    assert k == pytest.approx(1.09652 / ref.params * 102.4e9)
+    assert 50 < k < 60  # bytes of theoretical bandwidth a parameter: Adam moves about 28
+    fitted = fit_adam(ref, study, 1, k)
+    assert fitted.seconds_per_param == ref.seconds_per_param
+    assert fitted.threads == 6 and "bound by" not in (fitted.note or "")
+
+
+def test_ranks_share_the_nodes_memory_and_cores_by_hand() -> None:
+    node = parse_cpu("intel-xeon-8480+,sockets=2")  # 112 cores, 614.4 GB/s
+    k = 56.0
+    # 8 ranks: 14 cores each, more than the 6 threads measured; memory: 8 x 56 B a parameter
+    # of 614.4 GB/s = 7.29e-10 s, above the measured 5e-10: the memory bounds it
+    eight = fit_adam(_adam(), node, 8, k)
+    assert eight.threads == 6
+    assert eight.seconds_per_param == pytest.approx(8 * 56 / 614.4e9)
+    assert eight.source_label == "measured; bound by the node's memory"
+    assert "14 core(s) a rank of 8" in (eight.note or "")
+    # 2 ranks: 2 x 56 / 614.4e9 = 1.82e-10 < 5e-10: the measured rate stands
+    two = fit_adam(_adam(), node, 2, k)
+    assert two.seconds_per_param == 5e-10 and two.source_label == "measured"
+    # 4 ranks on 8 cores: 2 threads each where Adam was measured at 6: 3x, the most it costs
+    small = parse_cpu("cores=8,memory=1000GB/s")
+    four = fit_adam(_adam(), small, 4, k)
+    assert (four.threads, four.seconds_per_param) == (2, pytest.approx(3 * 5e-10))
+    assert "scaled by 6/2" in (four.note or "")
+    with pytest.raises(UsageError, match="9 ranks on a node of 8 cores"):
+        fit_adam(_adam(), small, 9, k)
+    with pytest.raises(UsageError, match="9 ranks on a node of 8 cores"):
+        node_adam(None, small, 9)
+    assert node_adam(None, small, 8) is None
+
+
+def test_estimate_with_the_nodes_cpu_prices_adam_and_names_the_memory() -> None:
+    """The buyer's command with the node's CPUs: the CPU Adam term is each rank's share at
+    the fitted rate, the host memory a limit with its source, nothing said "not known"."""
+    r = _cli(
+        "--json", "estimate", "opt_nvme_16b", "--ranks", "8", "--baseline", "study",
+        "--drive", "samsung-pm9a3-3.84tb", "--drives", "8", "--cpu", "intel-xeon-8480+,sockets=2",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    plan = doc["drives"]
+    (row,) = plan["plans"]
+    adam = next(t for t in row["terms"] if t["kind"] == "adam")
+    share = doc["params"] // 8
+    k = adam_bytes(study_adam(), load_cpus()[STUDY_CPU])  # type: ignore[arg-type]
+    assert adam["seconds"] == pytest.approx(share * k * 8 / 614.4e9, rel=1e-3)
+    assert "bound by the node's memory" in adam["what"]
+    mem = next(x for x in plan["limits"] if x["what"].startswith("host memory"))
+    assert mem["value"] == 614.4e9 and mem["source"] == "--cpu"
+    assert not any("memory bandwidth: not known" in m for m in plan["missing"])
+    bad = _cli("estimate", "opt_nvme_16b", "--ranks", "8", "--cpu", "epyc")
+    assert bad.exit_code == 2
+    assert bad.output.count("\n") == 2 and "give its figures instead" in bad.output
