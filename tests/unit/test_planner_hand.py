@@ -49,7 +49,7 @@ RAID_NOTE = (
     "RAID0 chunk 512 KiB against 8 x 1 request(s) of 512 KiB in flight: at most 8 members "
     "busy (mdadm's default chunk)"
 )
-NO_MEMORY = "host memory bandwidth: not known (--memory-bw sets it)"
+NO_MEMORY = "host memory bandwidth: not known (--cpu or --memory-bw sets it)"
 NO_LINK = "PCIe link: not reported for the measured drive (--link sets it)"
 NO_RATING = "rated endurance: not known (--drive with tbw=, or dwpd= and warranty_years=)"
 #: a health log of 11,718,750 data units of 512,000 bytes written (6 TB), 16% of the life
