@@ -91,6 +91,8 @@ def _world() -> dict[str, Any]:
         "world_size": world,
         "local_world_size": int(local),
         "pid": os.getpid(),
+        # DeepSpeed's CPU allreduce names its /dev/shm workspaces by it (iotune removes them)
+        "master_port": env.get("MASTER_PORT"),
         "cwd": os.getcwd(),
         "argv": list(sys.argv),
     }

@@ -15,6 +15,7 @@ the flags said otherwise: the run's figures are the ones beside its steps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -111,6 +112,7 @@ class Observer:
         self.site: SwapSite | None = None
         self.watch: StepWatch | None = None
         self.failed: str | None = None  # why a watch could not start
+        self.shm_removed: list[Path] = []  # the run's DeepSpeed workspaces removed at its end
         self._first = site
         self._handled: set[str] = set()
         self._lock = threading.Lock()
@@ -131,6 +133,7 @@ class Observer:
         self.scan()
         if self.watch is not None:
             self.watch.__exit__(None, None, None)
+        self.shm_removed = remove_run_workspaces(self.learn)
 
     # the step watch's findings, or none where no watch ran
     @property
@@ -361,3 +364,17 @@ def disagreement(diffs: list[tuple[str, str, str]]) -> str | None:
         f"the run's own figures differ from what iotune was told: {parts}; the estimate "
         "beside the steps is the run's"
     )
+
+
+def remove_run_workspaces(learn: Path, shm: Path = Path("/dev/shm")) -> list[Path]:  # noqa: S108
+    """DeepSpeed's CPU allreduce workspaces (66 MiB each in /dev/shm, which its ranks leave
+    behind) of the traced run, by the port its ranks reported; the run has ended."""
+    from iotune.workers.launch import remove_workspaces
+
+    ports = set()
+    for path in learn.glob("engine-rank*.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            port = json.loads(path.read_text()).get("master_port")
+            if isinstance(port, str) and port.isdigit():
+                ports.add(port)
+    return [f for port in sorted(ports) for f in remove_workspaces(port, shm)]

@@ -176,6 +176,16 @@ def test_a_launched_script_tells_its_own_config_and_is_traced_with_the_models_by
         else []
     ), doc["learned"]
     assert s["disagreement"] is None, s
+    # DeepSpeed's CPU allreduce workspaces (/dev/shm, 66 MiB a rank, left by its ranks) are
+    # gone with the run: iotune removes those of the port the ranks reported
+    from iotune.workers.launch import shm_workspaces
+
+    ports = {
+        json.loads(e.read_text())["master_port"]
+        for e in (tmp_path / "t" / "learn").glob("engine-rank*.json")
+    }
+    assert ports and all(ports), ports
+    assert [f for port in ports for f in shm_workspaces(port)] == []
     if launcher == "accelerate":
         # the batch from the DataLoader, the swap folder where DeepSpeed really put it
         assert run["micro_batch"] == 2 and run["optimizer_nvme_path"] == "none", run

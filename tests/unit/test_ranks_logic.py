@@ -397,3 +397,29 @@ def test_each_ranks_copy_of_its_swap_folder_is_kept_in_the_merged_save() -> None
     assert merged["checkpoint"]["swap_copy"] == copy
     assert merged["checkpoint"]["bytes"] == 100 and merged["checkpoint"]["swap_copy_bytes"] == 21
     assert merged["init"]["resume_copy"] == copy
+
+
+def test_a_traced_runs_workspaces_go_by_the_port_its_ranks_reported(tmp_path: Path) -> None:
+    """`iotune trace -- COMMAND`: the ranks' reports name the port; at the run's end its
+    workspaces go, another run's (another port) stay, and a report without one removes
+    nothing."""
+    import json as _json
+    import os as _os
+
+    from iotune.train.observe import remove_run_workspaces
+
+    learn, shm = tmp_path / "learn", tmp_path / "shm"
+    learn.mkdir()
+    shm.mkdir()
+    uid = _os.getuid()
+    mine = [shm / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29511_{r}" for r in (0, 1)]
+    other = shm / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29512_0"
+    for f in (*mine, other):
+        f.write_bytes(b"x")
+    (learn / "engine-rank0.json").write_text(_json.dumps({"rank": 0, "master_port": "29511"}))
+    (learn / "engine-rank1.json").write_text(_json.dumps({"rank": 1, "master_port": "29511"}))
+    (learn / "engine-rank2.json").write_text(_json.dumps({"rank": 2, "master_port": None}))
+    (learn / "engine-rank3.json").write_text("{not json")
+    assert remove_run_workspaces(learn, shm) == mine
+    assert [p.name for p in shm.iterdir()] == [other.name]
+    assert remove_run_workspaces(tmp_path / "none", shm) == []
