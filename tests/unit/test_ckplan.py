@@ -508,3 +508,47 @@ def test_a_sweep_alone_answers_with_the_writers_that_fit() -> None:
         "no writer keeps a save every 1 step(s) under 5% on the swept volume: save less often, "
         "or plan a wider array (--checkpoint-drive)"
     )
+
+
+def test_the_estimates_checkpoint_plan_from_its_options_exactly() -> None:
+    """plan_for_estimate, the command's side: how often is required; the step comes from the
+    prediction, or for state in RAM from a RAM run's own step (forward + backward and its
+    optimizer, none counted as 0 s); the copy's read rate is the prediction's bandwidth,
+    only with the state on NVMe; the checkpoint drives' derating is their own datasheet's."""
+    from iotune.model.presets import preset_with
+    from iotune.plan.ckplan import plan_for_estimate
+    from iotune.plan.measured import Bandwidth, Baseline
+    from iotune.plan.predict import Prediction
+
+    kw: dict[str, Any] = {
+        "drive": None, "checkpoint_drive": "samsung-980-pro-2tb", "level": 6, "share": "5%",
+        "sweep": None,
+    }  # fmt: skip
+    ram, nvme = preset_with("opt_ram_1b", ()), preset_with("opt_nvme_1b", ())
+    with pytest.raises(UsageError, match="--checkpoint-every says how often") as err:
+        plan_for_estimate(ram, None, None, None, None, save_bytes=GB, every=None, **kw)
+    assert str(err.value) == (
+        "--checkpoint-sweep plans checkpoints, and --checkpoint-every says how often"
+    )
+    assert err.value.hint == "--checkpoint-every 100 --checkpoint-sweep RUN"
+    run = Baseline(10.0, 2.5, "a RAM run")
+    got = plan_for_estimate(ram, None, None, None, run, save_bytes=GB, every=10, **kw)
+    assert (got["step_s"], got["offload_read_bytes_s"]) == (12.5, None)
+    assert got["write_derate"] == pytest.approx(0.74)  # the published ratio: no measure
+    assert got["writers_note"].startswith("each writer: --checkpoint-sweep RUN")
+    bare = Baseline(10.0, None, "a GPU run")
+    got = plan_for_estimate(ram, None, None, None, bare, save_bytes=GB, every=10, **kw)
+    assert got["step_s"] == 10.0
+    # the state on NVMe: a RAM run's step is not its step, the prediction's is
+    bw = Bandwidth(3 * GB, 2 * GB, {}, {}, "a sweep")
+    pred = Prediction(5.0, 20.0)
+    got = plan_for_estimate(nvme, None, pred, bw, run, save_bytes=GB, every=10, **kw)
+    assert (got["step_s"], got["offload_read_bytes_s"]) == (20.0, 3 * GB)
+    assert "shutil.copytree" in got["writers_note"]
+    with pytest.raises(UsageError, match="nothing given predicts"):
+        plan_for_estimate(nvme, None, None, bw, run, save_bytes=GB, every=10, **kw)
+    # a sweep alone, no datasheet: no derating of drives it does not describe
+    sweep = Path(__file__).resolve().parents[2] / "benchmarks/results/gpu-ckpt-sweep-h100/ckpt"
+    alone = {**kw, "checkpoint_drive": None, "sweep": str(sweep)}
+    got = plan_for_estimate(ram, None, None, None, run, save_bytes=GB, every=10, **alone)
+    assert (got["drive"], got["write_derate"], got["plans"]) == (None, None, [])
