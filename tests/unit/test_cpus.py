@@ -228,7 +228,7 @@ def test_estimate_with_the_nodes_cpu_prices_adam_and_names_the_memory() -> None:
     assert adam["seconds"] == pytest.approx(share * k * 8 / 614.4e9, rel=1e-3)
     assert "bound by the node's memory" in adam["what"]
     mem = next(x for x in plan["limits"] if x["what"].startswith("host memory"))
-    assert mem["value"] == 614.4e9 and mem["source"] == "--cpu"
+    assert (mem["value"], mem["unit"], mem["source"]) == (614.4e9, "B/s", "--cpu")
     assert not any("memory bandwidth: not known" in m for m in plan["missing"])
     bad = _cli("estimate", "opt_nvme_16b", "--ranks", "8", "--cpu", "epyc")
     assert bad.exit_code == 2

@@ -103,6 +103,8 @@ def test_the_arrays_requests_in_flight_are_every_ranks() -> None:
         "256 members busy (mdadm's default chunk)"
     )
     assert one.describe().startswith("RAID0 chunk 512 KiB against 8 x 2 request(s)")
+    two = Raid(512 << 10, 1 << 20, 8, 2, "mdadm's default chunk", 2)
+    assert two.describe().startswith("RAID0 chunk 512 KiB against 2 ranks x 8 x 2 request(s)")
 
 
 @pytest.mark.parametrize(
