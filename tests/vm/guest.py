@@ -28,6 +28,11 @@ from typing import Generic, TypeVar
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parent.parent
 T = TypeVar("T")
+#: a guest command's default limit, a hang detector: under --cpu 1 and --cpu 1 --io beside
+#: `.ci/run` (benchmarks/RESULTS.md, 2026-11-29) the slowest plain command, the first
+#: Python a guest ran while the lab's guest emulated its study, took 120 s: 2.5x under the
+#: 300 s it had, where a limit must sit 5x above the longest seen under load
+COMMAND_LIMIT_S = 900.0
 #: every command a guest answered: its seconds, its limit, its first words (the session's
 #: summary names those nearest their limit: each limit is a hang detector, far above them)
 WAITS: list[tuple[float, float, str]] = []
@@ -218,7 +223,7 @@ class Guest:
             images.append(img)
         return images
 
-    def start(self, timeout: float = 300.0) -> None:
+    def start(self, timeout: float = COMMAND_LIMIT_S) -> None:
         hidden = hidden_from_guest(TOP, Path(sys.executable).parent, self.share, *self.rwdirs)
         if hidden is not None:
             raise RuntimeError(hidden)
@@ -306,7 +311,7 @@ class Guest:
     def run(
         self,
         argv: list[str],
-        timeout: float = 300.0,
+        timeout: float = COMMAND_LIMIT_S,
         input: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Result:
@@ -358,10 +363,10 @@ class Guest:
             text = "(no snapshot of the running command)"
         return f"{text}--- console:\n{self.log_tail()}"
 
-    def iotune(self, *args: str, timeout: float = 300.0) -> Result:
+    def iotune(self, *args: str, timeout: float = COMMAND_LIMIT_S) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)
 
-    def agent(self, name: str, timeout: float = 300.0) -> Guest:
+    def agent(self, name: str, timeout: float = COMMAND_LIMIT_S) -> Guest:
         """A second agent in the guest, reading its commands from SHARE/NAME: the first runs
         one command at a time, and a command sent to this one runs beside it. The object
         returned sends its commands there; the guest stays this object's to stop."""
