@@ -218,7 +218,8 @@ def fit_adam(adam: AdamRate, cpu: CpuSpec, ranks: int, k: float) -> AdamRate:
             f"{threads} thread(s) a rank where CPU Adam was measured at {adam.threads}: its "
             f"time scaled by {adam.threads}/{threads}, the most it can cost"
         )
-    if memory > spp * (1 + 1e-9):  # on the study's own node its bound is its measure
+    bound = memory > spp * (1 + 1e-9)  # on the study's own node its bound is its measure
+    if bound:
         why.append(
             f"bound by the node's memory: {r} rank(s) at once, {k:.0f} bytes of its bandwidth a "
             f"parameter (the study's Adam where its memory saturates), {memory * 1e9:.3f} s a "
@@ -230,7 +231,7 @@ def fit_adam(adam: AdamRate, cpu: CpuSpec, ranks: int, k: float) -> AdamRate:
         seconds_per_param=max(spp, memory),
         threads=threads,
         note="; ".join(filter(None, [adam.note, *why])),
-        source_label=f"{label}; bound by the node's memory" if memory > spp * (1 + 1e-9) else label,
+        source_label=f"{label}; bound by the node's memory" if bound else label,
     )
 
 

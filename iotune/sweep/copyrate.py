@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from iotune.workers.durable import preallocate
-from iotune.workers.swapcopy import ALIGN, AioSettings
+from iotune.workers.durable import fsync_path, preallocate
+from iotune.workers.swapcopy import ALIGN, AioSettings, chunks
 
 #: the ceiling's settings (block, queue depth, threads), the best of which is the ceiling
 CEILING = ((1 << 20, 32, 4), (8 << 20, 64, 8))
@@ -53,18 +53,6 @@ def _locked(handle: Any, size: int) -> Any:
     return handle.new_cpu_locked_tensor(size, torch.empty(0, dtype=torch.uint8))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _chunks(size: int, chunk: int) -> list[tuple[int, int]]:
-    return [(o, min(chunk, size - o)) for o in range(0, size, chunk)]
-
-
 def make_folder(folder: Path, sizes: list[int], settings: AioSettings | None = None) -> int:
     """Files of *sizes* bytes (each a multiple of ALIGN x the threads) in *folder*, written
     O_DIRECT from a page-locked buffer of random bytes and fsynced: none of their pages in
@@ -82,10 +70,10 @@ def make_folder(folder: Path, sizes: list[int], settings: AioSettings | None = N
             path = folder / f"{i}.tensor.swp"
             with open(path, "wb") as fh:
                 preallocate(fh.fileno(), size)
-            for off, n in _chunks(size, s.chunk):
+            for off, n in chunks(size, s.chunk):
                 if h.pwrite(buf[:n], str(path), False, False, off) < 0:
                     raise OSError(f"the async I/O op could not write {path} at {off}")
-            _fsync(path)
+            fsync_path(path)
     finally:
         h.free_cpu_locked_tensor(buf)
     return sum(sizes)
@@ -105,14 +93,14 @@ def raw_copy(src: Path, dst: Path, block: int, depth: int, threads: int, chunk: 
             size = f.stat().st_size
             with open(out, "wb") as fh:
                 preallocate(fh.fileno(), size)  # as the aio copy does
-            for off, n in _chunks(size, chunk):
+            for off, n in chunks(size, chunk):
                 if rd.pread(bufs[0][:n], str(f), False, True, off) < 0:
                     raise OSError(f"the async I/O op could not read {f} at {off}")
                 if wr.pwrite(bufs[1][:n], str(out), False, True, off) < 0:
                     raise OSError(f"the async I/O op could not write {out} at {off}")
                 if rd.wait() < 0 or wr.wait() < 0:
                     raise OSError(f"the async I/O op failed on {f} or {out}")
-            _fsync(out)
+            fsync_path(out)
         return time.perf_counter() - t0
     finally:
         rd.free_cpu_locked_tensor(bufs[0])

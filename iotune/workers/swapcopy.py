@@ -159,6 +159,11 @@ def _walk(src: Path, dst: Path, ignore: Callable[[str, list[str]], Any] | None) 
     return out
 
 
+def chunks(size: int, chunk: int) -> list[tuple[int, int]]:
+    """(offset, length) of each piece of *size* bytes, *chunk* bytes at most each."""
+    return [(o, min(chunk, size - o)) for o in range(0, size, chunk)]
+
+
 def _reflink(src: Path, dst: Path) -> None:
     with open(src, "rb") as fs, open(dst, "wb") as fd:
         try:
@@ -218,10 +223,9 @@ class _AioCopier:
         # without O_TRUNC; a write past the end would wait for its completion: durable.py)
         with open(dst, "wb") as fh:
             preallocate(fh.fileno(), size)
-        chunks = [(o, min(self.s.chunk, direct - o)) for o in range(0, direct, self.s.chunk)]
         s, d = str(src), str(dst)
         writing = False
-        for i, (off, n) in enumerate(chunks):
+        for i, (off, n) in enumerate(chunks(direct, self.s.chunk)):
             buf = self.bufs[i % 2][:n]
             if self.read.pread(buf, s, False, False, off) < 0:
                 raise CopyError(f"the async I/O op could not read {src} at {off}")
