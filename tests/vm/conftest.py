@@ -12,7 +12,6 @@ Tests that build arrays leave their drives blank again.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from threading import Event
+from threading import Event, Lock
 from typing import Any
 
 import pytest
@@ -73,10 +72,20 @@ class Session:
         return json.loads(r.stdout)
 
 
-@functools.cache
+_link_lock = Lock()
+_links: list[Link] = []
+
+
 def link() -> Link:
-    """The session's virtual network: the session guest (1) and the study's lab (2)."""
-    return Link(Path(tempfile.mkdtemp(prefix="iotune-vm-link-")))
+    """The session's virtual network: the session guest (1) and the study's lab (2). One
+    for both: their set-ups ask for it at once from two threads, and a cache alone is not
+    enough (functools.cache may call its function in both while mkdtemp releases the GIL:
+    each guest then bound a socket of its own folder and sent to the other's folder's, and
+    no frame crossed the link)."""
+    with _link_lock:
+        if not _links:
+            _links.append(Link(Path(tempfile.mkdtemp(prefix="iotune-vm-link-"))))
+        return _links[0]
 
 
 def _vm_setup(guests: list[Guest], cancel: Event, environ: dict[str, str]) -> Session:
@@ -312,8 +321,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _stop_all([early for early in _early.values() if not early.stopped])
     finally:
         folders = [guest.workdir for early in _all_early for guest in early.guests]
-        if link.cache_info().currsize:
-            shutil.rmtree(link().folder, ignore_errors=True)
+        for made in _links:
+            shutil.rmtree(made.folder, ignore_errors=True)
         if exitstatus == pytest.ExitCode.OK:
             for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
