@@ -301,15 +301,23 @@ def _swap(spec: SweepSpec, run_dir: Path, aio: dict[str, Any]) -> dict[str, Any]
     return done
 
 
-def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str, Any]:
-    from iotune.sweep.threads import best_row
+def _threads_doc(
+    rows: list[dict[str, Any]], n: int, run_dir: Path, memory: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    from iotune.sweep.threads import best_row, row_ranks
 
     best = best_row(rows)
     doc = {
         "params": n,
         "rows": rows,
         "best_threads": best["threads"] if best else None,
+        "best_threads_by_ranks": {
+            str(r): b["threads"]
+            for r in sorted({row_ranks(x) for x in rows})
+            if (b := best_row(rows, r)) is not None
+        },
         "cpus": len(os.sched_getaffinity(0)),
+        "memory": memory,
         "out": str(run_dir),
     }
     return doc
@@ -317,11 +325,16 @@ def _threads_doc(rows: list[dict[str, Any]], n: int, run_dir: Path) -> dict[str,
 
 def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_dir: Path) -> None:
     """One thread count timed: say so and keep every row so far (an interrupt loses none)."""
-    from iotune.sweep.threads import save_threads
+    from iotune.sweep.threads import row_ranks, save_threads
 
     done.append(row)
     save_threads(run_dir, _threads_doc(done, n, run_dir))
-    _say(f"iotune: {row['threads']} thread(s): {row.get('step_ms_median', float('nan')):.1f} ms")
+    ranks = row_ranks(row)
+    side = f"{ranks} ranks at once, " if ranks > 1 else ""
+    _say(
+        f"iotune: {side}{row['threads']} thread(s): "
+        f"{row.get('step_ms_median', float('nan')):.1f} ms"
+    )
 
 
 @click.command("sweep-threads")
@@ -334,7 +347,21 @@ def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_di
 @click.option(
     "--threads", default="1,2,4,6,8", show_default=True, help="OpenMP thread counts to time."
 )
+@click.option(
+    "--ranks",
+    default="1",
+    show_default=True,
+    help="Ranks stepping at once, each on its share of PARAMS at each thread count, as the "
+    "ranks of a node do (1,2,4: a row for each).",
+)
 @click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--memory/--no-memory",
+    default=True,
+    show_default=True,
+    help="Also measure the host's memory bandwidth (STREAM's copy and triad) at each thread "
+    "count; 'iotune estimate --threads-config RUN' takes it as the host's.",
+)
 @click.option(
     "--out",
     type=click.Path(),
@@ -342,7 +369,9 @@ def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_di
     "'iotune estimate --threads-config RUN' reads it.",
 )
 @json_option
-def sweep_threads(params: str, threads: str, repeats: int, out: str | None) -> None:
+def sweep_threads(
+    params: str, threads: str, ranks: str, repeats: int, memory: bool, out: str | None
+) -> None:
     """DeepSpeedCPUAdam optimizer-step time as a function of OpenMP threads.
 
     The seed study's other sweep: the CPU optimizer is memory-bandwidth bound, so past some
@@ -351,15 +380,32 @@ def sweep_threads(params: str, threads: str, repeats: int, out: str | None) -> N
     fp32 parameters: a warm-up step, then the median of REPEATS timed steps. The rows are
     kept in RUN/threads.json after each thread count; 'iotune estimate PRESET
     --threads-config RUN' predicts the optimizer's CPU time from them.
+
+    With --ranks R, R processes step at once, each on PARAMS/R (ZeRO's partition of the
+    optimizer), every step started together as a node's ranks are; a step takes as long
+    as the slowest rank. 'iotune estimate --ranks R --threads-config RUN' then takes CPU
+    Adam as measured with R ranks sharing the cores and the memory:
+
+    iotune sweep-threads --params 2B --threads 1,2,4 --ranks 1,2,4
     """
     from iotune.probes.meminfo import mem_available
     from iotune.probes.sysfs import SysTree
-    from iotune.sweep.render import threads_table
-    from iotune.sweep.threads import check_memory, failure, parse_params, run_thread_sweep
+    from iotune.sweep.render import memory_line, threads_table
+    from iotune.sweep.threads import (
+        best_row,
+        check_memory,
+        failure,
+        parse_params,
+        run_memory_probe,
+        run_thread_sweep,
+        save_threads,
+    )
 
     n = parse_params(params)
     counts = comma_list(threads, positive_int("--threads"), "--threads")
-    check_memory(n, params, mem_available(SysTree("/")))
+    rank_counts = comma_list(ranks, positive_int("--ranks"), "--ranks")
+    available = mem_available(SysTree("/"))
+    check_memory(n, params, available)
     run_dir = (
         Path(out) if out else Path("results") / f"threads-{time.strftime('%Y%m%d-%H%M%S')}"
     ).resolve()
@@ -369,18 +415,29 @@ def sweep_threads(params: str, threads: str, repeats: int, out: str | None) -> N
         counts,
         repeats,
         on_row=lambda r: _threads_row(r, done, n, run_dir),
+        ranks=rank_counts,
     )
-    doc = _threads_doc(rows, n, run_dir)
-    best = next((r for r in rows if r["threads"] == doc["best_threads"]), None)
+    probe = None
+    if memory:
+        _say("iotune: the host's memory bandwidth (copy, triad) at each thread count")
+        probe = run_memory_probe(counts, available)
+    doc = _threads_doc(rows, n, run_dir, probe)
+    save_threads(run_dir, doc)
     if STATE.json:
         emit_json(doc)
     else:
         console().print(threads_table(rows))
-        if best:
+        for r in sorted(doc["best_threads_by_ranks"], key=int):
+            best = best_row(rows, int(r))
+            if best is None:
+                continue
+            each = f"each of {r} ranks' {best['params']:,}" if int(r) > 1 else f"{n:,}"
             console().print(
-                f"best: {best['threads']} thread(s), {best['step_ms_median']:.1f} ms per optimizer step "
-                f"for {n:,} parameters"
+                f"best: {best['threads']} thread(s), {best['step_ms_median']:.1f} ms per optimizer "
+                f"step for {each} parameters"
             )
+        if probe is not None:
+            console().print(memory_line(probe))
     error = failure(rows)
     if error is not None:
         raise error

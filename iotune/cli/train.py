@@ -294,6 +294,9 @@ def estimate_cmd(
             "--network-link bounds a drives plan", hint="--drives 1,2,4 --network-link 100G"
         )
     if drives or drive or target_step is not None:
+        from pathlib import Path
+
+        from iotune.plan.measured import memory_rate
         from iotune.plan.planner import plan_storage
 
         plan = plan_storage(
@@ -313,6 +316,7 @@ def estimate_cmd(
             chunk=chunk,
             network=network_link,
             cpu=node,
+            memory_measured=memory_rate(Path(threads_config)) if threads_config else None,
         )
     ckp = None
     if checkpoint_every is not None or checkpoint_sweep:

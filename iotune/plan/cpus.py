@@ -237,13 +237,23 @@ def fit_adam(adam: AdamRate, cpu: CpuSpec, ranks: int, k: float) -> AdamRate:
 
 def node_adam(adam: AdamRate | None, cpu: CpuSpec, ranks: int) -> AdamRate | None:
     """``estimate --cpu``: CPU Adam fitted to *cpu*'s node with *ranks* ranks (fit_adam), the
-    memory bound's bytes a parameter from the study's table and workstation; None stays None.
+    memory bound's bytes a parameter from the study's table and workstation; None stays None,
+    and a rate timed with *ranks* ranks at once (sweep-threads --ranks) stays as timed.
     Refuses more ranks than cores even where CPU Adam was not measured."""
     from iotune.plan.measured import study_adam
 
     if adam is None:
         cores_per_rank(cpu, ranks)
         return None
+    if adam.ranks == ranks > 1:
+        # timed with the node's ranks side by side: their share of the cores and the memory
+        # is in the figure already
+        each = cores_per_rank(cpu, ranks)
+        why = (
+            f"CPU Adam timed with {ranks} ranks at once ({adam.source}), not fitted to "
+            f"{cpu.describe()} ({each} core(s) a rank)"
+        )
+        return replace(adam, note="; ".join(filter(None, [adam.note, why])))
     ref = study_adam()
     k = adam_bytes(ref, load_cpus()[STUDY_CPU]) if ref is not None else 0.0
     return fit_adam(adam, cpu, ranks, k)

@@ -66,6 +66,7 @@ class AdamRate:
     source: str
     note: str | None = None
     source_label: str | None = None  # said beside the figure where it was not measured here
+    ranks: int = 1  # ranks that stepped at once where it was timed (sweep-threads --ranks)
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,10 @@ def aio_bandwidth(path: Path, aio: dict[str, Any]) -> Bandwidth:
     return Bandwidth(out["read"], out["write"], config, samples, str(f), "; ".join(notes) or None)
 
 
-def adam_rate(path: Path, threads: int) -> AdamRate:
-    """CPU-Adam seconds per parameter at ``threads`` (or the nearest count the sweep timed)."""
+def adam_rate(path: Path, threads: int, ranks: int = 1) -> AdamRate:
+    """CPU-Adam seconds per parameter at ``threads`` (or the nearest count the sweep timed),
+    with ``ranks`` ranks stepping at once where the sweep timed that many side by side
+    (``sweep-threads --ranks``), else as one rank alone, said in its note."""
     f = path / THREADS_RESULT if path.is_dir() else path
     doc = read_threads(path)
     if doc is None:
@@ -173,25 +176,43 @@ def adam_rate(path: Path, threads: int) -> AdamRate:
             f"--threads-config {path}: not a sweep-threads result",
             hint="run 'iotune sweep-threads --out RUN', then pass RUN",
         )
-    rows = [r for r in doc["rows"] if isinstance(r, dict) and r.get("status") == "ok"]
-    if not rows:
+    ok = [r for r in doc["rows"] if isinstance(r, dict) and r.get("status") == "ok"]
+    if not ok:
         raise UsageError(
             f"--threads-config {path}: no thread count ran",
             hint="see the errors in its threads.json",
         )
+    timed = sorted({int(r.get("ranks") or 1) for r in ok})
+    at = ranks if ranks in timed else min(timed, key=lambda k: (abs(k - ranks), k))
+    rows = [r for r in ok if int(r.get("ranks") or 1) == at]
     row = min(rows, key=lambda r: (abs(int(r["threads"]) - threads), int(r["threads"])))
-    note = (
-        None
-        if int(row["threads"]) == threads
-        else f"CPU Adam timed at {row['threads']} thread(s), the run uses {threads}"
-    )
+    notes = []
+    if int(row["threads"]) != threads:
+        notes.append(f"CPU Adam timed at {row['threads']} thread(s), the run uses {threads}")
+    if at != ranks:
+        notes.append(
+            f"CPU Adam timed with {at} rank(s) at once, the run has {ranks} (sweep-threads "
+            f"--ranks {ranks} times them side by side)"
+        )
     return AdamRate(
         float(row["step_ms_median"]) / 1000 / int(row["params"]),
         int(row["threads"]),
         int(row["params"]),
         str(f),
-        note,
+        "; ".join(notes) or None,
+        ranks=at,
     )
+
+
+def memory_rate(path: Path) -> tuple[float, str] | None:
+    """The host's memory bandwidth a sweep-threads run measured (its best triad, bytes/s)
+    and where it comes from; None where it did not measure it."""
+    doc = read_threads(path)
+    best = ((doc or {}).get("memory") or {}).get("best")
+    if not isinstance(best, dict) or not best.get("triad_bytes_s"):
+        return None
+    f = path / THREADS_RESULT if path.is_dir() else path
+    return float(best["triad_bytes_s"]), f"{f}: STREAM triad at {best['threads']} thread(s)"
 
 
 def run_threads(p: Preset) -> int:
@@ -408,7 +429,11 @@ def measured_inputs(
         bw = swap_bandwidth(
             Path(aio_config), aio, base_name(preset.name), 12 * sw.n_s + 4 * sw.n_g
         ) or aio_bandwidth(Path(aio_config), aio)
-    adam = adam_rate(Path(threads_config), run_threads(preset)) if threads_config else None
+    adam = (
+        adam_rate(Path(threads_config), run_threads(preset), max(1, preset.ranks))
+        if threads_config
+        else None
+    )
     base = None
     if baseline == STUDY:
         got = study_inputs(preset)

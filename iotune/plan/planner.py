@@ -227,6 +227,7 @@ def plan_storage(
     network: str | None = None,
     host: Host | None = None,
     cpu: CpuSpec | None = None,
+    memory_measured: tuple[float, str] | None = None,
 ) -> dict[str, Any]:
     """--drives / --target-step: the plan as one document, with what it was made from; the
     swept drives are looked up on *host* (this machine where None)."""
@@ -282,6 +283,8 @@ def plan_storage(
     mem = Limit("host memory", memory_bw * GIB, "B/s", "--memory-bw") if memory_bw else None
     if mem is None and cpu is not None:
         mem = Limit(f"host memory, {cpu.describe()}", cpu.node_memory_bw, "B/s", "--cpu")
+    if mem is None and memory_measured is not None:
+        mem = Limit("host memory (measured)", memory_measured[0], "B/s", memory_measured[1])
     net = (
         Limit(f"network link {network.strip()}", parse_network(network), "B/s", "--network-link")
         if network
@@ -351,7 +354,9 @@ def plan_storage(
     if lim is None:
         missing.append("PCIe link: not reported for the measured drive (--link sets it)")
     if mem is None:
-        missing.append("host memory bandwidth: not known (--cpu or --memory-bw sets it)")
+        missing.append(
+            "host memory bandwidth: not known (--cpu, --memory-bw or --threads-config sets it)"
+        )
     rated = spec.rated_writes if spec is not None else writes_left
     if rated is None and not any("health log" in n for n in notes):
         missing.append(

@@ -130,9 +130,14 @@ def predict(
         share = est.params // max(1, est.world)
         adam_s = adam.seconds_per_param * share
         if est.world > 1:
+            side = (
+                f"timed with {adam.ranks} ranks at once"
+                if adam.ranks == ranks > 1
+                else "the ranks side by side (a core per thread)"
+            )
             adam_what = (
                 f"CPU Adam, each of {est.world} ranks' {_count(share)} parameters at "
-                f"{adam.threads} thread(s), the ranks side by side (a core per thread)"
+                f"{adam.threads} thread(s), {side}"
             )
         else:
             adam_what = f"CPU Adam, {_count(share)} parameters at {adam.threads} thread(s)"

@@ -202,17 +202,34 @@ def swap_line(r: dict[str, Any]) -> str:
 
 
 def threads_table(rows: Sequence[dict[str, Any]]) -> Table:
-    """One row per thread count: median, min and max optimizer-step time."""
+    """One row per rank count and thread count: median, min and max optimizer-step time
+    (with several ranks at once: each rank's share, a step as long as its slowest rank)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("THREADS", "STEP MS (MEDIAN)", "MIN", "MAX", "STATUS"):
+    for col in ("RANKS", "THREADS", "PARAMS A RANK", "STEP MS (MEDIAN)", "MIN", "MAX", "STATUS"):
         table.add_column(col, justify="right" if col != "STATUS" else "left")
     for r in rows:
         good = r["status"] == "ok"
         table.add_row(
+            str(r.get("ranks") or 1),
             str(r["threads"]),
+            f"{r['params']:,}",
             f"{r['step_ms_median']:.1f}" if good else "-",
             f"{r['step_ms_min']:.1f}" if good else "-",
             f"{r['step_ms_max']:.1f}" if good else "-",
             "ok" if good else f"{r['status']}: {r.get('error', '')[:60]}",
         )
     return table
+
+
+def memory_line(probe: dict[str, Any]) -> str:
+    """The memory probe in a line: the best triad and copy, and at what thread count."""
+    if "error" in probe:
+        return f"memory bandwidth: not measured ({probe['error']})"
+    rows = probe["rows"]
+    triad = max(rows, key=lambda r: r["triad_bytes_s"])
+    copy = max(rows, key=lambda r: r["copy_bytes_s"])
+    return (
+        f"memory bandwidth (STREAM's count, {probe['elements'] * 4 / 2**20:.0f} MiB arrays): "
+        f"triad {amount(triad['triad_bytes_s'], '/s')} at {triad['threads']} thread(s), "
+        f"copy {amount(copy['copy_bytes_s'], '/s')} at {copy['threads']} thread(s)"
+    )

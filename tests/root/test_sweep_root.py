@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -310,29 +311,56 @@ def test_adaptive_sweep_on_a_real_target(volume: Path, tmp_path: Path) -> None:
     assert doc["aio"] == aio
 
 
-def test_sweep_threads_times_the_real_cpu_adam(tmp_path: Path) -> None:
+def test_sweep_threads_times_the_real_cpu_adam_alone_and_ranks_side_by_side(
+    tmp_path: Path,
+) -> None:
+    """The real DeepSpeedCPUAdam at 1 and 2 threads, one rank alone and two ranks at once
+    (each on half the parameters, every step started together), and the host's memory
+    bandwidth; each figure counted again from what the record holds, and the record read
+    back by `estimate --ranks 2 --threads-config` as its CPU Adam and its host memory."""
     out = tmp_path / "threads"
     doc = json.loads(
         iotune(
-            "--json",
-            "sweep-threads",
-            "--params",
-            "20M",
-            "--threads",
-            "1,2",
-            "--repeats",
-            "3",
-            "--out",
-            str(out),
+            *("--json", "sweep-threads", "--params", "20M", "--threads", "1,2"),
+            *("--ranks", "1,2", "--repeats", "3", "--out", str(out)),
         ).stdout
     )
     # the record 'iotune estimate --threads-config' and 'iotune report' read
     assert json.loads((out / "threads.json").read_text()) == doc
-    assert [r["threads"] for r in doc["rows"]] == [1, 2]
+    assert [(r["ranks"], r["threads"]) for r in doc["rows"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     for r in doc["rows"]:
-        assert r["status"] == "ok" and r["params"] == 20_000_000
+        assert r["status"] == "ok" and r["params"] == 20_000_000 // r["ranks"]
         assert len(r["step_ms"]) == 3 and r["step_ms_median"] > 0
-    assert doc["best_threads"] in (1, 2)
+        assert r["step_ms_median"] == statistics.median(r["step_ms"])
+        assert (r["step_ms_min"], r["step_ms_max"]) == (min(r["step_ms"]), max(r["step_ms"]))
+        if r["ranks"] == 2:
+            # each step is its slowest rank's: its median is at least each rank's own
+            assert len(r["rank_step_ms_median"]) == 2
+            assert r["step_ms_median"] >= max(r["rank_step_ms_median"])
+    by = doc["best_threads_by_ranks"]
+    assert set(by) == {"1", "2"} and doc["best_threads"] == by["1"]
+    mem = doc["memory"]
+    assert [m["threads"] for m in mem["rows"]] == [1, 2]
+    for m in mem["rows"]:
+        # STREAM's count: copy 8 bytes an element, triad 12
+        assert (m["copy_bytes"], m["triad_bytes"]) == (8 * mem["elements"], 12 * mem["elements"])
+        assert m["triad_bytes_s"] == m["triad_bytes"] / m["triad_s"] > 0
+        assert m["copy_bytes_s"] == m["copy_bytes"] / m["copy_s"] > 0
+    best = max(mem["rows"], key=lambda m: m["triad_bytes_s"])
+    assert mem["best"] == {"threads": best["threads"], "triad_bytes_s": best["triad_bytes_s"]}
+    est = json.loads(
+        iotune(
+            *("--json", "estimate", "tiny_opt_nvme", "--ranks", "2", "--set", "cpu_threads=2"),
+            *("--threads-config", str(out), "--drive", "read=1GB/s,write=1GB/s", "--drives", "1"),
+        ).stdout
+    )
+    limits = {x["what"]: x for x in est["drives"]["limits"]}
+    assert limits["host memory (measured)"]["value"] == best["triad_bytes_s"]
+    two = next(r for r in doc["rows"] if (r["ranks"], r["threads"]) == (2, 2))
+    (adam,) = [t for t in est["drives"]["plans"][0]["terms"] if t["kind"] == "adam"]
+    share = est["params"] // 2
+    assert adam["seconds"] == round(two["step_ms_median"] / 1000 / two["params"] * share, 3)
+    assert "timed with 2 ranks at once" in adam["what"]
     p = iotune("sweep-threads", "--params", "900B", check=False)
     assert p.returncode == 2 and "GiB of RAM" in p.stderr
 

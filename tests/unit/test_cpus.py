@@ -265,3 +265,138 @@ def test_figures_at_their_edges() -> None:
     # a spec built by hand with channels but no speed describes no channels
     c = replace(parse_cpu("cores=2,memory=10GB/s"), channels=8)
     assert c.describe() == "1 x a CPU of 2 cores: 2 cores, 10.0 GB/s (theoretical)"
+
+
+# ------------------------------------------------------------ sweep-threads --ranks, measured
+
+
+def _threads_doc(tmp_path: Path, rows: list[dict[str, Any]], memory: Any = None) -> Path:
+    """A sweep-threads run of the rows given (figures chosen to count by hand)."""
+    doc = {"params": 20_000_000, "rows": rows, "best_threads": 2, "memory": memory}
+    (tmp_path / "threads.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def _row(ranks: int | None, threads: int, params: int, ms: float) -> dict[str, Any]:
+    row = {"threads": threads, "params": params, "step_ms_median": ms, "status": "ok"}
+    return row if ranks is None else {**row, "ranks": ranks}
+
+
+def test_cpu_adam_is_taken_with_as_many_ranks_at_once_as_the_run_has(tmp_path: Path) -> None:
+    from iotune.plan.measured import adam_rate
+
+    run = _threads_doc(
+        tmp_path,
+        [
+            _row(1, 1, 20_000_000, 20.0),
+            _row(1, 2, 20_000_000, 12.0),
+            _row(2, 1, 10_000_000, 9.0),
+            _row(2, 2, 10_000_000, 8.0),
+            _row(4, 2, 5_000_000, 7.0),
+            {"threads": 4, "ranks": 2, "params": 10_000_000, "status": "failed"},
+        ],
+    )
+    two = adam_rate(run, 2, ranks=2)
+    # 8 ms for each rank's 10M parameters: 0.8 ns a parameter, timed with 2 ranks at once
+    assert (two.seconds_per_param, two.threads, two.params, two.ranks) == (
+        pytest.approx(8e-10),
+        2,
+        10_000_000,
+        2,
+    )
+    assert two.note is None and two.source == str(run / "threads.json")
+    assert adam_rate(run, 1, ranks=1).seconds_per_param == pytest.approx(1e-9)
+    # 3 ranks: the nearest count timed, the fewer of two as near; said
+    three = adam_rate(run, 2, ranks=3)
+    assert (three.ranks, three.seconds_per_param) == (2, pytest.approx(8e-10))
+    assert three.note == (
+        "CPU Adam timed with 2 rank(s) at once, the run has 3 (sweep-threads --ranks 3 "
+        "times them side by side)"
+    )
+    eight = adam_rate(run, 4, ranks=8)
+    assert (eight.ranks, eight.threads) == (4, 2)
+    assert eight.note == (
+        "CPU Adam timed at 2 thread(s), the run uses 4; CPU Adam timed with 4 rank(s) at "
+        "once, the run has 8 (sweep-threads --ranks 8 times them side by side)"
+    )
+    # a sweep from before --ranks: its rows are one rank's
+    (tmp_path / "old").mkdir()
+    old = _threads_doc(tmp_path / "old", [_row(None, 2, 20_000_000, 12.0)])
+    alone = adam_rate(old, 2, ranks=2)
+    assert (alone.ranks, alone.seconds_per_param) == (1, pytest.approx(6e-10))
+    assert alone.note is not None and alone.note.startswith("CPU Adam timed with 1 rank(s)")
+
+
+def test_the_hosts_memory_bandwidth_from_a_thread_sweep(tmp_path: Path) -> None:
+    from iotune.plan.measured import memory_rate
+
+    best = {"threads": 2, "triad_bytes_s": 45.5e9}
+    run = _threads_doc(tmp_path, [_row(1, 1, 10, 1.0)], {"rows": [], "best": best})
+    assert memory_rate(run) == (45.5e9, f"{run / 'threads.json'}: STREAM triad at 2 thread(s)")
+    for memory in (None, {"error": "killed"}, {"best": {"threads": 1, "triad_bytes_s": 0}}):
+        assert memory_rate(_threads_doc(tmp_path, [_row(1, 1, 10, 1.0)], memory)) is None
+
+
+def test_cpu_adam_timed_with_the_nodes_ranks_is_not_fitted_again() -> None:
+    """Timed with R ranks at once, CPU Adam has the cores and the memory they share in its
+    figure: --cpu does not scale it or bound it again, and still refuses more ranks than
+    cores; timed with fewer ranks, it is fitted."""
+    node = parse_cpu("intel-xeon-8480+,sockets=2")
+    timed = replace(_adam(7e-10, 14), ranks=8)
+    got = node_adam(timed, node, 8)
+    assert got is not None
+    assert (got.seconds_per_param, got.threads, got.ranks) == (7e-10, 14, 8)
+    assert got.note == (
+        "CPU Adam timed with 8 ranks at once (sweep), not fitted to 2 x intel-xeon-8480+: "
+        "112 cores, 16 channels of 4800 MT/s, 614.4 GB/s (theoretical) (14 core(s) a rank)"
+    )
+    assert got.source_label == "measured"
+    noted = node_adam(replace(timed, note="CPU Adam timed at 2 thread(s)"), node, 8)
+    assert noted is not None and noted.note is not None
+    assert noted.note.startswith("CPU Adam timed at 2 thread(s); CPU Adam timed with 8 ranks")
+    # timed alone: fitted (its threads cut to the 14 cores a rank gets is no cut; memory is)
+    fitted = node_adam(_adam(5e-10, 6), node, 8)
+    assert fitted is not None and fitted.seconds_per_param != 5e-10
+    # one rank timed alone, one rank planned: fitted, as before
+    one = node_adam(_adam(5e-10, 6), node, 1)
+    assert one is not None and "a rank of 1" in (one.note or "")
+    with pytest.raises(UsageError, match="9 ranks on a node of 8 cores"):
+        node_adam(replace(_adam(), ranks=9), parse_cpu("cores=8,memory=100GB/s"), 9)
+
+
+def test_estimate_takes_cpu_adam_and_the_memory_from_a_sweep_of_the_nodes_ranks(
+    tmp_path: Path,
+) -> None:
+    """`estimate --ranks 2 --threads-config RUN` where RUN timed 2 ranks at once: the CPU
+    Adam term is each rank's share at that rate, said so; the host memory is RUN's triad;
+    with --cpu as well, CPU Adam stays as timed and the memory is --cpu's."""
+    run = _threads_doc(
+        tmp_path,
+        [_row(1, 2, 20_000_000, 12.0), _row(2, 2, 10_000_000, 9.0)],
+        {"rows": [], "best": {"threads": 2, "triad_bytes_s": 40e9}},
+    )
+    args = ("--json", "estimate", "opt_nvme_16b", "--ranks", "2", "--baseline", "study")
+    plan_args = ("--threads-config", str(run), "--drive", "samsung-pm9a3-3.84tb", "--drives", "8")
+    docs = []
+    for extra in ((), ("--cpu", "amd-epyc-9654")):
+        r = _cli(*args, *plan_args, *extra)
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.stdout))
+    measured, with_cpu = docs
+    for doc in (measured, with_cpu):
+        (row,) = doc["drives"]["plans"]
+        adam = next(t for t in row["terms"] if t["kind"] == "adam")
+        share = doc["params"] // 2
+        assert adam["seconds"] == pytest.approx(share * 9.0e-3 / 10_000_000, rel=1e-3)
+        assert (
+            f"each of 2 ranks' {share / 1e9:.2f}B parameters at 2 thread(s), timed with 2 "
+            in (adam["what"])
+        )
+    mem = [
+        next((x["value"], x["source"]) for x in d["drives"]["limits"] if "memory" in x["what"])
+        for d in (measured, with_cpu)
+    ]
+    assert mem == [
+        (40e9, f"{run / 'threads.json'}: STREAM triad at 2 thread(s)"),
+        (460.8e9, "--cpu"),
+    ]

@@ -49,7 +49,7 @@ RAID_NOTE = (
     "RAID0 chunk 512 KiB against 8 x 1 request(s) of 512 KiB in flight: at most 8 members "
     "busy (mdadm's default chunk)"
 )
-NO_MEMORY = "host memory bandwidth: not known (--cpu or --memory-bw sets it)"
+NO_MEMORY = "host memory bandwidth: not known (--cpu, --memory-bw or --threads-config sets it)"
 NO_LINK = "PCIe link: not reported for the measured drive (--link sets it)"
 NO_RATING = "rated endurance: not known (--drive with tbw=, or dwpd= and warranty_years=)"
 #: a health log of 11,718,750 data units of 512,000 bytes written (6 TB), 16% of the life
@@ -730,3 +730,35 @@ def test_the_studys_own_model_is_planned_beside_its_measured_steps() -> None:
     plan = _plan(p, estimate(p, ds_config(p)), ds_config(p), bw=SWEEP, drives="1,3")
     assert plan["study"] == {"case": "Opt-state to NVMe", "step_s": 107.71}
     assert [x["study_step_s"] for x in plan["plans"]] == [107.71, 49.66]
+
+
+def test_the_hosts_memory_from_a_thread_sweep_bounds_the_drives_unless_a_figure_is_given() -> None:
+    """sweep-threads measures the host's memory (STREAM's triad): where neither --memory-bw
+    nor --cpu gives it, that figure is the ceiling of every swapped byte; a figure the user
+    gives comes first (--memory-bw, then --cpu's theoretical rate)."""
+    from iotune.plan.cpus import parse_cpu
+
+    measured = (10e9, "RUN/threads.json: STREAM triad at 2 thread(s)")
+    plan = _plan(drive="read=7GB/s,write=5GB/s", drives="1,2", memory_measured=measured)
+    assert _limits(plan)[2:] == [
+        ("host memory (measured)", 10e9, "B/s", "RUN/threads.json: STREAM triad at 2 thread(s)")
+    ]
+    assert NO_MEMORY not in plan["missing"]
+    # one drive reads 7 GB/s derated by DeepSpeed's published 0.77: 5.39; two would read
+    # 10.78, past the memory's 10
+    assert [(p["bound_by"], p["read_bw_bytes_s"]) for p in plan["plans"]] == [
+        ("drives", 5.39e9),
+        ("read: memory, write: drives", 10e9),
+    ]
+    cpu = parse_cpu("cores=8,memory=20GB/s")
+    both = _plan(drive="read=7GB/s,write=5GB/s", memory_measured=measured, cpu=cpu)
+    assert _limits(both)[2:] == [
+        (
+            "host memory, 1 x a CPU of 8 cores: 8 cores, 20.0 GB/s (theoretical)",
+            20e9,
+            "B/s",
+            "--cpu",
+        )
+    ]
+    given = _plan(drive="read=7GB/s,write=5GB/s", memory_measured=measured, cpu=cpu, memory_bw=5)
+    assert _limits(given)[2:] == [("host memory", 5 * 2**30, "B/s", "--memory-bw")]

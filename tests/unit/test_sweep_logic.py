@@ -527,10 +527,13 @@ def test_thread_sweep_best_and_failure() -> None:
 
 def test_thread_sweep_json_exits_1_when_every_count_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        sweep_threads, "run_thread_sweep", lambda n, counts, repeats, on_row: [thread_row(1, None)]
+        sweep_threads,
+        "run_thread_sweep",
+        lambda n, counts, repeats, on_row, ranks: [thread_row(1, None)],
     )
     r = CliRunner().invoke(
-        cli_mod.cli, ["--json", "sweep-threads", "--params", "1K", "--threads", "1"]
+        cli_mod.cli,
+        ["--json", "sweep-threads", "--params", "1K", "--threads", "1", "--no-memory"],
     )
     assert r.exit_code == 1
     assert json.loads(r.stdout)["best_threads"] is None
@@ -538,6 +541,99 @@ def test_thread_sweep_json_exits_1_when_every_count_failed(monkeypatch: pytest.M
         "iotune: error: no thread count succeeded",
         "hint: --debug shows the workers' errors",
     ]
+
+
+def test_ranks_side_by_side_take_as_long_as_the_slowest_each_step() -> None:
+    """Three ranks' step times, step by step: a step is its slowest rank's (the ranks meet
+    at each step), and each rank's own median is kept; a rank's share is ZeRO's, rounded
+    up."""
+    times = [[10.0, 30.0, 20.0], [12.0, 11.0, 50.0], [9.0, 31.0, 19.0]]
+    row = sweep_threads.rank_row(10, 2, 3, times)
+    assert row == {
+        "threads": 2,
+        "ranks": 3,
+        "params": 4,  # 10 parameters over 3 ranks: 4, 4 and 2 padded to 4
+        "step_ms": [12.0, 31.0, 50.0],
+        "step_ms_median": 31.0,
+        "step_ms_min": 12.0,
+        "step_ms_max": 50.0,
+        "rank_step_ms_median": [20.0, 12.0, 19.0],
+    }
+    assert [sweep_threads.share(12, r) for r in (1, 2, 5, 12, 13)] == [12, 6, 3, 1, 1]
+
+
+def test_the_best_thread_count_is_each_rank_counts_own() -> None:
+    rows = [
+        {**thread_row(1, 90.0), "ranks": 1},
+        {**thread_row(2, 60.0), "ranks": 1},
+        {**thread_row(1, 50.0), "ranks": 2},  # half the parameters each: not better
+        {**thread_row(2, 55.0), "ranks": 2},
+    ]
+    assert sweep_threads.best_row(rows) == rows[1]  # the fewest ranks timed: one
+    assert sweep_threads.best_row(rows, 2) == rows[2]
+    assert sweep_threads.best_row(rows, 4) is None
+    assert sweep_threads.best_row(rows[2:]) == rows[2]  # a sweep of two ranks only
+
+
+def test_the_memory_probe_sizes_its_arrays_to_the_memory_and_says_its_best() -> None:
+    from iotune.sweep.render import memory_line
+
+    gib = 2**30
+    assert sweep_threads.memory_elements(64 * gib) == 1 << 26  # 256 MiB arrays
+    # 1 GiB available: a quarter of it in three arrays of 4-byte elements
+    assert sweep_threads.memory_elements(gib) == gib // 4 // 12
+    assert sweep_threads.memory_elements(0) == 1 << 20
+    probe = {
+        "elements": 1 << 26,
+        "rows": [
+            {"threads": 1, "copy_bytes_s": 20 * gib, "triad_bytes_s": 21 * gib},
+            {"threads": 2, "copy_bytes_s": 30 * gib, "triad_bytes_s": 28 * gib},
+            {"threads": 4, "copy_bytes_s": 29 * gib, "triad_bytes_s": 33 * gib},
+        ],
+    }
+    assert memory_line(probe) == (
+        "memory bandwidth (STREAM's count, 256 MiB arrays): triad 33.00 GiB/s at 4 thread(s), "
+        "copy 30.00 GiB/s at 2 thread(s)"
+    )
+    assert memory_line({"error": "killed"}) == "memory bandwidth: not measured (killed)"
+
+
+def test_sweep_threads_with_ranks_keeps_each_rank_counts_best(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked = {}
+
+    def sweep(n: int, counts: Any, repeats: int, on_row: Any, ranks: Any) -> list[Any]:
+        asked.update(n=n, counts=counts, ranks=ranks)
+        rows = [
+            {**thread_row(1, 40.0), "ranks": 1, "params": n, "step_ms_min": 1, "step_ms_max": 2},
+            {**thread_row(1, 30.0), "ranks": 2, "params": n // 2, "step_ms_min": 1,
+             "step_ms_max": 2},
+        ]  # fmt: skip
+        for r in rows:
+            on_row(r)
+        return rows
+
+    monkeypatch.setattr(sweep_threads, "run_thread_sweep", sweep)
+    probe = {"elements": 1 << 20, "rows": [{"threads": 1, "copy_bytes_s": 2**30,
+             "triad_bytes_s": 2**31}], "best": {"threads": 1, "triad_bytes_s": 2**31}}  # fmt: skip
+    monkeypatch.setattr(sweep_threads, "run_memory_probe", lambda counts, available: probe)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        cli_mod.cli,
+        ["sweep-threads", "--params", "1K", "--threads", "1", "--ranks", "1,2", "--out", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    assert asked == {"n": 1000, "counts": (1,), "ranks": (1, 2)}
+    doc = json.loads((out / "threads.json").read_text())
+    assert doc["best_threads"] == 1 and doc["best_threads_by_ranks"] == {"1": 1, "2": 1}
+    assert doc["memory"] == probe
+    assert "best: 1 thread(s), 30.0 ms per optimizer step for each of 2 ranks' 500 parameters" in (
+        r.stdout
+    )
+    assert "triad 2.00 GiB/s at 1 thread(s)" in r.stdout
+    bad = CliRunner().invoke(cli_mod.cli, ["sweep-threads", "--ranks", "0"])
+    assert bad.exit_code == 2 and "--ranks: '0' is not a positive whole number" in bad.stderr
 
 
 def test_fio_ceiling_keeps_as_many_requests_in_flight_as_the_aio_point() -> None:
