@@ -97,6 +97,13 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     help="Data-parallel ranks on the node (each swaps its own partitions; default 1).",
 )
 @click.option(
+    "--nodes",
+    type=click.IntRange(1, 100_000),
+    help="Nodes of --ranks ranks each: ZeRO partitions the model over all their ranks, and "
+    "each node swaps its own ranks' partitions on its own drives; the drives, their writes "
+    "and the checkpoint volume are a node's (default 1).",
+)
+@click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Overrides, as for 'iotune run'."
 )
 @click.option(
@@ -212,6 +219,7 @@ def estimate_cmd(
     seq_len: int | None,
     ga: int | None,
     ranks: int | None,
+    nodes: int | None,
     sets: tuple[str, ...],
     aio_config: str | None,
     threads_config: str | None,
@@ -274,7 +282,11 @@ def estimate_cmd(
         seq_len=seq_len,
         ga=ga,
         ranks=ranks,
-        sets=(*sets, *((f"ranks={ranks}",) if ranks else ())),
+        sets=(
+            *sets,
+            *((f"ranks={ranks}",) if ranks else ()),
+            *((f"nodes={nodes}",) if nodes else ()),
+        ),
     )
     aio, _ = load_aio(aio_config)
     cfg = dsconfig.ds_config(p, aio=aio)

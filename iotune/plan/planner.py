@@ -372,6 +372,8 @@ def plan_storage(
         "drive": spec.to_json() if spec else None,
         "derate": asdict(derate) if derate else None,
         "baseline": None if base is None else {"kind": base.kind, "source": base.source},
+        # K drives are a node's: its ranks (a GPU each) share them; every node has its own
+        "node": {"ranks": max(1, e.ranks), "nodes": max(1, e.world // max(1, e.ranks))},
     }
     if goal is not None:
         k, why, target_s = smallest_for(p, e, inputs, adam, base, goal[0], goal[1])

@@ -222,21 +222,27 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
         else "like the one measured"
     )
     study = any(p.get("study_step_s") for p in rows)
+    node = plan.get("node") or {}
+    ranks, nodes = int(node.get("ranks") or 1), int(node.get("nodes") or 1)
     t = Table(
         box=None,
         pad_edge=False,
         header_style="bold",
         title=f"RAID0 of K drives {like} ({unit} = 2^{int(scale).bit_length() - 1} bytes)",
     )
-    cols = ["DRIVES", f"READ {unit}/s", f"WRITE {unit}/s", "BOUND BY", "OPTIMIZER s", "STEP s"]
+    cols = ["DRIVES"] + (["PER GPU"] if ranks > 1 else []) + (["IN ALL"] if nodes > 1 else [])
+    cols += [f"READ {unit}/s", f"WRITE {unit}/s", "BOUND BY", "OPTIMIZER s", "STEP s"]
     cols += ["WAIT ON DRIVES"] + (["STUDY s"] if study else [])
     for col in cols:
         t.add_column(col, justify="left" if col == "BOUND BY" else "right")
     for p in rows:
         io, rest = p["io_s"], p["compute_s"]
         wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
+        k = int(p["drives"])
         cells = [
-            str(p["drives"]),
+            str(k),
+            *([f"{k / ranks:g}"] if ranks > 1 else []),
+            *([str(k * nodes)] if nodes > 1 else []),
             f"{p['read_bw_bytes_s'] / scale:.2f}",
             f"{p['write_bw_bytes_s'] / scale:.2f}",
             p.get("step_bound") or p["bound_by"],
@@ -248,6 +254,12 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
             cells.append("-" if p.get("study_step_s") is None else f"{p['study_step_s']:.2f}")
         t.add_row(*cells)
     con.print(t)
+    if ranks > 1 or nodes > 1:
+        con.print(
+            f"  K drives on each node, shared by its {ranks} rank(s), a GPU each"
+            + (f"; {nodes} nodes, each with its own (IN ALL)" if nodes > 1 else ""),
+            soft_wrap=True,
+        )
     short = [p["drives"] for p in rows if p.get("fits") is False]
     if short:
         need = plan.get("nvme_bytes")

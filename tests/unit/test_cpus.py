@@ -400,3 +400,37 @@ def test_estimate_takes_cpu_adam_and_the_memory_from_a_sweep_of_the_nodes_ranks(
         (40e9, f"{run / 'threads.json'}: STREAM triad at 2 thread(s)"),
         (460.8e9, "--cpu"),
     ]
+
+
+def test_nodes_split_the_model_and_each_plans_its_own_drives() -> None:
+    """`--nodes 2` of 8 ranks: ZeRO partitions over 16 ranks, so a node swaps half of what
+    one node of 8 swaps (the hand count: 16 bytes a parameter of its ranks' shares, read and
+    written each step); K drives are a node's, shown per GPU and in all."""
+    args = (
+        *("estimate", "opt_nvme_16b", "--ranks", "8", "--baseline", "study"),
+        *("--drive", "samsung-pm9a3-3.84tb", "--drives", "8,16"),
+    )
+    one, two = (
+        json.loads(_cli("--json", *args, *extra).stdout) for extra in ((), ("--nodes", "2"))
+    )
+    assert (one["ranks"], one["world"], two["ranks"], two["world"]) == (8, 8, 8, 16)
+    assert two["drives"]["node"] == {"ranks": 8, "nodes": 2}
+    for doc in (one, two):
+        sw = doc["swapped"]
+        assert doc["steady_step"]["read"] == (12 * sw["n_s"] + 4 * sw["n_g"]) * 8
+    assert two["swapped"]["n_s"] * 2 == one["swapped"]["n_s"]  # each rank's share halves
+    assert two["steady_step"]["read"] == one["steady_step"]["read"] // 2
+    # the drives' time halves with the bytes, at the same K
+    for a, b in zip(one["drives"]["plans"], two["drives"]["plans"], strict=True):
+        assert b["io_s"] == pytest.approx(a["io_s"] / 2, abs=2e-3)
+    text = _cli(*args, "--nodes", "2").stdout
+    assert re.search(r"^DRIVES  PER GPU  IN ALL  READ GiB/s", text, re.M)
+    assert re.search(r"^     8        1      16 ", text, re.M)
+    assert re.search(r"^    16        2      32 ", text, re.M)
+    assert (
+        "  K drives on each node, shared by its 8 rank(s), a GPU each; 2 nodes, each with " in text
+    )
+    assert "PER GPU" not in _cli(*args[:2], "--baseline", "study", "--drives", "8",
+                                 "--drive", "samsung-pm9a3-3.84tb").stdout  # fmt: skip
+    bad = _cli("estimate", "opt_nvme_16b", "--nodes", "0")
+    assert bad.exit_code == 2 and "--nodes" in bad.output
