@@ -157,6 +157,13 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
                 hint="run a CPU preset (iotune presets list: tiny_*), or --set accelerator=cpu",
             )
         if 0 < gpu_count < p.ranks and not req.force:
+            la = req.launch
+            if la is not None and la.hosts:
+                raise Refused(
+                    f"{la.hostfile} gives node {la.node} {p.ranks} slots, a rank each; this "
+                    f"host has {gpu_count} GPU(s)",
+                    hint=f"'{la.node} slots={gpu_count}' in the hostfile (one rank per GPU)",
+                )
             raise Refused(
                 f"{p.ranks} ranks need {p.ranks} GPUs; this host has {gpu_count}",
                 hint=f"--ranks {gpu_count} or fewer (one rank per GPU)",

@@ -423,3 +423,36 @@ def test_a_traced_runs_workspaces_go_by_the_port_its_ranks_reported(tmp_path: Pa
     assert remove_run_workspaces(learn, shm) == mine
     assert [p.name for p in shm.iterdir()] == [other.name]
     assert remove_run_workspaces(tmp_path / "none", shm) == []
+
+
+def test_more_ranks_than_gpus_is_one_line_naming_where_the_ranks_came_from(
+    tmp_path: Path,
+) -> None:
+    """--ranks 4 on a host of 2 GPUs, and a hostfile giving this node 4 slots: each refused
+    before anything runs, the second naming the hostfile's line to change."""
+    from iotune.train.launch import Launch
+    from iotune.train.preflight import Gpus
+    from iotune.train.request import RunRequest
+    from iotune.train.runner import Refused, prepare
+
+    p = preset_with("gpu_baseline_1b", ["ranks=4"])
+    two = Gpus("NVIDIA H200", 140 * 2**30, 2, (0, 0))
+    req = RunRequest(p, tmp_path / "r", "diskstats", gpu=two, launch=Launch(ranks=4))
+    with pytest.raises(Refused) as err:
+        prepare(req)
+    assert (err.value.message, err.value.hint) == (
+        "4 ranks need 4 GPUs; this host has 2",
+        "--ranks 2 or fewer (one rank per GPU)",
+    )
+    hosts = Launch(4, (("node-a", 4), ("node-b", 4)), "/etc/iotune/hosts", node_rank=1)
+    req = RunRequest(p, tmp_path / "r", "diskstats", gpu=two, launch=hosts)
+    with pytest.raises(Refused) as err:
+        prepare(req)
+    assert (err.value.message, err.value.hint) == (
+        "/etc/iotune/hosts gives node node-b 4 slots, a rank each; this host has 2 GPU(s)",
+        "'node-b slots=2' in the hostfile (one rank per GPU)",
+    )
+    # as many GPUs as ranks: prepared, the four counted
+    four = Gpus("NVIDIA H200", 140 * 2**30, 4, (0, 0, 1, 1))
+    done = prepare(RunRequest(p, tmp_path / "r", "diskstats", gpu=four, launch=hosts))
+    assert done.res.gpu_count == 4
