@@ -252,6 +252,11 @@ def plan_storage(
         if bw is None:
             ran = run_drives(doc, baseline)
     swept = _swept_disks(aio_config, host=host) if bw is not None else []
+    sockets = None
+    if swept:
+        from iotune.probes.topology import crossing_note
+
+        sockets = crossing_note(_live(host).tree, swept, max(1, e.ranks), "the swept volume")
     if bw is not None and len(swept) > 1:
         # a sweep of an array measured all its members at once: one drive is its share
         members = len(swept)
@@ -299,7 +304,7 @@ def plan_storage(
         "--chunk" if chunk else "mdadm's default chunk",
         max(1, e.ranks),
     )
-    notes = [raid.describe()]
+    notes = [raid.describe(), *([sockets] if sockets else [])]
     capacity = writes_left = None
     if spec is None:
         found = _health(_swept_disks(aio_config, host=host) or run_disks, host=host)

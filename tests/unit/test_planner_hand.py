@@ -762,3 +762,26 @@ def test_the_hosts_memory_from_a_thread_sweep_bounds_the_drives_unless_a_figure_
     ]
     given = _plan(drive="read=7GB/s,write=5GB/s", memory_measured=measured, cpu=cpu, memory_bw=5)
     assert _limits(given)[2:] == [("host memory", 5 * 2**30, "B/s", "--memory-bw")]
+
+
+def test_a_plan_on_a_two_socket_host_names_the_swaps_that_cross_sockets(
+    pcie_array: tuple[str, RecordedHost], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swept md0's members hang off both sockets (nvme0 on node 0, nvme1 on node 1) and
+    the GPU off node 0: the plan says every rank's swaps cross for the other socket's share,
+    beside the chunk's note; the tree as iotune/probes/topology.py reads it."""
+    sweep, host = pcie_array
+    monkeypatch.setattr(nvme_health, "read_health", lambda c: None)
+    root = tmp_path / "root"
+    for n in (0, 1):
+        _w(root / f"sys/devices/system/node/node{n}/cpulist", f"{2 * n}-{2 * n + 1}")
+        _w(root / f"sys/class/nvme/nvme{n}/device/numa_node", str(n))
+    for key, value in (("vendor", "0x10de"), ("class", "0x030200"), ("numa_node", "0")):
+        _w(root / f"sys/bus/pci/devices/0000:18:00.0/{key}", value)
+    plan = _plan(bw=SWEEP, aio_config=sweep, drives="1", memory_bw=95, host=host)
+    assert plan["notes"][1] == (
+        "NUMA: node 0 2 CPUs, node 1 2 CPUs; rank(s) 0 on GPUs of node 0; the swept volume "
+        "stripes over drives of 2 sockets (nvme0n1 node 0, nvme1n1 node 1): every rank's swaps "
+        "cross sockets for the share on the other socket's drives (what crossing costs is not "
+        "measured here)"
+    )
