@@ -1,0 +1,38 @@
+"""The vm tier's own set-up, where its threads meet (tests/vm/conftest.py): kept out of the
+mutation tester's selection, whose copy of the tree has no vm tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_the_vm_tiers_two_guests_are_given_one_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session guest's set-up and the lab's ask for the link at once, from two threads:
+    each once bound its socket in a folder of its own and sent to the other's socket in its
+    own folder, so no frame crossed and the fabric's runs found the target unreachable. Any
+    number of threads asking at once get one link, in one folder."""
+    import tempfile
+    import threading
+
+    import tests.vm.conftest as vm
+
+    monkeypatch.setattr(vm, "_links", [])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    start = threading.Barrier(8)
+    got = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(vm.link())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and all(x is got[0] for x in got)
+    assert [p.name for p in tmp_path.iterdir()] == [got[0].folder.name]
