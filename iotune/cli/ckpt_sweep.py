@@ -76,6 +76,14 @@ def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> di
 @click.command("sweep-checkpoint")
 @click.option("--target", type=click.Path(), help="Directory on the checkpoint volume.")
 @click.option(
+    "--copy-from",
+    type=click.Path(),
+    help="A directory on the offload volume: sweep the copy a save makes of NVMe-offloaded "
+    "optimizer state from there into --target (aio at each --block-size, --queue-depth and "
+    "--threads, default 1M,8M x 32,64 x 4,8), against the raw O_DIRECT copy and DeepSpeed's "
+    "copytree, each point once a round for --rounds rounds.",
+)
+@click.option(
     "--params",
     default="500M",
     show_default=True,
@@ -119,6 +127,7 @@ def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> di
 @json_option
 def sweep_checkpoint(
     target: str | None,
+    copy_from: str | None,
     params: str,
     sub_group_size: str,
     io_buffer_size: str,
@@ -151,10 +160,35 @@ def sweep_checkpoint(
     iotune sweep-checkpoint --resume results/ckpt-20260101-120000
 
     Each save is kept in RUN/ckpt_points.jsonl as it ends: Ctrl-C or a kill loses none.
+
+    With --copy-from OFFLOAD_DIR, the save of NVMe-offloaded state instead: its copy of the
+    swap files (12 bytes a parameter) from the offload volume into --target, by iotune's aio
+    copy at each setting, against the raw O_DIRECT copy between the two (the ceiling),
+    DeepSpeed's shutil.copytree and, where the volumes clone, reflink; each copy timed to
+    durability, the page cache dropped before each, in turns for --rounds rounds:
+
+    \b
+    iotune sweep-checkpoint --copy-from /mnt/offload --target /mnt/ckpt --params 1B
     """
     from iotune.sweep.threads import parse_params
     from iotune.units import parse_size
 
+    if resume and (Path(resume) / "spec.json").is_file():
+        spec = json.loads((Path(resume) / "spec.json").read_text())
+        if "copy_from" in spec:
+            _copy_mode(spec, Path(resume).resolve(), point_timeout)
+            return
+    if copy_from is not None and not resume:
+        _copy_mode(
+            _copy_spec(
+                copy_from, target, params, sub_group_size, block_size, queue_depth, threads, rounds
+            ),
+            (
+                Path(out) if out else Path("results") / f"copy-{time.strftime('%Y%m%d-%H%M%S')}"
+            ).resolve(),
+            point_timeout,
+        )
+        return
     if resume:
         run_dir = Path(resume).resolve()
         spec = json.loads((run_dir / "spec.json").read_text())
@@ -319,3 +353,90 @@ def _write(path: Path, best: ckpt.Knobs) -> dict[str, Any]:
     merged, note = ckpt.merge_checkpoint(read_config(path), best)
     report = write_merged(path, merged)
     return {"path": str(path), "note": note, "writer_used": report.get("writer_used")}
+
+
+#: the copy sweep's grid where --block-size, --queue-depth and --threads are not given
+COPY_DEFAULTS = {"block_size": "1M,8M", "queue_depth": "32,64", "threads": "4,8"}
+
+
+def _copy_spec(
+    copy_from: str,
+    target: str | None,
+    params: str,
+    sub_group_size: str,
+    block_size: str,
+    queue_depth: str,
+    threads: str,
+    rounds: int,
+) -> dict[str, Any]:
+    """--copy-from's run, from the options: the grid (the copy's own defaults where the
+    writer's were left), the swap files' sizes, the folders."""
+    from click.core import ParameterSource
+
+    from iotune.sweep.copysweep import CopySpace, swap_sizes
+    from iotune.sweep.threads import parse_params
+    from iotune.units import parse_size
+
+    if not target:
+        raise UsageError(
+            "--copy-from copies into --target, which is required",
+            hint="iotune sweep-checkpoint --copy-from /mnt/offload --target /mnt/ckpt",
+        )
+    ctx = click.get_current_context()
+    given = {
+        k: v if ctx.get_parameter_source(k) != ParameterSource.DEFAULT else COPY_DEFAULTS[k]
+        for k, v in (("block_size", block_size), ("queue_depth", queue_depth), ("threads", threads))
+    }
+    space = CopySpace(
+        block_size=comma_list(
+            given["block_size"], lambda t: parse_size(t, what="--block-size"), "--block-size"
+        ),
+        queue_depth=comma_list(
+            given["queue_depth"], positive_int("--queue-depth"), "--queue-depth"
+        ),
+        threads=comma_list(given["threads"], positive_int("--threads"), "--threads"),
+    )
+    n = parse_params(params)
+    try:
+        sub = parse_params(sub_group_size)
+    except UsageError as exc:
+        raise UsageError(
+            f"--sub-group-size {sub_group_size!r} is not a parameter count", hint="e.g. 1e9"
+        ) from exc
+    return {
+        "copy_from": str(Path(copy_from).resolve()),
+        "target": str(Path(target).resolve()),
+        "params": n,
+        "sub_group": sub,
+        "sizes": swap_sizes(n, sub),
+        "rounds": rounds,
+        "space": {
+            "block_size": space.block_size,
+            "queue_depth": space.queue_depth,
+            "threads": space.threads,
+        },
+    }
+
+
+def _copy_mode(spec: dict[str, Any], run_dir: Path, timeout: float) -> None:
+    """--copy-from (or --resume of such a run): checked, run, shown."""
+    from iotune.cli.copy_sweep import check_folders, run_copy_sweep, show
+    from iotune.sweep.copysweep import CopySpace
+
+    space = CopySpace(**{k: tuple(v) for k, v in spec["space"].items()})
+    need = sum(int(x) for x in spec["sizes"])
+    if os.geteuid() != 0:
+        raise NotRootError("iotune sweep-checkpoint (drops the page cache before each copy)")
+    if not (run_dir / "spec.json").is_file():
+        check_folders(Path(spec["copy_from"]), Path(spec["target"]), need)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+    result = run_copy_sweep(spec, run_dir, space, timeout)
+    show(result)
+    if result["interrupted"]:
+        raise SystemExit(130)
+    if result["best"] is None:
+        raise IotuneError(
+            "no aio copy succeeded",
+            hint=f"the errors are in {run_dir}; --debug shows the workers' output",
+        )

@@ -191,7 +191,9 @@ def _buffered_tail(src: Path, dst: Path, start: int, size: int) -> None:
 
 class _AioCopier:
     """Two handles of DeepSpeed's async I/O op (one reads, one writes) and two page-locked
-    buffers: chunk i is written while chunk i+1 is read."""
+    buffers: chunk i is written while chunk i+1 is read, from one file to the next too (a
+    file's last write goes on while the next file's first chunk is read; :meth:`finish`
+    waits for the last one)."""
 
     def __init__(self, settings: AioSettings) -> None:
         import torch
@@ -209,11 +211,24 @@ class _AioCopier:
         self.read, self.write = op.aio_handle(*args), op.aio_handle(*args)
         like = torch.empty(0, dtype=torch.uint8)
         self.bufs = [self.read.new_cpu_locked_tensor(settings.chunk, like) for _ in range(2)]
+        self.turn = 0  # the buffer the next chunk is read into
+        self.pending: Path | None = None  # the file the write in flight goes to
 
     def close(self) -> None:
+        if self.pending is not None:  # a copy cut short: its write done before its buffer goes
+            self.pending = None
+            self.write.wait()
         for b in self.bufs:
             self.read.free_cpu_locked_tensor(b)
         self.bufs = []
+
+    def finish(self) -> None:
+        """The write in flight done (its file's data is then with the drive's cache: the
+        caller fsyncs)."""
+        if self.pending is not None:
+            dst, self.pending = self.pending, None
+            if self.write.wait() < 0:
+                raise CopyError(f"the async I/O op could not write {dst}")
 
     def copy(self, src: Path, dst: Path) -> int:
         size = src.stat().st_size
@@ -224,20 +239,18 @@ class _AioCopier:
         with open(dst, "wb") as fh:
             preallocate(fh.fileno(), size)
         s, d = str(src), str(dst)
-        writing = False
-        for i, (off, n) in enumerate(chunks(direct, self.s.chunk)):
-            buf = self.bufs[i % 2][:n]
+        for off, n in chunks(direct, self.s.chunk):
+            buf = self.bufs[self.turn][:n]
             if self.read.pread(buf, s, False, False, off) < 0:
                 raise CopyError(f"the async I/O op could not read {src} at {off}")
-            if writing and self.write.wait() < 0:
-                raise CopyError(f"the async I/O op could not write {dst}")
+            self.finish()  # the write before, from the other buffer
             if self.write.pwrite(buf, d, False, True, off) < 0:
                 raise CopyError(f"the async I/O op could not write {dst} at {off}")
-            writing = True
-        if writing and self.write.wait() < 0:
-            raise CopyError(f"the async I/O op could not write {dst}")
-        _buffered_tail(src, dst, direct, size)
-        os.truncate(dst, size)
+            self.pending, self.turn = dst, 1 - self.turn
+        if direct < size:
+            self.finish()
+            _buffered_tail(src, dst, direct, size)
+            os.truncate(dst, size)
         return size
 
 
@@ -280,6 +293,8 @@ def copy_tree(
                         raise CopyError(f"cannot clone {f} into {t.parent}: {e}") from None
                     rec.bytes += t.stat().st_size
                 rec.files += 1
+            if copier is not None:
+                copier.finish()
         finally:
             if copier is not None:
                 copier.close()

@@ -360,6 +360,10 @@ def test_cpu_adam_timed_with_the_nodes_ranks_is_not_fitted_again() -> None:
     # one rank timed alone, one rank planned: fitted, as before
     one = node_adam(_adam(5e-10, 6), node, 1)
     assert one is not None and "a rank of 1" in (one.note or "")
+    # two ranks, the fewest a node shares: timed with two, taken as timed
+    pair = node_adam(replace(_adam(7e-10, 14), ranks=2), node, 2)
+    assert pair is not None and pair.seconds_per_param == 7e-10
+    assert (pair.note or "").startswith("CPU Adam timed with 2 ranks at once")
     with pytest.raises(UsageError, match="9 ranks on a node of 8 cores"):
         node_adam(replace(_adam(), ranks=9), parse_cpu("cores=8,memory=100GB/s"), 9)
 
@@ -415,6 +419,10 @@ def test_nodes_split_the_model_and_each_plans_its_own_drives() -> None:
     )
     assert (one["ranks"], one["world"], two["ranks"], two["world"]) == (8, 8, 8, 16)
     assert two["drives"]["node"] == {"ranks": 8, "nodes": 2}
+    assert one["drives"]["node"] == {"ranks": 8, "nodes": 1}
+    assert all(type(v) is int for v in two["drives"]["node"].values())
+    lone = json.loads(_cli("--json", *args[:2], *args[4:], "--nodes", "2").stdout)
+    assert lone["drives"]["node"] == {"ranks": 1, "nodes": 2}  # one GPU a node, two nodes
     for doc in (one, two):
         sw = doc["swapped"]
         assert doc["steady_step"]["read"] == (12 * sw["n_s"] + 4 * sw["n_g"]) * 8

@@ -1,0 +1,74 @@
+"""CPU Adam with R ranks at once: measured against what the planner predicts, in one run.
+
+`iotune sweep-threads --ranks 1,R,...` times DeepSpeedCPUAdam with R processes stepping at
+once, each on its share of the parameters at the node's cores // R threads, every step started
+together; and one rank alone at each of those thread counts. The planner, without such a
+sweep, predicts R ranks from one rank's figure (iotune.plan.cpus.fit_adam: the rank's
+threads, and the node's memory bound from --cpu). Printed for each R: the measured seconds a
+billion parameters a rank, the planner's, their ratio, and the ranks' contention (R ranks at
+once against one rank alone at the same threads). The rows are interleaved by the sweep
+itself (all thread counts of one rank count, then the next): run it on a quiet host.
+
+    sudo python benchmarks/adam_ranks.py --cpu cores=2,memory=460.8GB/s [--params 200M]
+        [--ranks 1,2] [--repeats 5] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from iotune.plan.cpus import STUDY_CPU, adam_bytes, fit_adam, load_cpus, parse_cpu
+from iotune.plan.measured import AdamRate, study_adam
+
+BIN = Path(sys.executable).parent / "iotune"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu", required=True, help="the host's CPUs, as estimate --cpu takes them")
+    ap.add_argument("--params", default="200M")
+    ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--repeats", default="5")
+    ap.add_argument("--out", default="results/adam-ranks")
+    a = ap.parse_args()
+    cpu = parse_cpu(a.cpu)
+    ranks = [int(r) for r in a.ranks.split(",")]
+    cores = cpu.node_cores
+    threads = sorted({max(1, cores // r) for r in ranks})
+    argv = [str(BIN), "--json", "sweep-threads", "--params", a.params, "--ranks", a.ranks]
+    argv += ["--threads", ",".join(map(str, threads)), "--repeats", a.repeats, "--out", a.out]
+    doc = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+    ok = [r for r in doc["rows"] if r["status"] == "ok"]
+
+    def spp(r: int, t: int) -> float:
+        row = next(x for x in ok if x["ranks"] == r and x["threads"] == t)
+        return float(row["step_ms_median"]) / 1000 / int(row["params"])
+
+    ref = study_adam()
+    k = adam_bytes(ref, load_cpus()[STUDY_CPU]) if ref is not None else 0.0
+    alone = AdamRate(spp(1, max(threads)), max(threads), int(doc["params"]), a.out)
+    print(f"host: {cpu.describe()}; {os.cpu_count()} CPUs seen; {a.params} parameters")
+    print("RANKS  THREADS  MEASURED s/1B  PREDICTED s/1B  PRED/MEAS  CONTENTION")
+    for r in ranks:
+        t = max(1, cores // r)
+        measured = spp(r, t)
+        predicted = fit_adam(alone, cpu, r, k).seconds_per_param
+        contention = measured / spp(1, t)
+        print(
+            f"{r:5d}  {t:7d}  {measured * 1e9:13.3f}  {predicted * 1e9:14.3f}  "
+            f"{predicted / measured:9.2f}  {contention:10.2f}"
+        )
+    mem = (doc.get("memory") or {}).get("best")
+    if mem:
+        print(f"memory: triad {mem['triad_bytes_s'] / 1e9:.1f} GB/s at {mem['threads']} thread(s)")
+
+
+if __name__ == "__main__":
+    main()
