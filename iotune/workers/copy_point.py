@@ -45,9 +45,16 @@ def same_ends(a: Path, b: Path) -> bool:
 
 
 def work(req: dict[str, Any]) -> dict[str, Any]:
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
     from iotune.sweep.copyrate import ceiling, drop_caches, make_folder
     from iotune.workers.swapcopy import AioSettings, copy_tree
 
+    # the op loaded first, whatever the copy: as a run's worker has it (its swapper's), and
+    # every copy the same from the page cache's drop on (on this project's virtual disk the
+    # raw copy ran at 1.2-1.3 GiB/s where the op was loaded between the drop and the copy,
+    # at 0.7-0.9 where it was loaded before: benchmarks/RESULTS.md)
+    AsyncIOBuilder().load(verbose=False)
     op = req["op"]
     if op == "make":
         n = make_folder(Path(req["folder"]), [int(s) for s in req["sizes"]])
@@ -55,11 +62,6 @@ def work(req: dict[str, Any]) -> dict[str, Any]:
     src, dst = Path(req["src"]), Path(req["dst"])
     if op == "ceiling":
         return ceiling(src, dst)
-    if req["copy"] == "aio":
-        # the op loaded before the clock starts, as a run's worker has it (its swapper's)
-        from deepspeed.ops.op_builder import AsyncIOBuilder
-
-        AsyncIOBuilder().load(verbose=False)
     drop_caches()
     settings = AioSettings(**req["settings"]) if req.get("settings") else None
     try:
