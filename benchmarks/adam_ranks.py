@@ -6,11 +6,12 @@ together; and one rank alone at each of those thread counts. The planner, withou
 sweep, predicts R ranks from one rank's figure (iotune.plan.cpus.fit_adam: the rank's
 threads, and the node's memory bound from --cpu). Printed for each R: the measured seconds a
 billion parameters a rank, the planner's, their ratio, and the ranks' contention (R ranks at
-once against one rank alone at the same threads). The rows are interleaved by the sweep
-itself (all thread counts of one rank count, then the next): run it on a quiet host.
+once against one rank alone at the same threads), each the median of --rounds whole sweeps
+taken one after the other (a shared host's memory bandwidth moves from one minute to the
+next: each round's ratio is of figures measured within the round).
 
     sudo python benchmarks/adam_ranks.py --cpu cores=2,memory=460.8GB/s [--params 200M]
-        [--ranks 1,2] [--repeats 5] [--out DIR]
+        [--ranks 1,2] [--repeats 5] [--rounds 3] [--out DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ def main() -> None:
     ap.add_argument("--params", default="200M")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--repeats", default="5")
+    ap.add_argument("--rounds", default="3")
     ap.add_argument("--out", default="results/adam-ranks")
     a = ap.parse_args()
     cpu = parse_cpu(a.cpu)
@@ -44,30 +47,52 @@ def main() -> None:
     threads = sorted({max(1, cores // r) for r in ranks})
     argv = [str(BIN), "--json", "sweep-threads", "--params", a.params, "--ranks", a.ranks]
     argv += ["--threads", ",".join(map(str, threads)), "--repeats", a.repeats, "--out", a.out]
-    doc = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
-    ok = [r for r in doc["rows"] if r["status"] == "ok"]
-
-    def spp(r: int, t: int) -> float:
-        row = next(x for x in ok if x["ranks"] == r and x["threads"] == t)
-        return float(row["step_ms_median"]) / 1000 / int(row["params"])
-
+    ap_rounds = int(a.rounds)
     ref = study_adam()
     k = adam_bytes(ref, load_cpus()[STUDY_CPU]) if ref is not None else 0.0
-    alone = AdamRate(spp(1, max(threads)), max(threads), int(doc["params"]), a.out)
+    per: dict[int, list[tuple[float, float, float]]] = {r: [] for r in ranks}
+    triads = []
+    for i in range(ap_rounds):
+        out = f"{a.out}/round{i}"
+        done = subprocess.run([*argv[:-1], out], check=True, capture_output=True, text=True)
+        doc = json.loads(done.stdout)
+        ok = [r for r in doc["rows"] if r["status"] == "ok"]
+
+        def spp(r: int, t: int, ok: list[dict[str, object]] = ok) -> float:
+            row = next(x for x in ok if x["ranks"] == r and x["threads"] == t)
+            return float(row["step_ms_median"]) / 1000 / int(row["params"])  # type: ignore[arg-type]
+
+        alone = AdamRate(spp(1, max(threads)), max(threads), int(doc["params"]), out)
+        for r in ranks:
+            t = max(1, cores // r)
+            measured = spp(r, t)
+            predicted = fit_adam(alone, cpu, r, k).seconds_per_param
+            per[r].append((measured, predicted, measured / spp(1, t)))
+        mem = (doc.get("memory") or {}).get("best")
+        if mem:
+            triads.append(mem["triad_bytes_s"])
+        line = ", ".join(
+            f"{r} rank(s): {per[r][-1][0] * 1e9:.3f} s/1B, predicted {per[r][-1][1] * 1e9:.3f}"
+            for r in ranks
+        )
+        print(
+            f"round {i + 1}: {line}"
+            + (f"; triad {mem['triad_bytes_s'] / 1e9:.1f} GB/s" if mem else "")
+        )
     print(f"host: {cpu.describe()}; {os.cpu_count()} CPUs seen; {a.params} parameters")
+    print(f"medians of {ap_rounds} round(s):")
     print("RANKS  THREADS  MEASURED s/1B  PREDICTED s/1B  PRED/MEAS  CONTENTION")
     for r in ranks:
         t = max(1, cores // r)
-        measured = spp(r, t)
-        predicted = fit_adam(alone, cpu, r, k).seconds_per_param
-        contention = measured / spp(1, t)
+        m = statistics.median(x[0] for x in per[r])
+        p = statistics.median(x[1] for x in per[r])
+        ratio = statistics.median(x[1] / x[0] for x in per[r])
+        cont = statistics.median(x[2] for x in per[r])
+        print(f"{r:5d}  {t:7d}  {m * 1e9:13.3f}  {p * 1e9:14.3f}  {ratio:9.2f}  {cont:10.2f}")
+    if triads:
         print(
-            f"{r:5d}  {t:7d}  {measured * 1e9:13.3f}  {predicted * 1e9:14.3f}  "
-            f"{predicted / measured:9.2f}  {contention:10.2f}"
+            f"memory: triad {min(triads) / 1e9:.1f} to {max(triads) / 1e9:.1f} GB/s over the rounds"
         )
-    mem = (doc.get("memory") or {}).get("best")
-    if mem:
-        print(f"memory: triad {mem['triad_bytes_s'] / 1e9:.1f} GB/s at {mem['threads']} thread(s)")
 
 
 if __name__ == "__main__":
