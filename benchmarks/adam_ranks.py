@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,11 +57,11 @@ def main() -> None:
         out = f"{a.out}/round{i}"
         done = subprocess.run([*argv[:-1], out], check=True, capture_output=True, text=True)
         doc = json.loads(done.stdout)
-        ok = [r for r in doc["rows"] if r["status"] == "ok"]
+        ok: list[dict[str, Any]] = [r for r in doc["rows"] if r["status"] == "ok"]
 
-        def spp(r: int, t: int, ok: list[dict[str, object]] = ok) -> float:
+        def spp(r: int, t: int, ok: list[dict[str, Any]] = ok) -> float:
             row = next(x for x in ok if x["ranks"] == r and x["threads"] == t)
-            return float(row["step_ms_median"]) / 1000 / int(row["params"])  # type: ignore[arg-type]
+            return float(row["step_ms_median"]) / 1000 / int(row["params"])
 
         alone = AdamRate(spp(1, max(threads)), max(threads), int(doc["params"]), out)
         for r in ranks:

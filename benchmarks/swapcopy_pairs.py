@@ -2,10 +2,10 @@
 
 A disk's rate moves over a day, so a copy and its ceiling measured hours apart say little of
 each other. Here they take turns, in one run, between the same two folders: a swap folder as
-DeepSpeed leaves it for a preset (iotune.sweep.copyrate.swap_files: opt_nvme_1b's 33 files,
+DeepSpeed leaves it for a preset (iotune.sweep.copysweep.swap_files: opt_nvme_1b's 33 files,
 14.8 GB), written O_DIRECT, and a checkpoint folder. Each round, the order turned each time:
 
-- ``ceiling``: the raw O_DIRECT copy through the aio op (iotune.sweep.copyrate.ceiling: each
+- ``ceiling``: the raw O_DIRECT copy through the aio op (iotune.workers.copyrate.ceiling: each
   chunk's read and write in flight at once, the best of its settings), then fsync;
 - ``aio``: iotune's copy (iotune.workers.swapcopy.copy_tree), durable when it returns;
 - ``deepspeed``: ``shutil.copytree`` as DeepSpeed's save calls it, then every file and folder
@@ -37,7 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from iotune.proc import worker_env
-from iotune.sweep.copyrate import ceiling, drop_caches, make_folder, swap_files
+from iotune.sweep.copysweep import swap_files
+from iotune.workers.copyrate import ceiling, drop_caches, make_folder
 from iotune.workers.swapcopy import AioSettings, copy_tree
 
 GIB = 2**30

@@ -136,3 +136,14 @@ def read_threads(path: Path) -> dict[str, Any] | None:
         return None
     ok = isinstance(doc, dict) and isinstance(doc.get("rows"), list) and "best_threads" in doc
     return doc if ok else None
+
+
+def threads_memory(path: Path) -> tuple[float, str] | None:
+    """The host's memory bandwidth a sweep-threads run measured (its best triad, bytes/s)
+    and where it comes from; None where it did not measure it."""
+    doc = read_threads(path)
+    best = ((doc or {}).get("memory") or {}).get("best")
+    if not isinstance(best, dict) or not best.get("triad_bytes_s"):
+        return None
+    f = path / THREADS_RESULT if path.is_dir() else path
+    return float(best["triad_bytes_s"]), f"{f}: STREAM triad at {best['threads']} thread(s)"

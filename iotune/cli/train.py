@@ -308,8 +308,8 @@ def estimate_cmd(
     if drives or drive or target_step is not None:
         from pathlib import Path
 
-        from iotune.plan.measured import memory_rate
         from iotune.plan.planner import plan_storage
+        from iotune.records import threads_memory
 
         plan = plan_storage(
             p,
@@ -328,7 +328,7 @@ def estimate_cmd(
             chunk=chunk,
             network=network_link,
             cpu=node,
-            memory_measured=memory_rate(Path(threads_config)) if threads_config else None,
+            memory_measured=threads_memory(Path(threads_config)) if threads_config else None,
         )
     ckp = None
     if checkpoint_every is not None or checkpoint_sweep:

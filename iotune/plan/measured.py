@@ -204,17 +204,6 @@ def adam_rate(path: Path, threads: int, ranks: int = 1) -> AdamRate:
     )
 
 
-def memory_rate(path: Path) -> tuple[float, str] | None:
-    """The host's memory bandwidth a sweep-threads run measured (its best triad, bytes/s)
-    and where it comes from; None where it did not measure it."""
-    doc = read_threads(path)
-    best = ((doc or {}).get("memory") or {}).get("best")
-    if not isinstance(best, dict) or not best.get("triad_bytes_s"):
-        return None
-    f = path / THREADS_RESULT if path.is_dir() else path
-    return float(best["triad_bytes_s"]), f"{f}: STREAM triad at {best['threads']} thread(s)"
-
-
 def run_threads(p: Preset) -> int:
     """The OpenMP threads CPU Adam runs with: the preset's, else every CPU this process may
     use (OpenMP's default)."""

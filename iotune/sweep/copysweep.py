@@ -7,7 +7,7 @@ the offload volume, then copied into the checkpoint folder, each copy in a worke
 own, the page cache dropped before each (iotune.workers.copy_point):
 
 - ``ceiling``: the raw O_DIRECT copy through the aio op, each chunk's read and write in
-  flight at once, the best of its settings (iotune.sweep.copyrate.ceiling);
+  flight at once, the best of its settings (iotune.workers.copyrate.ceiling);
 - ``deepspeed``: ``shutil.copytree``, as DeepSpeed's save makes it, then made durable;
 - ``reflink``: each file cloned, where the checkpoint folder's file system clones and holds
   the swap folder;
@@ -181,3 +181,17 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "of_ceiling": ratio(best["point"], "ceiling") if best else None,
         "over_deepspeed": ratio(best["point"], "deepspeed") if best else None,
     }
+
+
+def swap_files(preset_name: str, sets: tuple[str, ...] = ()) -> list[int]:
+    """Bytes of each optimizer swap file a save of *preset_name* copies, in DeepSpeed's order:
+    the fp32 master and the two moments of each swapped sub-group (12 bytes a parameter),
+    each rounded up to UNIT (32 KiB: ALIGN x 8 threads, the most the ceiling uses) so that
+    every byte goes O_DIRECT: at most 32 KiB more a file."""
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import preset_with
+    from iotune.model.swapfiles import swap_layout
+
+    preset = preset_with(preset_name, sets)
+    layout = swap_layout(preset, ds_config(preset))
+    return [-(-4 * s // UNIT) * UNIT for s, _ in layout if s for _ in range(3)]

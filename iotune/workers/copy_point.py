@@ -5,9 +5,9 @@
 The request's ``op``:
 
 - ``make``: files of ``sizes`` bytes in ``folder``, written O_DIRECT and fsynced, as
-  DeepSpeed's swapper leaves its swap files (iotune.sweep.copyrate.make_folder);
+  DeepSpeed's swapper leaves its swap files (iotune.workers.copyrate.make_folder);
 - ``ceiling``: the raw O_DIRECT copy of ``src`` into ``dst`` at each of the ceiling's
-  settings, the page cache dropped before each (iotune.sweep.copyrate.ceiling);
+  settings, the page cache dropped before each (iotune.workers.copyrate.ceiling);
 - ``copy``: ``src`` copied into ``dst`` by ``copy`` (aio with ``settings``, reflink, or
   deepspeed's copytree), durable when it returns (iotune.workers.swapcopy.copy_tree), the
   page cache dropped before and the aio op loaded before (as a run's worker has it);
@@ -47,7 +47,7 @@ def same_ends(a: Path, b: Path) -> bool:
 def work(req: dict[str, Any]) -> dict[str, Any]:
     from deepspeed.ops.op_builder import AsyncIOBuilder
 
-    from iotune.sweep.copyrate import ceiling, drop_caches, make_folder
+    from iotune.workers.copyrate import ceiling, drop_caches, make_folder
     from iotune.workers.swapcopy import AioSettings, copy_tree
 
     # the op loaded first, whatever the copy: as a run's worker has it (its swapper's), and

@@ -41,7 +41,7 @@ def test_the_copy_sweep_times_each_copy_to_the_byte_and_its_ratios_add_up(
         off, ck, run = vol / "offload", vol / "ckpt", tmp_path / "run"
         off.mkdir()
         ck.mkdir()
-        args = ("--copy-from", str(off), "--target", str(ck), "--params", "20M")
+        args: tuple[str, ...] = ("--copy-from", str(off), "--target", str(ck), "--params", "20M")
         args += ("--sub-group-size", "1e7", "--block-size", "1M", "--queue-depth", "8,32")
         args += ("--threads", "4", "--rounds", "2", "--out", str(run))
         doc = json.loads(iotune("--json", "sweep-checkpoint", *args).stdout)
@@ -67,10 +67,12 @@ def test_the_copy_sweep_times_each_copy_to_the_byte_and_its_ratios_add_up(
         assert doc["best"] == best
 
         def ratio(a: str, b: str) -> float:
-            return statistics.median(
-                next(r["durable_s"] for r in recs if r["round"] == k and _label(r) == b)
-                / next(r["durable_s"] for r in recs if r["round"] == k and _label(r) == a)
-                for k in (0, 1)
+            return float(
+                statistics.median(
+                    next(r["durable_s"] for r in recs if r["round"] == k and _label(r) == b)
+                    / next(r["durable_s"] for r in recs if r["round"] == k and _label(r) == a)
+                    for k in (0, 1)
+                )
             )
 
         assert doc["of_ceiling"] == pytest.approx(ratio(best["point"], "ceiling"))

@@ -83,10 +83,11 @@ def test_a_resumed_run_times_only_what_is_left_in_its_turns() -> None:
 
 
 def test_the_summary_takes_medians_and_ratios_within_each_round() -> None:
-    aio = {"copy": "aio", "settings": {"block_size": 1 << 20, "queue_depth": 32,
-                                        "intra_op_parallelism": 4, "chunk": 64 << 20}}  # fmt: skip
-    slow = {**aio, "settings": {**aio["settings"], "queue_depth": 8}}
-    ceil, ds = {"copy": "ceiling"}, {"copy": "deepspeed"}
+    fast = {"block_size": 1 << 20, "queue_depth": 32, "intra_op_parallelism": 4, "chunk": 64 << 20}
+    aio: dict[str, Any] = {"copy": "aio", "settings": fast}
+    slow: dict[str, Any] = {"copy": "aio", "settings": {**fast, "queue_depth": 8}}
+    ceil: dict[str, Any] = {"copy": "ceiling"}
+    ds: dict[str, Any] = {"copy": "deepspeed"}
     gib = 2**30
     records = [
         # round 0: the disk fast; round 1: slow; round 2: in between

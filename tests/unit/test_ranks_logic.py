@@ -431,11 +431,11 @@ def test_more_ranks_than_gpus_is_one_line_naming_where_the_ranks_came_from(
     """--ranks 4 on a host of 2 GPUs, and a hostfile giving this node 4 slots: each refused
     before anything runs, the second naming the hostfile's line to change."""
     from iotune.train.launch import Launch
-    from iotune.train.preflight import Gpus
+    from iotune.train.preflight import Gpus, Refused
     from iotune.train.request import RunRequest
-    from iotune.train.runner import Refused, prepare
+    from iotune.train.runner import prepare
 
-    p = preset_with("gpu_baseline_1b", ["ranks=4"])
+    p = preset_with("gpu_baseline_1b", ("ranks=4",))
     two = Gpus("NVIDIA H200", 140 * 2**30, 2, (0, 0))
     req = RunRequest(p, tmp_path / "r", "diskstats", gpu=two, launch=Launch(ranks=4))
     with pytest.raises(Refused) as err:

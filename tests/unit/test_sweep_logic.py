@@ -601,7 +601,7 @@ def test_the_memory_probe_sizes_its_arrays_to_the_memory_and_says_its_best() -> 
 def test_sweep_threads_with_ranks_keeps_each_rank_counts_best(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    asked = {}
+    asked: dict[str, Any] = {}
 
     def sweep(n: int, counts: Any, repeats: int, on_row: Any, ranks: Any) -> list[Any]:
         asked.update(n=n, counts=counts, ranks=ranks)

@@ -6,9 +6,10 @@ chunk, the read and the write of each chunk in flight at once and neither waitin
 other's data, then each file fsynced. A copy cannot be faster than that: it reads and writes
 the same bytes and must also hand each chunk from one to the other.
 
-The source is a swap folder as DeepSpeed leaves it for a preset (:func:`swap_files`: the fp32
-master and the two Adam moments of each swapped sub-group), written O_DIRECT so that no page
-of it is cached (:func:`make_folder`). Measured side by side by ``benchmarks/swapcopy_pairs.py``.
+The source is a swap folder as DeepSpeed leaves it (iotune.sweep.copysweep.swap_files: the
+fp32 master and the two Adam moments of each swapped sub-group), written O_DIRECT so that no
+page of it is cached (:func:`make_folder`). Measured side by side by
+``benchmarks/swapcopy_pairs.py`` and ``iotune sweep-checkpoint --copy-from``.
 """
 
 from __future__ import annotations
@@ -24,21 +25,6 @@ from iotune.workers.swapcopy import ALIGN, AioSettings, chunks
 
 #: the ceiling's settings (block, queue depth, threads), the best of which is the ceiling
 CEILING = ((1 << 20, 32, 4), (8 << 20, 64, 8))
-
-
-def swap_files(preset_name: str, sets: tuple[str, ...] = ()) -> list[int]:
-    """Bytes of each optimizer swap file a save of *preset_name* copies, in DeepSpeed's order:
-    the fp32 master and the two moments of each swapped sub-group (12 bytes a parameter),
-    each rounded up to a multiple of 32 KiB (ALIGN x 8 threads, the most CEILING uses) so
-    that every byte goes O_DIRECT: at most 32 KiB more a file."""
-    from iotune.model.dsconfig import ds_config
-    from iotune.model.presets import preset_with
-    from iotune.model.swapfiles import swap_layout
-
-    preset = preset_with(preset_name, sets)
-    unit = ALIGN * 8
-    layout = swap_layout(preset, ds_config(preset))
-    return [-(-4 * s // unit) * unit for s, _ in layout if s for _ in range(3)]
 
 
 def _handle(block: int, depth: int, threads: int) -> Any:
