@@ -107,10 +107,12 @@ def cli(json_out: bool, debug: bool, verbose: int) -> None:
       iotune raid      plan-then-apply mdadm RAID volumes across free NVMe drives
       iotune sweep-aio tune DeepSpeed async I/O on a volume against its fio ceiling
       iotune sweep-threads
-                       CPU Adam step time over OpenMP threads
+                       CPU Adam step time over OpenMP threads (and ranks at once),
+                       and the host's memory bandwidth
       iotune sweep-checkpoint
                        tune DeepSpeed's fast checkpoint writer on the checkpoint
-                       volume, against torch.save and the volume's ceiling
+                       volume, against torch.save and the volume's ceiling; with
+                       --copy-from, the copy a save makes of NVMe-offloaded state
       iotune presets   the training experiments (1B-16B x offload strategy x
                        accumulation, and tiny CPU ones) with their estimated needs
       iotune estimate  NVMe space and bytes read/written per step, predicted
