@@ -38,26 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from iotune.proc import worker_env
 from iotune.sweep.copysweep import swap_files
+from iotune.workers.copy_point import same_ends
 from iotune.workers.copyrate import ceiling, drop_caches, make_folder
 from iotune.workers.swapcopy import AioSettings, copy_tree
 
 GIB = 2**30
-
-
-def same_ends(a: Path, b: Path) -> bool:
-    """Each file of *a* in *b*, of the same size, its first and last MiB the same."""
-    for f in a.iterdir():
-        g = b / f.name
-        size = f.stat().st_size
-        if not g.is_file() or g.stat().st_size != size:
-            return False
-        with open(f, "rb") as x, open(g, "rb") as y:
-            for off in (0, max(0, size - (1 << 20))):
-                x.seek(off)
-                y.seek(off)
-                if x.read(1 << 20) != y.read(1 << 20):
-                    return False
-    return True
 
 
 def one(copy: str, src: Path, dst: Path, settings: AioSettings) -> dict[str, Any]:

@@ -50,6 +50,18 @@ def _check(target: Path, state_bytes: int, space: ckpt.Space) -> None:
         )
 
 
+def _sub_group(text: str) -> int:
+    """--sub-group-size: a parameter count, refused in its own option's name."""
+    from iotune.sweep.threads import parse_params
+
+    try:
+        return parse_params(text)
+    except UsageError as exc:
+        raise UsageError(
+            f"--sub-group-size {text!r} is not a parameter count", hint="e.g. 1e9"
+        ) from exc
+
+
 def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     if aio_config is None:
         _say(
@@ -212,13 +224,7 @@ def sweep_checkpoint(
             rounds=rounds,
         )
         n = parse_params(params)
-        try:
-            sub = parse_params(sub_group_size)
-        except UsageError as exc:
-            raise UsageError(
-                f"--sub-group-size {sub_group_size!r} is not a parameter count", hint="e.g. 1e9"
-            ) from exc
-        spec = _spec(n, sub, str(Path(target).resolve()), space)
+        spec = _spec(n, _sub_group(sub_group_size), str(Path(target).resolve()), space)
         run_dir = (
             Path(out) if out else Path("results") / f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
         ).resolve()
@@ -397,12 +403,7 @@ def _copy_spec(
         threads=comma_list(given["threads"], positive_int("--threads"), "--threads"),
     )
     n = parse_params(params)
-    try:
-        sub = parse_params(sub_group_size)
-    except UsageError as exc:
-        raise UsageError(
-            f"--sub-group-size {sub_group_size!r} is not a parameter count", hint="e.g. 1e9"
-        ) from exc
+    sub = _sub_group(sub_group_size)
     return {
         "copy_from": str(Path(copy_from).resolve()),
         "target": str(Path(target).resolve()),
