@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from iotune.cli.copy_sweep import sub_group
 from iotune.cli.options import STATE, comma_list, json_option, parse_bool, positive_int
 from iotune.errors import IotuneError, NotRootError, UsageError
 from iotune.records import append_record
@@ -48,18 +49,6 @@ def _check(target: Path, state_bytes: int, space: ckpt.Space) -> None:
             f"{avail / 2**30:.1f} GiB is available",
             hint="pass fewer --params",
         )
-
-
-def _sub_group(text: str) -> int:
-    """--sub-group-size: a parameter count, refused in its own option's name."""
-    from iotune.sweep.threads import parse_params
-
-    try:
-        return parse_params(text)
-    except UsageError as exc:
-        raise UsageError(
-            f"--sub-group-size {text!r} is not a parameter count", hint="e.g. 1e9"
-        ) from exc
 
 
 def _ceiling(aio_config: str | None, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -188,11 +177,15 @@ def sweep_checkpoint(
     if resume and (Path(resume) / "spec.json").is_file():
         spec = json.loads((Path(resume) / "spec.json").read_text())
         if "copy_from" in spec:
-            _copy_mode(spec, Path(resume).resolve(), point_timeout)
+            from iotune.cli.copy_sweep import copy_mode
+
+            copy_mode(spec, Path(resume).resolve(), point_timeout)
             return
     if copy_from is not None and not resume:
-        _copy_mode(
-            _copy_spec(
+        from iotune.cli.copy_sweep import copy_mode, copy_spec
+
+        copy_mode(
+            copy_spec(
                 copy_from, target, params, sub_group_size, block_size, queue_depth, threads, rounds
             ),
             (
@@ -224,7 +217,7 @@ def sweep_checkpoint(
             rounds=rounds,
         )
         n = parse_params(params)
-        spec = _spec(n, _sub_group(sub_group_size), str(Path(target).resolve()), space)
+        spec = _spec(n, sub_group(sub_group_size), str(Path(target).resolve()), space)
         run_dir = (
             Path(out) if out else Path("results") / f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
         ).resolve()
@@ -359,85 +352,3 @@ def _write(path: Path, best: ckpt.Knobs) -> dict[str, Any]:
     merged, note = ckpt.merge_checkpoint(read_config(path), best)
     report = write_merged(path, merged)
     return {"path": str(path), "note": note, "writer_used": report.get("writer_used")}
-
-
-#: the copy sweep's grid where --block-size, --queue-depth and --threads are not given
-COPY_DEFAULTS = {"block_size": "1M,8M", "queue_depth": "32,64", "threads": "4,8"}
-
-
-def _copy_spec(
-    copy_from: str,
-    target: str | None,
-    params: str,
-    sub_group_size: str,
-    block_size: str,
-    queue_depth: str,
-    threads: str,
-    rounds: int,
-) -> dict[str, Any]:
-    """--copy-from's run, from the options: the grid (the copy's own defaults where the
-    writer's were left), the swap files' sizes, the folders."""
-    from click.core import ParameterSource
-
-    from iotune.sweep.copysweep import CopySpace, swap_sizes
-    from iotune.sweep.threads import parse_params
-    from iotune.units import parse_size
-
-    if not target:
-        raise UsageError(
-            "--copy-from copies into --target, which is required",
-            hint="iotune sweep-checkpoint --copy-from /mnt/offload --target /mnt/ckpt",
-        )
-    ctx = click.get_current_context()
-    given = {
-        k: v if ctx.get_parameter_source(k) != ParameterSource.DEFAULT else COPY_DEFAULTS[k]
-        for k, v in (("block_size", block_size), ("queue_depth", queue_depth), ("threads", threads))
-    }
-    space = CopySpace(
-        block_size=comma_list(
-            given["block_size"], lambda t: parse_size(t, what="--block-size"), "--block-size"
-        ),
-        queue_depth=comma_list(
-            given["queue_depth"], positive_int("--queue-depth"), "--queue-depth"
-        ),
-        threads=comma_list(given["threads"], positive_int("--threads"), "--threads"),
-    )
-    n = parse_params(params)
-    sub = _sub_group(sub_group_size)
-    return {
-        "copy_from": str(Path(copy_from).resolve()),
-        "target": str(Path(target).resolve()),
-        "params": n,
-        "sub_group": sub,
-        "sizes": swap_sizes(n, sub),
-        "rounds": rounds,
-        "space": {
-            "block_size": space.block_size,
-            "queue_depth": space.queue_depth,
-            "threads": space.threads,
-        },
-    }
-
-
-def _copy_mode(spec: dict[str, Any], run_dir: Path, timeout: float) -> None:
-    """--copy-from (or --resume of such a run): checked, run, shown."""
-    from iotune.cli.copy_sweep import check_folders, run_copy_sweep, show
-    from iotune.sweep.copysweep import CopySpace
-
-    space = CopySpace(**{k: tuple(v) for k, v in spec["space"].items()})
-    need = sum(int(x) for x in spec["sizes"])
-    if os.geteuid() != 0:
-        raise NotRootError("iotune sweep-checkpoint (drops the page cache before each copy)")
-    if not (run_dir / "spec.json").is_file():
-        check_folders(Path(spec["copy_from"]), Path(spec["target"]), need)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-    result = run_copy_sweep(spec, run_dir, space, timeout)
-    show(result)
-    if result["interrupted"]:
-        raise SystemExit(130)
-    if result["best"] is None:
-        raise IotuneError(
-            "no aio copy succeeded",
-            hint=f"the errors are in {run_dir}; --debug shows the workers' output",
-        )

@@ -5,13 +5,16 @@ summary; each copy runs in a worker, iotune.workers.copy_point)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import click
+
 from iotune import proc
-from iotune.cli.options import STATE
-from iotune.errors import CommandFailed, IotuneError, UsageError, last_line
+from iotune.cli.options import STATE, comma_list, positive_int
+from iotune.errors import CommandFailed, IotuneError, NotRootError, UsageError, last_line
 from iotune.records import append_record
 from iotune.render import console, emit_json, err_console
 from iotune.sweep import copysweep as cs
@@ -58,6 +61,18 @@ def _worker(req: dict[str, Any], timeout: float) -> dict[str, Any]:
         except CommandFailed as exc:
             return {"status": "failed", "error": last_line(exc.stderr_tail) or str(exc)}
     return {"status": "ok", **got}
+
+
+def sub_group(text: str) -> int:
+    """--sub-group-size: a parameter count, refused in its own option's name."""
+    from iotune.sweep.threads import parse_params
+
+    try:
+        return parse_params(text)
+    except UsageError as exc:
+        raise UsageError(
+            f"--sub-group-size {text!r} is not a parameter count", hint="e.g. 1e9"
+        ) from exc
 
 
 def run_copy_sweep(
@@ -211,3 +226,81 @@ def show(result: dict[str, Any]) -> None:
     if result["reflink_problem"]:
         con.print(f"  reflink: not swept ({result['reflink_problem']})", soft_wrap=True)
     con.print(f"  records: {result['out']}", soft_wrap=True, highlight=False)
+
+
+#: the copy sweep's grid where --block-size, --queue-depth and --threads are not given
+COPY_DEFAULTS = {"block_size": "1M,8M", "queue_depth": "32,64", "threads": "4,8"}
+
+
+def copy_spec(
+    copy_from: str,
+    target: str | None,
+    params: str,
+    sub_group_size: str,
+    block_size: str,
+    queue_depth: str,
+    threads: str,
+    rounds: int,
+) -> dict[str, Any]:
+    """--copy-from's run, from the options: the grid (the copy's own defaults where the
+    writer's were left), the swap files' sizes, the folders."""
+    from click.core import ParameterSource
+
+    from iotune.sweep.threads import parse_params
+    from iotune.units import parse_size
+
+    if not target:
+        raise UsageError(
+            "--copy-from copies into --target, which is required",
+            hint="iotune sweep-checkpoint --copy-from /mnt/offload --target /mnt/ckpt",
+        )
+    ctx = click.get_current_context()
+    given = {
+        k: v if ctx.get_parameter_source(k) != ParameterSource.DEFAULT else COPY_DEFAULTS[k]
+        for k, v in (("block_size", block_size), ("queue_depth", queue_depth), ("threads", threads))
+    }
+    space = cs.CopySpace(
+        block_size=comma_list(
+            given["block_size"], lambda t: parse_size(t, what="--block-size"), "--block-size"
+        ),
+        queue_depth=comma_list(
+            given["queue_depth"], positive_int("--queue-depth"), "--queue-depth"
+        ),
+        threads=comma_list(given["threads"], positive_int("--threads"), "--threads"),
+    )
+    n = parse_params(params)
+    sub = sub_group(sub_group_size)
+    return {
+        "copy_from": str(Path(copy_from).resolve()),
+        "target": str(Path(target).resolve()),
+        "params": n,
+        "sub_group": sub,
+        "sizes": cs.swap_sizes(n, sub),
+        "rounds": rounds,
+        "space": {
+            "block_size": space.block_size,
+            "queue_depth": space.queue_depth,
+            "threads": space.threads,
+        },
+    }
+
+
+def copy_mode(spec: dict[str, Any], run_dir: Path, timeout: float) -> None:
+    """--copy-from (or --resume of such a run): checked, run, shown."""
+    space = cs.CopySpace(**{k: tuple(v) for k, v in spec["space"].items()})
+    need = sum(int(x) for x in spec["sizes"])
+    if os.geteuid() != 0:
+        raise NotRootError("iotune sweep-checkpoint (drops the page cache before each copy)")
+    if not (run_dir / "spec.json").is_file():
+        check_folders(Path(spec["copy_from"]), Path(spec["target"]), need)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+    result = run_copy_sweep(spec, run_dir, space, timeout)
+    show(result)
+    if result["interrupted"]:
+        raise SystemExit(130)
+    if result["best"] is None:
+        raise IotuneError(
+            "no aio copy succeeded",
+            hint=f"the errors are in {run_dir}; --debug shows the workers' output",
+        )

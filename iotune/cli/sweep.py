@@ -301,34 +301,12 @@ def _swap(spec: SweepSpec, run_dir: Path, aio: dict[str, Any]) -> dict[str, Any]
     return done
 
 
-def _threads_doc(
-    rows: list[dict[str, Any]], n: int, run_dir: Path, memory: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    from iotune.sweep.threads import best_row, row_ranks
-
-    best = best_row(rows)
-    doc = {
-        "params": n,
-        "rows": rows,
-        "best_threads": best["threads"] if best else None,
-        "best_threads_by_ranks": {
-            str(r): b["threads"]
-            for r in sorted({row_ranks(x) for x in rows})
-            if (b := best_row(rows, r)) is not None
-        },
-        "cpus": len(os.sched_getaffinity(0)),
-        "memory": memory,
-        "out": str(run_dir),
-    }
-    return doc
-
-
 def _threads_row(row: dict[str, Any], done: list[dict[str, Any]], n: int, run_dir: Path) -> None:
     """One thread count timed: say so and keep every row so far (an interrupt loses none)."""
-    from iotune.sweep.threads import row_ranks, save_threads
+    from iotune.sweep.threads import row_ranks, save_threads, threads_doc
 
     done.append(row)
-    save_threads(run_dir, _threads_doc(done, n, run_dir))
+    save_threads(run_dir, threads_doc(done, n, run_dir))
     ranks = row_ranks(row)
     side = f"{ranks} ranks at once, " if ranks > 1 else ""
     _say(
@@ -390,15 +368,15 @@ def sweep_threads(
     """
     from iotune.probes.meminfo import mem_available
     from iotune.probes.sysfs import SysTree
-    from iotune.sweep.render import memory_line, threads_table
+    from iotune.sweep.render import best_lines, memory_line, threads_table
     from iotune.sweep.threads import (
-        best_row,
         check_memory,
         failure,
         parse_params,
         run_memory_probe,
         run_thread_sweep,
         save_threads,
+        threads_doc,
     )
 
     n = parse_params(params)
@@ -421,21 +399,14 @@ def sweep_threads(
     if memory:
         _say("iotune: the host's memory bandwidth (copy, triad) at each thread count")
         probe = run_memory_probe(counts, available)
-    doc = _threads_doc(rows, n, run_dir, probe)
+    doc = threads_doc(rows, n, run_dir, probe)
     save_threads(run_dir, doc)
     if STATE.json:
         emit_json(doc)
     else:
         console().print(threads_table(rows))
-        for r in sorted(doc["best_threads_by_ranks"], key=int):
-            best = best_row(rows, int(r))
-            if best is None:
-                continue
-            each = f"each of {r} ranks' {best['params']:,}" if int(r) > 1 else f"{n:,}"
-            console().print(
-                f"best: {best['threads']} thread(s), {best['step_ms_median']:.1f} ms per optimizer "
-                f"step for {each} parameters"
-            )
+        for line in best_lines(rows, n, doc["best_threads_by_ranks"]):
+            console().print(line)
         if probe is not None:
             console().print(memory_line(probe))
     error = failure(rows)

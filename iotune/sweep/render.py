@@ -221,6 +221,23 @@ def threads_table(rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+def best_lines(rows: Sequence[dict[str, Any]], n: int, by_ranks: dict[str, int]) -> list[str]:
+    """Each rank count's best thread count, in a line."""
+    from iotune.sweep.threads import best_row
+
+    out = []
+    for r in sorted(by_ranks, key=int):
+        best = best_row(rows, int(r))
+        if best is None:
+            continue
+        each = f"each of {r} ranks' {best['params']:,}" if int(r) > 1 else f"{n:,}"
+        out.append(
+            f"best: {best['threads']} thread(s), {best['step_ms_median']:.1f} ms per optimizer "
+            f"step for {each} parameters"
+        )
+    return out
+
+
 def memory_line(probe: dict[str, Any]) -> str:
     """The memory probe in a line: the best triad and copy, and at what thread count."""
     if "error" in probe:

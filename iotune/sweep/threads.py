@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -194,3 +195,24 @@ def failure(rows: Sequence[dict[str, Any]]) -> IotuneError | None:
     if best_row(rows) is not None:
         return None
     return IotuneError("no thread count succeeded", hint="--debug shows the workers' errors")
+
+
+def threads_doc(
+    rows: list[dict[str, Any]], n: int, run_dir: Path, memory: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The sweep's record (RUN/threads.json): its rows, the best thread count (the fewest
+    ranks') and each rank count's, the memory probe."""
+    best = best_row(rows)
+    return {
+        "params": n,
+        "rows": rows,
+        "best_threads": best["threads"] if best else None,
+        "best_threads_by_ranks": {
+            str(r): b["threads"]
+            for r in sorted({row_ranks(x) for x in rows})
+            if (b := best_row(rows, r)) is not None
+        },
+        "cpus": len(os.sched_getaffinity(0)),
+        "memory": memory,
+        "out": str(run_dir),
+    }
