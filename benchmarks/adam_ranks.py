@@ -6,7 +6,8 @@ together; and one rank alone at each of those thread counts. The planner, withou
 sweep, predicts R ranks from one rank's figure (iotune.plan.cpus.fit_adam: the rank's
 threads, and the node's memory bound from --cpu). Printed for each R: the measured seconds a
 billion parameters a rank, the planner's, their ratio, and the ranks' contention (R ranks at
-once against one rank alone at the same threads), each the median of --rounds whole sweeps
+once against one rank alone at the same threads), and the same fit from one rank timed alone at
+the threads each rank gets (PRED(1@T)), each the median of --rounds whole sweeps
 taken one after the other (a shared host's memory bandwidth moves from one minute to the
 next: each round's ratio is of figures measured within the round).
 
@@ -30,8 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from iotune.plan.cpus import STUDY_CPU, adam_bytes, fit_adam, load_cpus, parse_cpu
 from iotune.plan.measured import AdamRate, study_adam
 
-BIN = Path(sys.executable).parent / "iotune"
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,12 +45,22 @@ def main() -> None:
     ranks = [int(r) for r in a.ranks.split(",")]
     cores = cpu.node_cores
     threads = sorted({max(1, cores // r) for r in ranks})
-    argv = [str(BIN), "--json", "sweep-threads", "--params", a.params, "--ranks", a.ranks]
+    argv = [
+        sys.executable,
+        "-m",
+        "iotune",
+        "--json",
+        "sweep-threads",
+        "--params",
+        a.params,
+        "--ranks",
+        a.ranks,
+    ]
     argv += ["--threads", ",".join(map(str, threads)), "--repeats", a.repeats, "--out", a.out]
     ap_rounds = int(a.rounds)
     ref = study_adam()
     k = adam_bytes(ref, load_cpus()[STUDY_CPU]) if ref is not None else 0.0
-    per: dict[int, list[tuple[float, float, float]]] = {r: [] for r in ranks}
+    per: dict[int, list[tuple[float, float, float, float]]] = {r: [] for r in ranks}
     triads = []
     for i in range(ap_rounds):
         out = f"{a.out}/round{i}"
@@ -68,7 +77,10 @@ def main() -> None:
             t = max(1, cores // r)
             measured = spp(r, t)
             predicted = fit_adam(alone, cpu, r, k).seconds_per_param
-            per[r].append((measured, predicted, measured / spp(1, t)))
+            # the same fit from one rank timed alone at the threads each rank gets
+            at_t = AdamRate(spp(1, t), t, int(doc["params"]), out)
+            pred_t = fit_adam(at_t, cpu, r, k).seconds_per_param
+            per[r].append((measured, predicted, measured / spp(1, t), pred_t))
         mem = (doc.get("memory") or {}).get("best")
         if mem:
             triads.append(mem["triad_bytes_s"])
@@ -82,14 +94,18 @@ def main() -> None:
         )
     print(f"host: {cpu.describe()}; {os.cpu_count()} CPUs seen; {a.params} parameters")
     print(f"medians of {ap_rounds} round(s):")
-    print("RANKS  THREADS  MEASURED s/1B  PREDICTED s/1B  PRED/MEAS  CONTENTION")
+    print("RANKS  THREADS  MEASURED s/1B  PREDICTED s/1B  PRED/MEAS  CONTENTION  PRED(1@T)/MEAS")
     for r in ranks:
         t = max(1, cores // r)
         m = statistics.median(x[0] for x in per[r])
         p = statistics.median(x[1] for x in per[r])
         ratio = statistics.median(x[1] / x[0] for x in per[r])
         cont = statistics.median(x[2] for x in per[r])
-        print(f"{r:5d}  {t:7d}  {m * 1e9:13.3f}  {p * 1e9:14.3f}  {ratio:9.2f}  {cont:10.2f}")
+        from_t = statistics.median(x[3] / x[0] for x in per[r])
+        print(
+            f"{r:5d}  {t:7d}  {m * 1e9:13.3f}  {p * 1e9:14.3f}  {ratio:9.2f}  {cont:10.2f}"
+            f"  {from_t:14.2f}"
+        )
     if triads:
         print(
             f"memory: triad {min(triads) / 1e9:.1f} to {max(triads) / 1e9:.1f} GB/s over the rounds"
