@@ -133,7 +133,9 @@ def printed_by(command: tuple[str, ...]) -> tuple[str, ...]:
         text=True,
         check=False,
         timeout=600,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+        # as an AVX2 host prints them, on any host: the CPU presets' dtype (and so their host
+        # RAM) follows the CPU's bf16 (iotune.probes.cpu); the docs show float32's
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin", "ONEDNN_MAX_CPU_ISA": "AVX2"},
     )
     return tuple(x.rstrip() for x in (p.stdout + p.stderr).splitlines())
 

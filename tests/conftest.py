@@ -19,6 +19,7 @@ from hypothesis import settings as _hypothesis
 
 from iotune.proc import ZYGOTE_ENV, worker_env
 from tests import background
+from tests.progress import wait_busy
 
 # Property tests draw new cases on each run where a developer runs them; under CI the draw is
 # the same on every run (derandomized), so a landing is judged by the code, not by the luck of
@@ -215,12 +216,12 @@ def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             start_new_session=True,
         )
     try:
-        # its imports, and on a host that never built DeepSpeed's ops, their first build
-        deadline = time.monotonic() + 900
-        while not sock.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the zygote did not start: {log_path.read_text()}")
-            time.sleep(0.1)
+        # its imports, and on a host that never built DeepSpeed's ops, their first build:
+        # minutes where the compiler cache is cold, as long as the compilers work
+        try:
+            wait_busy(server, sock.exists, "the zygote (imports, DeepSpeed's op builds)", log_path)
+        except RuntimeError as e:
+            pytest.fail(str(e))
         yield str(sock)
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -200,8 +200,9 @@ def presets_show(name: str, sets: tuple[str, ...]) -> None:
     "--checkpoint-sweep",
     metavar="RUN",
     type=click.Path(),
-    help="A sweep-checkpoint run of the checkpoint volume: each writer's save on it "
-    "(torch, fast with DeepSpeed's defaults and tuned, decoupled).",
+    help="A sweep-checkpoint run: of the checkpoint volume, each writer's save on it (torch, "
+    "fast with DeepSpeed's defaults and tuned, decoupled); with --copy-from, each copy of the "
+    "swap files a save of NVMe-offloaded state makes (deepspeed, aio, reflink).",
 )
 @click.option(
     "--checkpoint-share",

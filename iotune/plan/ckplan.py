@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iotune.errors import UsageError
+from iotune.plan.cksweeps import copy_rows, writer_rows
 from iotune.plan.datasheet import Derate, DriveSpec, load_profiles, parse_drive
 
 if TYPE_CHECKING:
@@ -196,63 +197,6 @@ def narrowest(plans: list[SavePlan], share: float) -> tuple[SavePlan | None, str
     )
 
 
-def writer_rows(
-    save_bytes: float,
-    on_nvme: bool,
-    every: int,
-    step_s: float,
-    sweep: dict[str, Any] | None,
-) -> list[dict[str, Any]]:
-    """Each DeepSpeed writer's save of *save_bytes* every *every* steps on the checkpoint
-    volume that *sweep* (``iotune sweep-checkpoint``'s result) measured: what the step
-    waits for, when the save is durable, and the share of the training the waits take.
-    Its per-byte times are scaled to this save. ``torch``: torch.save returns before its
-    writeback ends; ``fast``: the writer ends with its fsync, with DeepSpeed's defaults and
-    with the sweep's best; ``decoupled``: the best's save in a process of its own, which the
-    step waits for only when the next save comes before it is durable. With the optimizer
-    state on NVMe every writer copies the swap files, and none is planned apart (None)."""
-    if on_nvme or sweep is None:
-        return []
-    interval = every * step_s
-    per = save_bytes
-
-    def scaled(rec: dict[str, Any] | None, key: str) -> float | None:
-        if not rec or rec.get("status") != "ok" or not rec.get("bytes"):
-            return None
-        return float(rec[key]) * per / float(rec["bytes"])
-
-    rows = []
-    torch_rec, default, best = sweep.get("torch"), sweep.get("default"), sweep.get("best")
-    for writer, rec, how in (
-        ("torch", torch_rec, "torch.save, DeepSpeed's default"),
-        ("fast", default, "FastPersist with DeepSpeed's defaults"),
-        ("fast", best, "FastPersist as tuned (" + _label(best) + ")"),
-        ("decoupled", best, "FastPersist as tuned, in its own process"),
-    ):
-        durable = scaled(rec, "durable_s")
-        waits = scaled(rec, "blocked_s")
-        if durable is None or waits is None:
-            continue
-        if writer == "decoupled":
-            waits = max(0.0, durable - interval)
-        rows.append(
-            {
-                "writer": writer,
-                "how": how,
-                "waits_s": round(waits, 3),
-                "durable_s": round(durable, 3),
-                "share": round(waits / (interval + waits), 4),
-            }
-        )
-    return rows
-
-
-def _label(best: dict[str, Any] | None) -> str:
-    from iotune.sweep.ckpt import knobs_of
-
-    return knobs_of(best).label() if best else "-"
-
-
 def checkpoint_plan(
     save_bytes: float,
     on_nvme: bool,
@@ -279,6 +223,16 @@ def checkpoint_plan(
             hint="--checkpoint-drive samsung-980-pro-2tb (or --drive for the same drives), "
             "or --checkpoint-sweep RUN (iotune sweep-checkpoint)",
         )
+    copy = sweep if sweep is not None and "copy_from" in sweep else None
+    if copy is not None:
+        if not on_nvme:
+            raise UsageError(
+                f"--checkpoint-sweep {copy.get('out') or 'RUN'} timed the copy of NVMe-offloaded "
+                "optimizer state, and this model's optimizer is in host memory: a save writes it",
+                hint="a sweep of the writers on the checkpoint volume: iotune sweep-checkpoint "
+                "--target DIR (without --copy-from)",
+            )
+        sweep = None
     if drive is not None and derate is None:
         derate = checkpoint_derate(drive, None, None)
     if plan is not None:
@@ -295,13 +249,24 @@ def checkpoint_plan(
             hint="add --baseline RUN (a run of this model), with --drive SPEC or --aio-config SWEEP",
         )
     writers = writer_rows(save_bytes, on_nvme, every, step_s, sweep)
+    copies = copy_rows(save_bytes, every, step_s, copy) if copy is not None else []
     plans = (
         plan_saves(save_bytes, read if on_nvme else None, step_s, every, level, drive, derate.write)
         if drive is not None and derate is not None
         else []
     )
     best, answer = narrowest(plans, share)
-    if drive is None:
+    if drive is None and copy is not None:
+        fit = [c["copy"] for c in copies if c["share"] <= share and c["copy"] != "ceiling"]
+        answer = (
+            f"between the swept volumes, the {' and '.join(fit)} "
+            f"{'copy keeps' if len(fit) == 1 else 'copies keep'} a save every {every} "
+            f"step(s) under {100 * share:g}% of the training"
+            if fit
+            else f"no copy keeps a save every {every} step(s) under {100 * share:g}% between the "
+            "swept volumes: save less often, or plan the checkpoint drives (--checkpoint-drive)"
+        )
+    elif drive is None:
         fit = [w for w in writers if w["share"] <= share]
         answer = (
             f"on the swept volume, {', '.join(sorted({w['writer'] for w in fit}))} keep(s) a save "
@@ -320,8 +285,20 @@ def checkpoint_plan(
         "drive": drive.to_json() if drive is not None else None,
         "writers": writers,
         "writers_volume": (sweep or {}).get("target"),
+        "copies": copies,
+        "copies_volumes": f"{copy['copy_from']} to {copy['target']}" if copy is not None else None,
+        "copies_note": (
+            "each width's SAVE s is a copy at the drives' rates, its reads and writes at once "
+            "(--checkpoint-copy aio: the step waits for it, durable at its end); DeepSpeed's "
+            "copytree goes through the page cache and is known only where measured "
+            "(--checkpoint-sweep RUN of 'iotune sweep-checkpoint --copy-from')"
+            if on_nvme and plans
+            else None
+        ),
         "writers_note": (
-            "with the optimizer state on NVMe every writer copies the swap files "
+            None
+            if copy is not None
+            else "with the optimizer state on NVMe every writer copies the swap files "
             "(shutil.copytree): the writer only writes the small files beside them"
             if on_nvme
             else None
@@ -359,6 +336,7 @@ def plan_for_estimate(
     from pathlib import Path
 
     from iotune.sweep.ckpt import load_result
+    from iotune.sweep.copysweep import load_copy_result
 
     if every is None:
         raise UsageError(
@@ -383,7 +361,7 @@ def plan_for_estimate(
         every,
         level,
         target_share,
-        load_result(Path(sweep)) if sweep else None,
+        (load_copy_result(Path(sweep)) or load_result(Path(sweep))) if sweep else None,
         # the checkpoint drives' own derating: the plan's only where it measured their kind
         derate=checkpoint_derate(ck_spec, offload_spec, (plan or {}).get("derate"))
         if ck_spec is not None

@@ -358,24 +358,21 @@ def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
             )
         con.print(t)
     if ck.get("writers"):
-        w = Table(
-            box=None,
-            pad_edge=False,
-            header_style="bold",
-            title=f"each writer, a save every {ck['every']} step(s) on {ck['writers_volume']} "
+        _saves_table(
+            con,
+            f"each writer, a save every {ck['every']} step(s) on {ck['writers_volume']} "
             "(iotune sweep-checkpoint, scaled to this save)",
+            "writer",
+            ck["writers"],
         )
-        for col in ("WRITER", "HOW", "STEP WAITS s", "DURABLE s", "SHARE"):
-            w.add_column(col, justify="left" if col in ("WRITER", "HOW") else "right")
-        for r in ck["writers"]:
-            w.add_row(
-                r["writer"],
-                r["how"],
-                f"{r['waits_s']:.2f}",
-                f"{r['durable_s']:.2f}",
-                f"{100 * r['share']:.1f}%",
-            )
-        con.print(w)
+    if ck.get("copies"):
+        _saves_table(
+            con,
+            f"each copy of the swap files, a save every {ck['every']} step(s), "
+            f"{ck['copies_volumes']} (iotune sweep-checkpoint --copy-from, scaled to this save)",
+            "copy",
+            ck["copies"],
+        )
     read = ck["offload_read_bytes_s"]
     drive = ck.get("drive")
     con.print(
@@ -401,4 +398,23 @@ def print_checkpoint_plan(con: Console, ck: dict[str, Any]) -> None:
         )
     if ck.get("writers_note"):
         con.print(f"  writers: {ck['writers_note']}", soft_wrap=True)
+    if ck.get("copies_note"):
+        con.print(f"  copies: {ck['copies_note']}", soft_wrap=True)
     con.print(f"  answer: {ck['answer']}", soft_wrap=True)
+
+
+def _saves_table(con: Console, title: str, key: str, rows: list[dict[str, Any]]) -> None:
+    """Saves measured on the volumes (each writer's, or each copy's): what the step waits
+    for, when durable, and the share of the training."""
+    t = Table(box=None, pad_edge=False, header_style="bold", title=title)
+    for col in (key.upper(), "HOW", "STEP WAITS s", "DURABLE s", "SHARE"):
+        t.add_column(col, justify="left" if col in (key.upper(), "HOW") else "right")
+    for r in rows:
+        t.add_row(
+            r[key],
+            r["how"],
+            f"{r['waits_s']:.2f}",
+            f"{r['durable_s']:.2f}",
+            f"{100 * r['share']:.1f}%",
+        )
+    con.print(t)

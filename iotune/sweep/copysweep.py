@@ -195,3 +195,26 @@ def swap_files(preset_name: str, sets: tuple[str, ...] = ()) -> list[int]:
     preset = preset_with(preset_name, sets)
     layout = swap_layout(preset, ds_config(preset))
     return [-(-4 * s // UNIT) * UNIT for s, _ in layout if s for _ in range(3)]
+
+
+def load_copy_result(path: Path) -> dict[str, Any] | None:
+    """``sweep-checkpoint --copy-from``'s result in *path* (its run directory, or its
+    copy.json), for ``estimate --checkpoint-sweep``; None where *path* holds none."""
+    from iotune.errors import UsageError
+
+    f = path / COPY_RESULT if path.is_dir() else path
+    if f.name != COPY_RESULT or not f.is_file():
+        return None
+    try:
+        doc: dict[str, Any] = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"{f} is not a copy sweep's result: {getattr(exc, 'strerror', None) or exc}",
+            hint="the run directory of 'iotune sweep-checkpoint --copy-from' (its --out)",
+        ) from exc
+    if not doc.get("bytes") or not any(r.get("rounds") for r in doc.get("rows", [])):
+        raise UsageError(
+            f"the copy sweep {path} has no copy that ended",
+            hint="run it again (--resume), or between other volumes",
+        )
+    return doc

@@ -223,3 +223,48 @@ def test_a_figure_the_run_did_not_use_is_named_and_the_runs_own_is_beside_the_st
     print_script(con, s)
     line = con.export_text().splitlines()[-1]
     assert line == f"note: {s['disagreement']}", con.export_text()
+
+
+def test_a_users_save_under_the_trace_copies_the_swap_files_by_aio(
+    loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """docs/commands/run.md's line for a user's own script, `with swap_copies("aio"):
+    engine.save_checkpoint(...)`, under `iotune trace -- deepspeed ...`: in the launched rank
+    the save's copy of the swap folder goes by iotune's aio copy, every file byte for byte
+    onto the checkpoint volume (another drive), `latest` naming the save; the trace reads every
+    byte of the swap files once more than the model's steps read, O_DIRECT, to the byte."""
+    import filecmp
+
+    mnt = _offload_dir(loop_device)
+    loop_device(size_mib=256, fs="ext4", mount=True)
+    ck = Path(loop_device.mounts[-1]) / "ckpt"  # type: ignore[attr-defined]
+    p = iotune(
+        *("--json", "trace", "--target", str(mnt), "--out", str(tmp_path / "t"), "--"),
+        *_launch("deepspeed", mnt, tmp_path),
+        env={**worker_env(), "DS_ACCELERATOR": "cpu", "SAVE_DIR": str(ck)},
+        check=False,
+    )
+    script_ended(p, STEPS)
+    copies = [json.loads(x[6:]) for x in p.stderr.splitlines() if x.startswith("copy: ")]
+    assert [c["copy"] for c in copies] == ["aio"], p.stderr[-3000:]
+    swap, into = Path(copies[0]["source"]), Path(copies[0]["target"])
+    # the optimizer's state, as DeepSpeed copies it (not its gradients' swap files): the fp32
+    # master and Adam's two moments, 4 bytes a parameter each, in one sub-group
+    files = sorted(f.relative_to(into) for f in into.rglob("*") if f.is_file())
+    size = sum((into / f).stat().st_size for f in files)
+    assert (copies[0]["files"], copies[0]["bytes"]) == (len(files), size) == (3, 12 * N)
+    assert into.is_relative_to(ck / f"step{STEPS}")
+    assert all(filecmp.cmp(swap / f, into / f, shallow=False) for f in files)
+    assert (ck / "latest").read_text() == f"step{STEPS}"
+    # the trace of the offload volume: past the steps' rows (the save follows the last step),
+    # the whole trace read the copy's bytes once more, O_DIRECT, to the byte but for ext4's own
+    # metadata, and wrote nothing but ext4's (the checkpoint is on the other drive)
+    doc = json.loads(p.stdout)
+    (dev,) = doc["devices"]
+    assert dev["check"]["exact"], dev["check"]
+    rows = doc["script"]["rows"]
+    after = {
+        op: dev[op]["bytes"] - sum(r["measured"][op] for r in rows) for op in ("read", "write")
+    }
+    assert size <= after["read"] <= size + FS_META_READS, (size, after, rows)
+    assert 0 <= after["write"] <= FS_WRITES, (after, rows)

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from iotune import cli as cli_mod
 from iotune.errors import UsageError
-from iotune.plan.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves, writer_rows
+from iotune.plan.ckplan import checkpoint_plan, narrowest, parse_share, plan_saves
+from iotune.plan.cksweeps import writer_rows
 from iotune.plan.datasheet import DriveSpec
 
 GB = 1e9
@@ -417,6 +418,12 @@ def test_the_checkpoint_plan_on_nvme_from_the_drives_plan_exactly() -> None:
         "drive": d.to_json(),
         "writers": [],
         "writers_volume": None,
+        "copies": [],
+        "copies_volumes": None,
+        "copies_note": "each width's SAVE s is a copy at the drives' rates, its reads and "
+        "writes at once (--checkpoint-copy aio: the step waits for it, durable at its end); "
+        "DeepSpeed's copytree goes through the page cache and is known only where measured "
+        "(--checkpoint-sweep RUN of 'iotune sweep-checkpoint --copy-from')",
         "writers_note": "with the optimizer state on NVMe every writer copies the swap files "
         "(shutil.copytree): the writer only writes the small files beside them",
         "write_derate": 0.5,
@@ -552,3 +559,116 @@ def test_the_estimates_checkpoint_plan_from_its_options_exactly() -> None:
     alone = {**kw, "checkpoint_drive": None, "sweep": str(sweep)}
     got = plan_for_estimate(ram, None, None, None, run, save_bytes=GB, every=10, **alone)
     assert (got["drive"], got["write_derate"], got["plans"]) == (None, None, [])
+
+
+def _copy_sweep(tmp_path: Path) -> dict[str, Any]:
+    """A copy sweep's result as sweep-checkpoint --copy-from writes it (summarize() of its
+    records), 3 rounds of 1 GiB copies, in tmp_path/copy.json."""
+    from iotune.sweep.copysweep import COPY_RESULT, summarize
+
+    aio = {"block_size": 1 << 20, "queue_depth": 32, "intra_op_parallelism": 4}
+    times = {  # (blocked, durable) a round
+        "ceiling": [(1.3, 1.3), (1.4, 1.4), (1.5, 1.5)],
+        "deepspeed": [(1.9, 3.1), (2.0, 3.0), (2.2, 2.9)],
+        "aio": [(1.6, 1.6), (1.5, 1.5), (1.4, 1.4)],
+        "reflink": [(0.01, 0.02), (0.01, 0.02), (0.03, 0.04)],
+    }
+    records = [
+        {
+            "copy": copy,
+            "settings": aio if copy == "aio" else None,
+            "round": r,
+            "status": "ok",
+            "bytes": 1 << 30,
+            "blocked_s": b,
+            "durable_s": d,
+        }
+        for copy, per in times.items()
+        for r, (b, d) in enumerate(per)
+    ]
+    doc = {
+        **summarize(records),
+        "bytes": 1 << 30,
+        "copy_from": "/off",
+        "target": "/ck",
+        "out": str(tmp_path),
+    }
+    (tmp_path / COPY_RESULT).write_text(json.dumps(doc))
+    return doc
+
+
+def test_each_copy_of_the_swap_files_scaled_from_the_copy_sweep(tmp_path: Path) -> None:
+    from iotune.plan.cksweeps import copy_rows
+
+    rows = copy_rows(10 * 2**30, 10, 2.0, _copy_sweep(tmp_path))
+    by = {r["copy"]: r for r in rows}
+    assert list(by) == ["deepspeed", "aio", "reflink", "ceiling"]
+    # the medians of the rounds x 10 (a save of 10 GiB against copies of 1 GiB); the step
+    # waits for the copy's return, a save every 10 steps of 2 s
+    assert (by["deepspeed"]["waits_s"], by["deepspeed"]["durable_s"]) == (20.0, 30.0)
+    assert by["deepspeed"]["share"] == pytest.approx(20 / 40, abs=1e-4)
+    assert by["aio"]["waits_s"] == by["aio"]["durable_s"] == 15.0
+    assert by["aio"]["share"] == pytest.approx(15 / 35, abs=1e-4)
+    assert "aio 1 MiB qd 32 x4" in by["aio"]["how"] and "--checkpoint-copy aio" in by["aio"]["how"]
+    assert (by["reflink"]["waits_s"], by["reflink"]["durable_s"]) == (0.1, 0.2)
+    assert by["ceiling"]["waits_s"] == 14.0
+
+
+def test_the_plan_of_nvme_offloaded_state_takes_the_copy_sweep(tmp_path: Path) -> None:
+    sweep = _copy_sweep(tmp_path)
+    ck = checkpoint_plan(10 * 2**30, True, None, 2.0, None, None, 10, 6, 0.45, sweep)
+    assert [c["copy"] for c in ck["copies"]] == ["deepspeed", "aio", "reflink", "ceiling"]
+    assert ck["writers"] == [] and ck["writers_note"] is None
+    assert ck["copies_volumes"] == "/off to /ck"
+    # deepspeed's 50% is over the 45% asked; aio's 42.9% and reflink's are under; the ceiling
+    # is no copy a run makes
+    assert ck["answer"] == (
+        "between the swept volumes, the aio and reflink copies keep a save every 10 step(s) "
+        "under 45% of the training"
+    )
+    ck = checkpoint_plan(10 * 2**30, True, None, 2.0, None, None, 10, 6, 0.001, sweep)
+    assert ck["answer"].startswith("no copy keeps a save every 10 step(s) under 0.1%")
+    # state in host memory has no swap files to copy: one line
+    with pytest.raises(UsageError, match="optimizer is in host memory"):
+        checkpoint_plan(10 * 2**30, False, None, 2.0, None, None, 10, 6, 0.45, sweep)
+
+
+def test_estimate_plans_each_copy_from_a_copy_sweeps_run(tmp_path: Path) -> None:
+    sweep = _copy_sweep(tmp_path)
+    ck, _ = _ckplan("--checkpoint-sweep", str(tmp_path))
+    by = {c["copy"]: c for c in ck["copies"]}
+    # opt_nvme_1b's save (12 bytes a parameter of the model's swap files) over the 1 GiB swept
+    scale = ck["save_bytes"] / 2**30
+    assert ck["save_bytes"] > 14e9
+    rows = {r["point"]: r for r in sweep["rows"]}
+    assert by["deepspeed"]["waits_s"] == pytest.approx(
+        rows["deepspeed"]["blocked_s"] * scale, abs=1e-3
+    )
+    assert by["aio"]["durable_s"] == pytest.approx(1.5 * scale, abs=1e-3)
+    interval = 10 * ck["step_s"]
+    assert by["aio"]["share"] == pytest.approx(
+        by["aio"]["waits_s"] / (interval + by["aio"]["waits_s"]), abs=1e-4
+    )
+    # the table on screen
+    args = ["estimate", "opt_nvme_1b", "--baseline", str(RUN_1B), "--aio-config", str(SWEEP)]
+    args += [
+        "--threads-config",
+        str(THREADS),
+        "--checkpoint-every",
+        "10",
+        "--checkpoint-sweep",
+        str(tmp_path / "copy.json"),
+    ]
+    r = CliRunner().invoke(cli_mod.cli, args, prog_name="iotune")
+    assert r.exit_code == 0, r.output
+    assert "each copy of the swap files, a save every 10 step(s), /off to /ck" in r.output
+    assert f"{by['aio']['waits_s']:.2f}" in r.output
+    # a model whose optimizer is in host memory, and a sweep whose copies all failed
+    bad = ["estimate", "opt_ram_1b", "--baseline", str(RUN_1B.parent / "opt_ram_1b")]
+    rb = CliRunner().invoke(
+        cli_mod.cli, [*bad, "--checkpoint-every", "10", "--checkpoint-sweep", str(tmp_path)]
+    )
+    assert rb.exit_code == 2 and "optimizer is in host memory" in rb.output, rb.output
+    (tmp_path / "copy.json").write_text(json.dumps({**sweep, "rows": []}))
+    rb = CliRunner().invoke(cli_mod.cli, args)
+    assert rb.exit_code == 2 and "has no copy that ended" in rb.output, rb.output

@@ -7,6 +7,9 @@ usage: python train_script.py MODEL_DIR DS_CONFIG STEPS SEQ_LEN [INIT_PAUSE]
 
 INIT_PAUSE (seconds, for the tests) slows DeepSpeed's initialisation where a GPU host's is
 slow: between the fp32 masters' first write and initialize_optimizer_states' rewrite.
+With SAVE_DIR in the environment, the steps end with a save there, its swap files copied as
+iotune's docs tell a user to (SAVE_COPY: aio, reflink or deepspeed; aio if not given), and
+each copy's record printed as a line "copy: {json}".
 """
 
 import json
@@ -76,6 +79,13 @@ def main() -> None:
             engine.backward(loss)
             engine.step()
         print(f"step {step + 1} loss {loss.item():.4f}", flush=True)
+    if os.environ.get("SAVE_DIR"):
+        from iotune.workers.swapcopy import swap_copies
+
+        with swap_copies(os.environ.get("SAVE_COPY", "aio")) as copies:
+            engine.save_checkpoint(os.environ["SAVE_DIR"], tag=f"step{steps}")
+        for rec in copies:
+            print("copy: " + json.dumps(rec.as_dict()), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""The suite's wait on long builds (tests/progress.py): a hang detector on the CPU the waited-on
+session uses, not a stopwatch. Real processes: one that computes longer than the idle limit
+is waited for; one that sleeps is called a hang, with its processes named; one that ends
+first is named with its exit status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.progress import session_cpu, wait_busy
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def _start(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def test_a_session_that_computes_is_waited_for_past_the_idle_limit(tmp_path: Path) -> None:
+    flag = tmp_path / "done"
+    # 3 s of CPU in a child of the session's leader, then the flag: three times the limit
+    p = _start(
+        "import subprocess, sys, pathlib\n"
+        f"subprocess.run([sys.executable, '-c', {BURN.format(s=3)!r}])\n"
+        f"pathlib.Path({str(flag)!r}).touch()\nimport time; time.sleep(30)\n"
+    )
+    try:
+        wait_busy(p, flag.exists, "a build", idle=1.0)
+        cpu, procs = session_cpu(p.pid)
+        assert cpu >= 3.0 and any(x.startswith(f"{p.pid} ") for x in procs), (cpu, procs)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_session_that_uses_no_cpu_is_a_hang_named_with_its_processes(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("compiling deepspeed_aio_utils.cpp\n")
+    p = _start("import time; time.sleep(60)")
+    try:
+        with pytest.raises(RuntimeError) as e:
+            wait_busy(p, lambda: False, "a build", log, idle=2.0)
+        assert "a build used no CPU for 2 s" in str(e.value)
+        assert f"{p.pid} S python" in str(e.value) and "deepspeed_aio_utils" in str(e.value)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_process_that_ends_first_is_named_with_its_status() -> None:
+    p = _start("import sys; sys.exit(3)")
+    with pytest.raises(RuntimeError, match="a build exited 3"):
+        wait_busy(p, lambda: False, "a build", idle=60.0)
