@@ -18,6 +18,7 @@ takes a lock file there).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -104,8 +105,13 @@ def build(top: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]
             stderr=out,
             start_new_session=True,
         )
-    # minutes where the compiler cache is cold (beside the host's own build, at nice 19):
-    # waited on while its compilers work, not against a clock
+    # its own session, so that its compilers' CPU can be counted, at the calling thread's
+    # priority (the set-up's nice 19): under autogroup scheduling a session is weighed by its
+    # group's nice alone, and the root tier's zygote builds the host's ops at the same time
+    with contextlib.suppress(OSError):  # no such file where the kernel has no autogroups
+        Path(f"/proc/{proc.pid}/autogroup").write_text(str(os.getpriority(os.PRIO_PROCESS, 0)))
+    # minutes where the compiler cache is cold: waited on while its compilers work, not
+    # against a clock
     try:
         wait_busy(proc, lambda: proc.poll() is not None, "the guest's DeepSpeed op build", log)
     finally:
