@@ -430,15 +430,14 @@ def script_advice(best: dict[str, Any] | None) -> str | None:
 def load_result(path: Path) -> dict[str, Any]:
     """A sweep-checkpoint run's result (RUN/ckpt.json), for ``estimate --checkpoint-sweep``."""
     from iotune.errors import UsageError
+    from iotune.sweep.copysweep import read_doc
 
     f = path / RESULT if path.is_dir() else path
-    try:
-        doc: dict[str, Any] = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(
-            f"{path} holds no sweep-checkpoint result ({f.name}: {getattr(exc, 'strerror', None) or exc})",
-            hint="the run directory of 'iotune sweep-checkpoint' (its --out)",
-        ) from exc
+    doc = read_doc(
+        f,
+        f"{path} holds no sweep-checkpoint result ({f.name}: {{why}})",
+        "the run directory of 'iotune sweep-checkpoint' (its --out)",
+    )
     if not doc.get("best"):
         raise UsageError(
             f"the sweep-checkpoint run {path} has no successful save of the fast writer",

@@ -197,6 +197,18 @@ def swap_files(preset_name: str, sets: tuple[str, ...] = ()) -> list[int]:
     return [-(-4 * s // UNIT) * UNIT for s, _ in layout if s for _ in range(3)]
 
 
+def read_doc(f: Path, message: str, hint: str) -> dict[str, Any]:
+    """The JSON document in *f*; one line, *message* and why, where it cannot be read."""
+    from iotune.errors import UsageError
+
+    try:
+        doc: dict[str, Any] = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise UsageError(message.format(why=why), hint=hint) from exc
+    return doc
+
+
 def load_copy_result(path: Path) -> dict[str, Any] | None:
     """``sweep-checkpoint --copy-from``'s result in *path* (its run directory, or its
     copy.json), for ``estimate --checkpoint-sweep``; None where *path* holds none."""
@@ -205,13 +217,11 @@ def load_copy_result(path: Path) -> dict[str, Any] | None:
     f = path / COPY_RESULT if path.is_dir() else path
     if f.name != COPY_RESULT or not f.is_file():
         return None
-    try:
-        doc: dict[str, Any] = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(
-            f"{f} is not a copy sweep's result: {getattr(exc, 'strerror', None) or exc}",
-            hint="the run directory of 'iotune sweep-checkpoint --copy-from' (its --out)",
-        ) from exc
+    doc = read_doc(
+        f,
+        f"{f} is not a copy sweep's result: {{why}}",
+        "the run directory of 'iotune sweep-checkpoint --copy-from' (its --out)",
+    )
     if not doc.get("bytes") or not any(r.get("rounds") for r in doc.get("rows", [])):
         raise UsageError(
             f"the copy sweep {path} has no copy that ended",

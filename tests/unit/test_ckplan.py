@@ -672,3 +672,6 @@ def test_estimate_plans_each_copy_from_a_copy_sweeps_run(tmp_path: Path) -> None
     (tmp_path / "copy.json").write_text(json.dumps({**sweep, "rows": []}))
     rb = CliRunner().invoke(cli_mod.cli, args)
     assert rb.exit_code == 2 and "has no copy that ended" in rb.output, rb.output
+    (tmp_path / "copy.json").write_text("{")
+    rb = CliRunner().invoke(cli_mod.cli, args)
+    assert rb.exit_code == 2 and "copy.json is not a copy sweep's result: " in rb.output, rb.output
