@@ -2,8 +2,10 @@
 set-up in an empty Debian root. Each starts in the background when the first test marked
 ``beside_study`` begins (tests/conftest.py), in a session of its own, and its test, which
 runs last of its group, waits for it: the two go on while the tests beside them wait on
-workers, drives and guests. Run alone, a test starts its command itself. Either way the test judges what the command printed and left,
-never how long it took; the limit is a hang detector.
+workers, drives and guests. Run alone, a test starts its command itself. Either way the test
+judges what the command printed and left, never how long it took: its wait is a hang
+detector (tests/progress.py), which takes the command for hung only once its session has
+used no CPU for a while, however long it has run on a host busy with other work.
 
 A test names its command with ``@pytest.mark.background(NAME)``; NAME is a key of COMMANDS.
 """
@@ -21,15 +23,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.progress import IDLE, wait_busy
+
 TOP = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class Command:
     argv: list[str]
-    #: the limit past which the command is taken for hung, seconds from its start
-    limit: float
     nice: int
+    #: seconds without any CPU used by its session after which it is taken for hung
+    idle: float = IDLE
     env: dict[str, str] = field(default_factory=dict)
     #: a scratch folder of the command's, removed when its test has judged it
     work: Path | None = None
@@ -57,7 +61,6 @@ def _mutation() -> Command:
             "--json",
             str(work / "mutation.json"),
         ],
-        limit=3600,  # the run takes minutes
         nice=19,
         env={"CI": ""},
         work=work,
@@ -87,8 +90,9 @@ def _fresh_root() -> Command:
             "for t in sshd ssh pdsh nvme ip rdma; do command -v $t >&2 || exit 4; done && "
             "cat /tmp/doctor.json",
         ],
-        limit=2400,  # mmdebstrap and the set-up's downloads take minutes
         nice=10,
+        # mmdebstrap and the set-up download for minutes: a slow mirror uses little CPU
+        idle=900,
         work=work,
     )
 
@@ -143,19 +147,19 @@ def start(name: str, early: bool = True) -> None:
 
 
 def result(name: str) -> Outcome:
-    """NAME's outcome: started now where the session did not start it, waited for, up to its
-    limit from its start (then its group is stopped and the outcome says so)."""
+    """NAME's outcome: started now where the session did not start it, waited for while its
+    session uses CPU (after its idle limit without any, its group is stopped and the
+    outcome says so)."""
     start(name, early=False)
     r = _running[name]
-    left = r.cmd.limit - (time.monotonic() - r.start)
+    hung = ""
     try:
-        code = r.proc.wait(timeout=max(left, 1.0))
-    except subprocess.TimeoutExpired:
+        wait_busy(r.proc, lambda: r.proc.poll() is not None, name, idle=r.cmd.idle)
+        code = r.proc.returncode
+    except RuntimeError as e:
         _stop(r)
-        code = -9
-    err = r.err.read_text(errors="replace")
-    if code == -9:
-        err += f"\n[background] {name} passed its {r.cmd.limit:.0f} s limit: taken for hung"
+        code, hung = -9, f"\n[background] taken for hung: {e}"
+    err = r.err.read_text(errors="replace") + hung
     outcome = Outcome(
         code,
         r.out.read_text(errors="replace"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import background
 from tests.progress import session_cpu, wait_busy
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
@@ -55,3 +56,28 @@ def test_a_process_that_ends_first_is_named_with_its_status() -> None:
     p = _start("import sys; sys.exit(3)")
     with pytest.raises(RuntimeError, match="a build exited 3"):
         wait_busy(p, lambda: False, "a build", idle=60.0)
+
+
+def test_a_background_command_that_computes_past_its_idle_limit_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """tests/background.py's wait: a command of the mutation gate's kind, 3 s of CPU with an
+    idle limit of 1 s, ends with its own status and output; one that sleeps past it is
+    stopped, its outcome saying so."""
+    burn = [sys.executable, "-c", BURN.format(s=3) + "print('scored')"]
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setitem(background.COMMANDS, "burn", lambda: background.Command(burn, 0, idle=1))
+    monkeypatch.setitem(background.COMMANDS, "nap", lambda: background.Command(sleep, 0, idle=2))
+    try:
+        done = background.result("burn")
+        assert done.returncode == 0 and done.stdout == "scored\n", done
+        assert done.seconds >= 3 and not done.early, done
+        hung = background.result("nap")
+        assert hung.returncode == -9 and "taken for hung: nap used no CPU for 2 s" in hung.stderr
+        assert 2 <= hung.seconds < 30, hung
+    finally:  # these two only: the session's own (the mutation gate) may be running
+        for name in ("burn", "nap"):
+            background.DONE.pop(name, None)
+            r = background._running.pop(name, None)
+            if r is not None:
+                background._stop(r)

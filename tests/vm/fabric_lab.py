@@ -160,20 +160,30 @@ def run_fabric(
         lost_status = lab.iotune_json("raid", "status", "fab")
         no = lab.iotune("raid", "create", *devs, "--name", "gone", "--yes")
         refused = {"rc": no.rc, "stderr": no.stderr}
-        # a run and a sweep on the array: refused before their first write there
-        for name, args in (
+        # a run and a sweep on the array: refused before their first write there. Beside
+        # each, the same command on a directory that does not exist, refused by the check
+        # just before: the guest's own time to start the command and refuse, under the
+        # host's load at that moment
+        for name, at in (
             (
                 "run",
-                (
-                    *("trace", "--run", "tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/tmp/fab"),
+                lambda d: (
+                    *("trace", "--run", "tiny_opt_nvme", *SET_ARGS, "--nvme-path", d),
                     *("--steps", "2", "--out", str(lab.share / "fab-not-started")),
                 ),
             ),
-            ("sweep", tuple(sweep_args("/tmp/fab", lab.share / "sweep-fab-lost"))),
+            ("sweep", lambda d: tuple(sweep_args(d, lab.share / "sweep-fab-lost"))),
         ):
             t0 = time.monotonic()
-            no = lab.iotune(*args, timeout=120)
-            refused[name] = {"rc": no.rc, "stderr": no.stderr, "s": time.monotonic() - t0}
+            base = lab.iotune(*at("/tmp/fab-none"), timeout=120)
+            t1 = time.monotonic()
+            no = lab.iotune(*at("/tmp/fab"), timeout=120)
+            refused[name] = {
+                "rc": no.rc,
+                "stderr": no.stderr,
+                "s": time.monotonic() - t1,
+                "base": {"rc": base.rc, "stderr": base.stderr, "s": t1 - t0},
+            }
     finally:
         lab.guest.run(["ip", "link", "set", iface, "up"]).check()
     _wait_live(lab, devs)
