@@ -155,5 +155,5 @@ def test_a_path_lost_under_training_stops_the_run_and_names_the_namespace(
         # exist (the check before), not the 600 s of a write waiting on the lost path
         assert "Traceback" not in r["stderr"], (name, r)
         base = r["base"]
-        assert base["rc"] == 1 and "/tmp/fab-none does not exist" in base["stderr"], base
+        assert base["rc"] == 2 and "/tmp/fab-none does not exist" in base["stderr"], base
         assert r["s"] < 2 * base["s"] + 10, (name, r)
