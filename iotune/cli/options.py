@@ -237,6 +237,15 @@ def run_options(f: Any) -> Any:
                 "(reflink: XFS, btrfs), or DeepSpeed's shutil.copytree (deepspeed).",
             ),
             click.option(
+                "--checkpoint-persist",
+                type=click.Path(),
+                metavar="DIR",
+                help="With --checkpoint-copy reflink: each save is a snapshot in "
+                "--checkpoint-dir on the offload volume, copied in the background into DIR (a "
+                "volume of its own, a RAID5/6) by the aio copy while training goes on; the next "
+                "save, and the run's end, wait for it. Resume with --resume-from DIR.",
+            ),
+            click.option(
                 "--resume-from",
                 type=click.Path(),
                 help="Start from a checkpoint of this model (a --checkpoint-dir); the steps and "

@@ -47,6 +47,7 @@ def run_preset(
     checkpoint_writer: str | None = None,
     resume_from: str | None = None,
     checkpoint_copy: str = "deepspeed",
+    checkpoint_persist: str | None = None,
 ) -> None:
     """Prepare (and refuse what will not fit), run, render, exit with the worker's status."""
     from iotune.plan.measured import measured_inputs
@@ -84,6 +85,7 @@ def run_preset(
         checkpoint_writer=checkpoint_writer,
         resume_from=resume_from,
         checkpoint_copy=checkpoint_copy,
+        checkpoint_persist=checkpoint_persist,
     )
     if req.launch is not None and req.launch.over_pdsh:
         # every node prepares its own part (its drives, its space, its memory)

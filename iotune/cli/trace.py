@@ -334,7 +334,7 @@ def trace_cmd(
     script = None
     if custom:
         script = _script_plan(run_kw, device_list, target)
-        from iotune.train.checkpoint import check_script_writer
+        from iotune.train.script import check_script_writer
 
         check_script_writer(script.preset.deepspeed, command)
         device_list, target = script.devices, script.target

@@ -71,6 +71,8 @@ class Checkpointing:
     dir: Path
     writer: str = "torch"
     writer_given: bool = True  # --checkpoint-writer given (else the config's, or torch)
+    #: --checkpoint-persist: each save (a snapshot in dir) copied there in the background
+    persist: Path | None = None
 
     def tag(self, step: int) -> str:
         return TAG.format(step)
@@ -279,6 +281,7 @@ def save_rows(
     if not saves:
         return None
     by_label = {s["label"]: s for s in io_steps}
+    persists = {e["tag"]: e for e in events if e.get("event") == "persist"}
     rows = []
     for e in saves:
         io = by_label.get(f"checkpoint:{e['step']}")
@@ -294,6 +297,8 @@ def save_rows(
                 "swap_copy_bytes": e.get("swap_copy_bytes"),
                 # iotune's copy of the swap files (aio, reflink), durable within the save
                 "swap_copy": e.get("swap_copy") or [],
+                # --checkpoint-persist: its copy into the persist folder, once durable
+                "persist": persists.get(e.get("tag")),
                 "read_bytes": None if io is None else io["read"].get("bytes"),
                 "write_bytes": None if io is None else io["write"].get("bytes"),
                 "offload_read_bytes": _drive_bytes(io, offload_drives, "read"),
@@ -408,43 +413,3 @@ def parity_traffic(
             "chunk); a smaller chunk, or a writer that writes whole stripes, avoids it"
         )
     return out
-
-
-def _has_main_guard(script: Path) -> bool:
-    import ast
-
-    tree = ast.parse(script.read_text(errors="replace"), filename=str(script))
-    for node in tree.body:
-        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
-            return True
-    return False
-
-
-def check_script_writer(cfg: dict[str, Any], command: tuple[str, ...]) -> None:
-    """A traced script whose config asks for DeepSpeed's fast or decoupled checkpoint writer:
-    refused before it starts where its first save would fail. The writers read CROSS_RANK
-    and CROSS_SIZE (runtime/model_checkpointing/utils.py), which only DeepSpeed's launcher
-    sets; the decoupled engine starts its writer with multiprocessing's spawn, which imports
-    the script again: without an ``if __name__ == "__main__":`` guard the child runs the
-    training, and fails."""
-    writer = (cfg.get("checkpoint") or {}).get("writer")
-    if not writer or not command:
-        return
-    kind = "decoupled" if writer.get("decoupled") else str(writer.get("type", "fast"))
-    head = " ".join(Path(a).name for a in command[:4])
-    if "deepspeed" not in head and not all(k in os.environ for k in ("CROSS_RANK", "CROSS_SIZE")):
-        raise UsageError(
-            f"the config's {kind} checkpoint writer reads CROSS_RANK and CROSS_SIZE, which only "
-            "DeepSpeed's launcher sets: the script's first save would fail (KeyError: "
-            "'CROSS_SIZE')",
-            hint="launch it with `deepspeed`, or export CROSS_RANK=0 CROSS_SIZE=1 (one node)",
-        )
-    if kind == "decoupled":
-        script = next((Path(a) for a in command if a.endswith(".py") and Path(a).is_file()), None)
-        if script is not None and not _has_main_guard(script):
-            raise UsageError(
-                f"the config's decoupled checkpoint writer starts a process that imports "
-                f'{script.name} again, which has no `if __name__ == "__main__":` guard: the '
-                "writer's process would run the training, and fail",
-                hint=f'put {script.name}\'s training under `if __name__ == "__main__":`',
-            )

@@ -291,6 +291,30 @@ def parity_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def persist_lines(result: dict[str, Any]) -> list[str]:
+    """Each save persisted (--checkpoint-persist): what its copy wrote there, how long after
+    the save it was durable with its latest, how long the next save (or the run's end) waited
+    for it; and the steps that ran beside a copy, whose reads of the offload volume hold the
+    copy's reads of the snapshot."""
+    saves = (result.get("checkpoints") or {}).get("saves", [])
+    out = []
+    for r in saves:
+        p = r.get("persist")
+        if p:
+            out.append(
+                f"{r['tag']}: persisted into {p['dir']}: {p['bytes'] / GIB:.3f} GiB in "
+                f"{p['files']} files by the aio copy, durable with its latest {p['seconds']:.2f} s "
+                f"after the save; waited for {p['waited_s']:.2f} s"
+            )
+    beside = [str(e["step"]) for e in result.get("events", []) if e.get("persist_beside")]
+    if beside:
+        out.append(
+            f"step(s) {', '.join(beside)} ran beside a persist: their reads of the offload "
+            "volume include the copy's reads of the snapshot"
+        )
+    return out
+
+
 def member_sizes(p: dict[str, Any], top: int = 3) -> list[str]:
     """Each member's writes of a save by exact request size: the sizes that carried the most
     bytes, with their counts, and how many other sizes there were."""
@@ -317,7 +341,7 @@ def print_run(con: Console, result: dict[str, Any]) -> None:
         if extra is not None:
             con.print(extra)
             con.print()
-    for text in parity_lines(result):
+    for text in [*parity_lines(result), *persist_lines(result)]:
         con.print(text, soft_wrap=True)
     lat = latency_steps_table(result.get("io_steps") or [])
     if lat is not None:

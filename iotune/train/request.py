@@ -103,6 +103,7 @@ def make_request(
     checkpoint_writer: str | None = None,
     resume_from: str | None = None,
     checkpoint_copy: str = "deepspeed",
+    checkpoint_persist: str | None = None,
 ) -> RunRequest:
     """The run the options ask for: the preset (or the user's model and config), the
     launch, the offload directories, the aio block, the run directory, the data. Refuses
@@ -148,10 +149,17 @@ def make_request(
             Path(checkpoint_dir).resolve(),
             checkpoint_writer or "torch",
             writer_given=checkpoint_writer is not None,
+            persist=Path(checkpoint_persist).resolve() if checkpoint_persist else None,
         )
         if checkpoint_every is not None and checkpoint_dir is not None
         else None
     )
+    if checkpoint_persist and ck is None:
+        raise UsageError(
+            "--checkpoint-persist copies each save taken by --checkpoint-every into its folder",
+            hint="--checkpoint-every 1 --checkpoint-dir /mnt/offload/snap --checkpoint-copy "
+            "reflink --checkpoint-persist /mnt/ckpt",
+        )
     return RunRequest(
         preset=preset,
         out=out_dir,

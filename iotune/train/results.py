@@ -292,7 +292,7 @@ def build_result(
         "table": rows,
         "estimate_table": est_rows,
         "checkpoints": save_rows(
-            events,
+            every,  # the saves, and their persists (events of no step)
             (trace or {}).get("steps", []),
             est,
             p.strategy.optimizer == "nvme",

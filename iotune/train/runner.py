@@ -37,6 +37,7 @@ from iotune.trace.targets import Targets
 from iotune.trace.writeback import write_back
 from iotune.train.checkpoint import TAG, check_folder, resume_point, with_writer
 from iotune.train.checkpoint import save_volume as ck_save_volume
+from iotune.train.copies import check_copy, check_persist, snapshot_steps
 from iotune.train.launch import place
 from iotune.train.preflight import (
     SWAP_PREFIX,
@@ -252,46 +253,17 @@ def _checkpoints(
                 f"save copies the swap files ({need / 2**30:.2f} GiB) with shutil.copytree "
                 "whatever the writer; the writer writes only the small pickles beside them"
             )
-        req.notes.extend(check_folder(ck, p.steps, nvmes, need, req.force, req.swap_copy))
+        steps = snapshot_steps(ck, p.steps)  # with --checkpoint-persist, two at most
+        req.notes.extend(check_folder(ck, steps, nvmes, need, req.force, req.swap_copy))
+        req.notes.extend(check_persist(ck, p.steps, nvmes, need, req.swap_copy))
         folder = ck.dir
         while not folder.exists():
             folder = folder.parent
         behind = resolve_path(tree, str(folder))
     resume = resume_point(req.resume_from, est, on_nvme) if req.resume_from else None
     if req.swap_copy != "deepspeed" and (ck is not None or resume is not None):
-        _check_copy(req.swap_copy, on_nvme, nvmes, ck.dir if ck else None, resume)
+        check_copy(req.swap_copy, on_nvme, nvmes, ck.dir if ck else None, resume)
     return cfg, behind, resume
-
-
-def _check_copy(
-    copy: str, on_nvme: bool, nvmes: list[Path], ck_dir: Path | None, resume: Any
-) -> None:
-    """--checkpoint-copy aio|reflink: refused where there are no swap files to copy, and
-    reflink where a save's or the resume's files cannot be cloned (tried: a 4 KiB file)."""
-    from iotune.probes.mounts import existing_ancestor
-    from iotune.workers.swapcopy import clone_problem
-
-    if not on_nvme:
-        raise UsageError(
-            f"--checkpoint-copy {copy} copies the swap files of an optimizer on NVMe, and this "
-            "run keeps its optimizer state in host memory",
-            hint="drop --checkpoint-copy (its saves are DeepSpeed's files alone), or run a "
-            "preset with the optimizer on NVMe",
-        )
-    if copy != "reflink":
-        return
-    pairs = [(n, existing_ancestor(ck_dir)) for n in nvmes] if ck_dir else []
-    pairs += [(Path(resume[0]), n) for n in nvmes] if resume else []
-    for a, b in pairs:
-        src, dst = existing_ancestor(a), existing_ancestor(b)
-        why = clone_problem(src, dst)
-        if why is not None:
-            raise UsageError(
-                f"--checkpoint-copy reflink: the swap files cannot be cloned from {src} "
-                f"({fstype(src)}) into {dst} ({fstype(dst)}): {why}",
-                hint="make the volume XFS with reflink (mkfs.xfs -m reflink=1, its default) "
-                "or btrfs, with the checkpoints on the offload volume; or --checkpoint-copy aio",
-            )
 
 
 def emulated_bf16_note(dtype: Dtype) -> str:
@@ -346,6 +318,7 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
             "dir": str(ck.dir),
             "writer": ck.writer,
             "tag": TAG,
+            **({"persist": str(ck.persist)} if ck.persist else {}),
         }
     # the swap files' copy, a save's and a resume's
     spec["swap_copy"] = req.swap_copy

@@ -8,6 +8,7 @@ any figure the run used otherwise is named in one line."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -382,3 +383,43 @@ def print_learned(con: Console, learned: dict[str, Any]) -> None:
     """The notes on what the run told iotune, one line each."""
     for line in learned.get("notes") or []:
         con.print(f"[yellow]note[/]: {line}", soft_wrap=True)
+
+
+def _has_main_guard(script: Path) -> bool:
+    import ast
+
+    tree = ast.parse(script.read_text(errors="replace"), filename=str(script))
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def check_script_writer(cfg: dict[str, Any], command: tuple[str, ...]) -> None:
+    """A traced script whose config asks for DeepSpeed's fast or decoupled checkpoint writer:
+    refused before it starts where its first save would fail. The writers read CROSS_RANK
+    and CROSS_SIZE (runtime/model_checkpointing/utils.py), which only DeepSpeed's launcher
+    sets; the decoupled engine starts its writer with multiprocessing's spawn, which imports
+    the script again: without an ``if __name__ == "__main__":`` guard the child runs the
+    training, and fails."""
+    writer = (cfg.get("checkpoint") or {}).get("writer")
+    if not writer or not command:
+        return
+    kind = "decoupled" if writer.get("decoupled") else str(writer.get("type", "fast"))
+    head = " ".join(Path(a).name for a in command[:4])
+    if "deepspeed" not in head and not all(k in os.environ for k in ("CROSS_RANK", "CROSS_SIZE")):
+        raise UsageError(
+            f"the config's {kind} checkpoint writer reads CROSS_RANK and CROSS_SIZE, which only "
+            "DeepSpeed's launcher sets: the script's first save would fail (KeyError: "
+            "'CROSS_SIZE')",
+            hint="launch it with `deepspeed`, or export CROSS_RANK=0 CROSS_SIZE=1 (one node)",
+        )
+    if kind == "decoupled":
+        script = next((Path(a) for a in command if a.endswith(".py") and Path(a).is_file()), None)
+        if script is not None and not _has_main_guard(script):
+            raise UsageError(
+                f"the config's decoupled checkpoint writer starts a process that imports "
+                f'{script.name} again, which has no `if __name__ == "__main__":` guard: the '
+                "writer's process would run the training, and fail",
+                hint=f'put {script.name}\'s training under `if __name__ == "__main__":`',
+            )

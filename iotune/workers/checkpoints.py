@@ -71,7 +71,11 @@ class StepLosses:
         self.resume = resume if resumed and rank == 0 else None
         self.resumed, self.dtype = resumed, dtype
         self.ledger = (
-            LossLedger(Path(ck["dir"]), Path(resume["dir"]) if resume else None, resumed)
+            LossLedger(
+                Path(ck.get("persist") or ck["dir"]),
+                Path(resume["dir"]) if resume else None,
+                resumed,
+            )
             if ck and rank == 0
             else None
         )
@@ -116,16 +120,27 @@ def resume_check(
 
 
 def save_checkpoint(
-    engine: Any, ck: dict[str, Any], global_step: int, step: int, events: _Events, acc: Any
+    engine: Any,
+    ck: dict[str, Any],
+    global_step: int,
+    step: int,
+    events: _Events,
+    acc: Any,
+    persister: Any = None,
 ) -> None:
     """DeepSpeed's save_checkpoint into ck["dir"], tagged by the step: the seconds the step
     was blocked, the seconds until its files were durable (fsync'd; for the decoupled writer
     after its process committed them), and what it holds; its event ends its own interval in
-    the trace, after the step's."""
+    the trace, after the step's. With ck["persist"], the save is a snapshot that *persister*
+    (local rank 0's, iotune.workers.persist) copies there once every rank has sealed it,
+    and the save first waits for the copy of the one before (persist_wait_s, apart)."""
     from iotune.workers.durable import seal
     from iotune.workers.swapcopy import copies
 
     tag = str(ck["tag"]).format(global_step)
+    before = persister.wait() if persister is not None else None
+    if before is not None:
+        events.emit(before)  # the wait: an interval of the trace of its own, before the save's
     acc.synchronize()
     t0 = time.perf_counter()
     with copies(ck.get("copy"), ck.get("aio")) as made:
@@ -137,7 +152,8 @@ def save_checkpoint(
     t1 = time.perf_counter()
     if ck["writer"] == "decoupled":
         engine._commit_decoupled_checkpoint()
-    held = seal(Path(ck["dir"]), tag, latest=engine.global_rank == 0)
+    # a snapshot's latest is the persist folder's, written once the copy there is durable
+    held = seal(Path(ck["dir"]), tag, latest=engine.global_rank == 0 and not ck.get("persist"))
     t2 = time.perf_counter()
     events.emit(
         {
@@ -151,6 +167,15 @@ def save_checkpoint(
             "swap_copy": [r.as_dict() for r in made],
             "blocked_s": round(t1 - t0, 4),
             "durable_s": round(t2 - t0, 4),
+            # the wait for the last save's persist, before blocked_s
+            **({"persist_wait_s": before["waited_s"]} if before is not None else {}),
             **held,
         }
     )
+    if ck.get("persist"):
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            import deepspeed.comm as ds_comm
+
+            ds_comm.barrier()  # every rank's files of the tag sealed before the copy reads them
+        if persister is not None:
+            persister.start(tag)

@@ -35,6 +35,7 @@ from iotune.trace.acks import AckWaiter
 from iotune.workers import die_with_parent, fastpersist, forked, stdout_to_stderr
 from iotune.workers.checkpoints import STEP_KEY, RunFails, StepLosses, save_checkpoint
 from iotune.workers.model_build import build_partitioned, model_config
+from iotune.workers.persist import Persister
 from iotune.workers.torch_probe import cpu_bf16
 
 
@@ -356,11 +357,13 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     if ck:
         ck = {**ck, "copy": copy, "aio": aio}
     step_losses = StepLosses(spec, rank, resumed, "bf16" if bf16 else "fp32")
+    persister = Persister.for_rank(ck)
     with fastpersist.writer_ends(engine):
         for step in range(1, int(spec["steps"]) + 1):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             acc.synchronize()
+            beside = persister is not None and persister.running()
             t0 = time.perf_counter()
             fwd = bwd = acc_step = 0.0
             losses = []
@@ -406,11 +409,16 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
                     "proc_io": _proc_io(),
                     **base,
                     "swap": swap_bytes(swap_dir, rank),
+                    # a save's persist read the offload volume beside this step
+                    **({"persist_beside": True} if beside else {}),
                 }
             )
             step_losses.add(resumed + step, sum(losses) / len(losses), events)
             if ck and step % int(ck["every"]) == 0:
-                save_checkpoint(engine, ck, resumed + step, step, events, acc)
+                save_checkpoint(engine, ck, resumed + step, step, events, acc, persister)
+        last = persister.wait() if persister is not None else None  # the run ends persisted
+        if last is not None:
+            events.emit(last)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import deepspeed.comm as ds_comm
 

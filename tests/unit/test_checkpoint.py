@@ -425,3 +425,70 @@ def test_a_checkpoint_folder_on_a_kernel_file_system_is_refused_as_such(
     ), r.output
     assert "free" not in r.output and hint.startswith("hint: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -> None:
+    """--checkpoint-persist: each save's row holds its persist event (matched by tag, the
+    last one emitted at the run's end), and the lines name what each copy wrote, when it was
+    durable, the wait, and the steps whose reads include the copy's."""
+    from iotune.train.render import persist_lines
+
+    e = _est()
+    saves = [
+        {"event": "checkpoint", "step": s, "tag": f"step{s}", "writer": "torch"}
+        | {"blocked_s": 0.1, "durable_s": 0.2, "files": 5, "bytes": (3 << 30) // 4}
+        for s in (1, 2)
+    ]
+    persists = [
+        {"event": "persist", "tag": f"step{s}", "dir": "/ck", "files": 5, "bytes": (3 << 30) // 4}
+        | {"copy_s": 1.5, "latest_s": 0.01, "seconds": 2.25, "waited_s": w}
+        for s, w in ((1, 0.5), (2, 2.25))
+    ]
+    steps = [{"event": "step", "step": s} | ({"persist_beside": True} if s > 1 else {})
+             for s in (1, 2)]  # fmt: skip
+    doc = save_rows([steps[0], saves[0], persists[0], steps[1], saves[1], persists[1]], [], e,
+                    True, (), ())  # fmt: skip
+    assert doc is not None
+    assert [r["persist"] for r in doc["saves"]] == persists
+    lines = persist_lines({"checkpoints": doc, "events": [steps[0], saves[0], steps[1]]})
+    assert lines == [
+        "step1: persisted into /ck: 0.750 GiB in 5 files by the aio copy, durable with its "
+        "latest 2.25 s after the save; waited for 0.50 s",
+        "step2: persisted into /ck: 0.750 GiB in 5 files by the aio copy, durable with its "
+        "latest 2.25 s after the save; waited for 2.25 s",
+        "step(s) 2 ran beside a persist: their reads of the offload volume include the copy's "
+        "reads of the snapshot",
+    ]
+    # without a persist: no row holds one, and nothing is said
+    bare = save_rows([steps[0], saves[0]], [], e, True, (), ())
+    assert bare is not None and bare["saves"][0]["persist"] is None
+    assert persist_lines({"checkpoints": bare, "events": [steps[0]]}) == []
+
+
+def test_a_persist_is_refused_unless_its_saves_are_snapshots_on_another_volume(
+    tmp_path: Path,
+) -> None:
+    from iotune.train.copies import check_persist, snapshot_steps
+
+    snap = Checkpointing(2, tmp_path / "snap", persist=tmp_path / "ck")
+    # the snapshot folder holds the save being copied and the next: two saves' room, not all
+    assert snapshot_steps(snap, 9) == 4 and snapshot_steps(snap, 3) == 3
+    assert snapshot_steps(Checkpointing(2, tmp_path / "snap"), 9) == 9
+    assert check_persist(Checkpointing(2, tmp_path / "snap"), 9, [], 1, "aio") == []
+    with pytest.raises(UsageError, match="this run's saves copy the swap files by aio") as e:
+        check_persist(snap, 9, [], 1, "aio")
+    assert "--checkpoint-copy reflink" in (e.value.hint or "")
+    # tmp_path's two folders are on one file system: the persist would guard nothing
+    with pytest.raises(UsageError, match="is on the volume of the snapshots") as e:
+        check_persist(snap, 9, [], 1, "reflink")
+    assert "a volume of its own" in (e.value.hint or "")
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "snap").exists()
+
+
+def test_a_persist_needs_saves(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--checkpoint-persist copies each save taken by"):
+        make_request(
+            "tiny_opt_nvme",
+            *("auto", str(tmp_path / "out"), None, None, (), None, None, None, False, False),
+            checkpoint_persist=str(tmp_path / "ck"),
+        )

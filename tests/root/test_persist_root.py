@@ -1,0 +1,144 @@
+"""Root tier: saves taken as snapshots and persisted beside the training
+(`--checkpoint-copy reflink --checkpoint-persist DIR`, iotune/workers/persist.py), in a real
+DeepSpeed ZeRO-3 run on the CPU, traced. The snapshots are clones on the offload volume (XFS);
+a process of their own copies each into the persist folder on a volume of its own (ext4 here)
+by the aio copy while the next step trains. Each persisted save is its snapshot to the byte,
+the persist folder's latest names the last save and each snapshot is gone from the offload
+volume once persisted, and a run resumed from the persist folder continues the loss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.root.conftest import LoopDevices, iotune
+
+pytestmark = pytest.mark.beside_study
+
+
+def _mounted(devs: LoopDevices, size_mib: int, fs: str) -> Path:
+    dev = devs(size_mib=size_mib, fs=fs, mount=True)
+    Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
+    return devs.mounts[-1]
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(f.relative_to(folder)): f.stat().st_size for f in folder.rglob("*") if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def persisted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Three steps, a save after each, snapshots on the XFS offload volume persisted to an
+    ext4 one; then a step resumed from the persist folder."""
+    devs = LoopDevices(tmp_path_factory.mktemp("persist"))
+    try:
+        xfs = _mounted(devs, 2048, "xfs")
+        ext4 = _mounted(devs, 1536, "ext4")
+        (xfs / "off").mkdir()
+        run = iotune("--json", "trace", "--run", "tiny_opt_nvme", "--nvme-path", str(xfs / "off"),
+                     "--steps", "3", "--checkpoint-every", "1", "--checkpoint-copy", "reflink",
+                     "--checkpoint-dir", str(xfs / "snap"), "--checkpoint-persist", str(ext4 / "ck"),
+                     "--out", str(devs.tmp / "run"))  # fmt: skip
+        after = {"snap": sorted(p.name for p in (xfs / "snap").iterdir()),
+                 "ck": {t: _files(ext4 / "ck" / t) for t in ("step1", "step2", "step3")}}  # fmt: skip
+        resumed = iotune("--json", "run", "tiny_opt_nvme", "--nvme-path", str(xfs / "off"),
+                         "--steps", "1", "--resume-from", str(ext4 / "ck"), "--checkpoint-copy",
+                         "aio", "--out", str(devs.tmp / "resumed"))  # fmt: skip
+        yield {
+            "run": json.loads(run.stdout),
+            "resumed": json.loads(resumed.stdout),
+            "xfs": xfs,
+            "ck": ext4 / "ck",
+            "after": after,
+        }
+    finally:
+        devs.close()
+
+
+def test_each_save_is_persisted_to_the_byte_and_its_snapshot_removed(
+    persisted: dict[str, Any],
+) -> None:
+    doc, ck = persisted["run"], persisted["ck"]
+    n_s = doc["estimate"]["swapped"]["n_s"]
+    saves = doc["checkpoints"]["saves"]
+    assert [s["tag"] for s in saves] == ["step1", "step2", "step3"]
+    for s in saves:
+        p = s["persist"]
+        held = persisted["after"]["ck"][s["tag"]]
+        # the whole tag: DeepSpeed's two pickles and the clone of the three swap files, each
+        # 4 bytes a swapped parameter, as the snapshot held them
+        assert p["files"] == len(held) and p["bytes"] == sum(held.values()), (p, held)
+        swap = sum(v for k, v in held.items() if k.startswith("offloaded_tensors/rank00/"))
+        assert swap == 12 * n_s == s["swap_copy_bytes"], (swap, n_s)
+        assert p["dir"] == str(ck) and 0 <= p["waited_s"] <= p["seconds"], p
+        assert 0 < p["copy_s"] < p["seconds"], p
+    # the persist folder's latest names the last save; the snapshots were removed from the
+    # offload volume once persisted, and the snapshot folder has no latest of its own
+    assert (ck / "latest").read_text() == "step3"
+    assert persisted["after"]["snap"] == []
+    losses = json.loads((ck / "iotune-losses.json").read_text())["losses"]
+    assert sorted(losses) == ["1", "2", "3"], losses
+
+
+def test_the_steps_after_a_save_train_beside_its_persist_and_the_next_save_waits(
+    persisted: dict[str, Any],
+) -> None:
+    """The copy runs in its own process: the step after each save starts while it does
+    (the copy's process alone takes seconds to load DeepSpeed's op), and the next save
+    waits for it before its own blocked time, which is the clone's."""
+    doc = persisted["run"]
+    steps = [e for e in doc["events"] if e["event"] == "step"]
+    assert [e.get("persist_beside", False) for e in steps] == [False, True, True], steps
+    checkpoints = [e for e in doc["events"] if e["event"] == "checkpoint"]
+    assert "persist_wait_s" not in checkpoints[0]
+    for e in checkpoints[1:]:
+        assert e["persist_wait_s"] >= 0, e
+
+
+def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
+    """O_DIRECT through DeepSpeed's op: none of the persisted swap files is in the page
+    cache but for a last part of a page (fincore)."""
+    held = persisted["ck"] / "step3" / "offloaded_tensors" / "rank00"
+    files = [f for f in held.rglob("*") if f.is_file()]
+    assert len(files) == 3
+    for f in files:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(f)],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert int(out.split()[0]) <= 4096, (f, out)
+
+
+def test_a_run_resumed_from_the_persist_folder_continues_the_loss(
+    persisted: dict[str, Any],
+) -> None:
+    doc = persisted["resumed"]
+    assert doc["resumed_at"] == 3
+    assert doc["resume_check"]["ok"] is True, doc["resume_check"]
+    init = next(e for e in doc["events"] if e["event"] == "init")
+    (rec,) = init["resume_copy"]
+    assert rec["source"] == str(persisted["ck"] / "step3" / "offloaded_tensors" / "rank00")
+
+
+def test_a_persist_that_cannot_work_is_refused_in_one_line(persisted: dict[str, Any]) -> None:
+    """Before anything runs: a persist of saves that are not snapshots, and one onto the
+    snapshots' own volume."""
+    xfs = persisted["xfs"]
+    for copy, dest, want, hint in (
+        ("aio", persisted["ck"] / "refused", "--checkpoint-persist copies each save's snapshot, "
+         "which --checkpoint-copy reflink takes; this run's saves copy the swap files by aio",
+         "--checkpoint-copy reflink"),
+        ("reflink", xfs / "refused", f"--checkpoint-persist {xfs / 'refused'} is on the volume "
+         "of the snapshots", "a volume of its own"),
+    ):  # fmt: skip
+        p = iotune("run", "tiny_opt_nvme", "--nvme-path", str(xfs / "off"), "--steps", "1",
+                   "--checkpoint-every", "1", "--checkpoint-dir", str(xfs / "snap2"),
+                   "--checkpoint-copy", copy, "--checkpoint-persist", str(dest),
+                   check=False)  # fmt: skip
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 2 and "Traceback" not in p.stderr, p.stderr
+        assert want in lines[0] and hint in lines[1], p.stderr
+        assert not dest.exists() and not (xfs / "snap2").exists()
