@@ -253,9 +253,10 @@ def _checkpoints(
                 f"save copies the swap files ({need / 2**30:.2f} GiB) with shutil.copytree "
                 "whatever the writer; the writer writes only the small pickles beside them"
             )
+        persist_notes = check_persist(ck, p.steps, nvmes, need, req.swap_copy)
         steps = snapshot_steps(ck, p.steps)  # with --checkpoint-persist, two at most
         req.notes.extend(check_folder(ck, steps, nvmes, need, req.force, req.swap_copy))
-        req.notes.extend(check_persist(ck, p.steps, nvmes, need, req.swap_copy))
+        req.notes.extend(persist_notes)
         folder = ck.dir
         while not folder.exists():
             folder = folder.parent

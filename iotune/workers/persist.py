@@ -97,6 +97,9 @@ def persist(snapshots: Path, dest: Path, tag: str, aio: dict[str, Any] | None) -
     latest_s = time.perf_counter() - t
     shutil.rmtree(src)
     fsync_path(snapshots, directory=True)
+    for script in snapshots.glob("*.py"):  # DeepSpeed's zero_to_fp32.py, beside the tags
+        if not (dest / script.name).exists():
+            shutil.copy2(script, dest / script.name)
     return {
         "files": rec.files,
         "bytes": rec.bytes,

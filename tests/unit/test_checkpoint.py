@@ -446,8 +446,12 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
     ]
     steps = [{"event": "step", "step": s} | ({"persist_beside": True} if s > 1 else {})
              for s in (1, 2)]  # fmt: skip
-    doc = save_rows([steps[0], saves[0], persists[0], steps[1], saves[1], persists[1]], [], e,
-                    True, (), ())  # fmt: skip
+    from iotune.train.ranks import merge_ranks
+
+    # one rank's record: each persist is its own event (none has a step: the tag tells them)
+    every = merge_ranks([steps[0], saves[0], persists[0], steps[1], saves[1], persists[1]])
+    assert [x for x in every if x["event"] == "persist"] == persists
+    doc = save_rows(every, [], e, True, (), ())
     assert doc is not None
     assert [r["persist"] for r in doc["saves"]] == persists
     lines = persist_lines({"checkpoints": doc, "events": [steps[0], saves[0], steps[1]]})
