@@ -87,13 +87,14 @@ class Persister:
 def persist(snapshots: Path, dest: Path, tag: str, aio: dict[str, Any] | None) -> dict[str, Any]:
     """Copy *tag* from *snapshots* into *dest* by the aio copy, durable, then *dest*'s
     ``latest``; then remove the snapshot. Its figures."""
-    from iotune.workers.durable import fsync_path, seal
+    from iotune.workers.durable import fsync_path, write_latest
     from iotune.workers.swapcopy import copy_tree, settings_of
 
     src = snapshots / tag
-    rec = copy_tree(src, dest / tag, "aio", settings=settings_of(aio or None))
+    # durable when it returns: every file, every folder bottom up, and dest itself
+    rec = copy_tree(src, dest / tag, "aio", settings=settings_of(aio))
     t = time.perf_counter()
-    seal(dest, tag, latest=True)  # the tag's files and folders are durable: latest, atomically
+    write_latest(dest, tag)  # then latest, atomically
     latest_s = time.perf_counter() - t
     shutil.rmtree(src)
     fsync_path(snapshots, directory=True)

@@ -174,15 +174,16 @@ def run_fabric(
             ),
             ("sweep", lambda d: tuple(sweep_args(d, lab.share / "sweep-fab-lost"))),
         ):
-            t0 = time.monotonic()
+            # their own clocks: t0 is the lost path's, read after the loop
+            ta = time.monotonic()
             base = lab.iotune(*at("/tmp/fab-none"), timeout=120)
-            t1 = time.monotonic()
+            tb = time.monotonic()
             no = lab.iotune(*at("/tmp/fab"), timeout=120)
             refused[name] = {
                 "rc": no.rc,
                 "stderr": no.stderr,
-                "s": time.monotonic() - t1,
-                "base": {"rc": base.rc, "stderr": base.stderr, "s": t1 - t0},
+                "s": time.monotonic() - tb,
+                "base": {"rc": base.rc, "stderr": base.stderr, "s": tb - ta},
             }
     finally:
         lab.guest.run(["ip", "link", "set", iface, "up"]).check()
