@@ -107,7 +107,9 @@ def _open(spec: SweepSpec, run_dir: Path) -> Sweep:
         raise NotRootError("iotune sweep-aio (drops the page cache between read points)")
     check_target(Path(spec.target), spec.io_size, spec.space.threads, spec.space.block_size)
     if spec.swap_preset:
-        _check_swap(spec)
+        from iotune.sweep.swap import check_room
+
+        check_room(spec)
     check_gpu(spec)
     _say("iotune: loading DeepSpeed's async_io op (the first time builds it: a few minutes)")
     load_aio_op()
@@ -253,26 +255,6 @@ def sweep_aio(
         raise IotuneError(
             "no point succeeded",
             hint=f"see the errors in {run_dir}/points.jsonl; --debug shows the workers' output",
-        )
-
-
-def _check_swap(spec: SweepSpec) -> None:
-    """--swap-pattern names a preset whose optimizer is on NVMe, and its files fit."""
-    import shutil
-
-    from iotune.model.presets import preset_with
-    from iotune.sweep import swap
-    from iotune.units import GIB
-
-    preset = preset_with(spec.swap_preset or "", spec.swap_sets)
-    aio = preset.aio or {"block_size": min(spec.space.block_size)}
-    _, need = swap.plan(spec.swap_preset or "", aio, spec.swap_sets)
-    free = shutil.disk_usage(spec.target).free
-    if free < need * 1.05:
-        raise UsageError(
-            f"--swap-pattern {spec.swap_preset} writes {need / GIB:.1f} GiB of swap files, "
-            f"{spec.target} has {free / GIB:.1f} GiB free",
-            hint="free space on the volume, or name a smaller preset",
         )
 
 

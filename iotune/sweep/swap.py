@@ -16,7 +16,7 @@ from iotune.errors import UsageError
 from iotune.records import SWAP_REHEARSALS as SWAP
 from iotune.records import append_record
 from iotune.records import swap_rehearsals as records
-from iotune.sweep.runner import run_worker
+from iotune.sweep.runner import SweepSpec, run_worker
 from iotune.workers.aio_swap import DIR_PREFIX
 
 CONFIG_KEYS = ("block_size", "queue_depth", "threads", "single_submit", "overlap_events")
@@ -93,3 +93,21 @@ def rehearse(
     rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     append_record(run_dir / SWAP, rec)
     return rec
+
+
+def check_room(spec: SweepSpec) -> None:
+    """--swap-pattern names a preset whose optimizer is on NVMe, and its files fit on the
+    sweep's target (with 5% to spare)."""
+    from iotune.model.presets import preset_with
+    from iotune.units import GIB
+
+    preset = preset_with(spec.swap_preset or "", spec.swap_sets)
+    aio = preset.aio or {"block_size": min(spec.space.block_size)}
+    _, need = plan(spec.swap_preset or "", aio, spec.swap_sets)
+    free = shutil.disk_usage(spec.target).free
+    if free < need * 1.05:
+        raise UsageError(
+            f"--swap-pattern {spec.swap_preset} writes {need / GIB:.1f} GiB of swap files, "
+            f"{spec.target} has {free / GIB:.1f} GiB free",
+            hint="free space on the volume, or name a smaller preset",
+        )
