@@ -58,6 +58,7 @@ def _mutation() -> Command:
             str(TOP / "scripts" / "mutation.py"),
             "--min",
             "85",
+            "--half",
             "--json",
             str(work / "mutation.json"),
         ],

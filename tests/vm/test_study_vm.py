@@ -169,11 +169,15 @@ def test_the_step_shrinks_with_the_drives(
     sweeps: dict[str, dict[str, Any]],
     plans: dict[str, dict[int, dict[str, Any]]],
 ) -> None:
-    """More drives, a shorter step: on 2 and 4 drives the step is shorter than on one by
-    at least 0.8 x the ratio of the volumes' swept bandwidths wherever the planner finds
-    the step drive-bound (two drives at least are)."""
+    """More drives, a shorter step: on 2 and 4 drives the drives' share of the step (the
+    step less the RAM run's forward + backward, the compute no drive shortens) is shorter
+    than on one by at least 0.8 x the ratio of the volumes' swept bandwidths wherever the
+    planner finds the step drive-bound (two drives at least are). The whole step shrinks
+    less where compute is a larger part of it: on an AVX2 host's emulated guest, 2.7 s of
+    a 9.7 s step on 4 drives."""
     bw = {name: _swept(sweeps[name]) for name in VOLUMES}
     assert bw["raid0x2"] / bw["single"] > 1.6 and bw["raid0x4"] / bw["single"] > 3.2, bw
+    compute = ram_run(study)["measured"]["forward_backward_s"]
     for s in STRATEGIES:
         runs = runs_by_volume(study, s)
         step = {name: runs[name]["measured"]["step_s"] for name in VOLUMES}
@@ -183,8 +187,9 @@ def test_the_step_shrinks_with_the_drives(
             if not plans[s][k]["drive_bound"]:
                 continue
             ratio = bw[name] / bw["single"]
-            gain = step["single"] / step[name]
-            assert gain >= 0.8 * ratio, (s, name, step, gain, ratio)
+            assert 0 < compute < step[name], (s, name, compute, step)
+            gain = (step["single"] - compute) / (step[name] - compute)
+            assert gain >= 0.8 * ratio, (s, name, step, compute, gain, ratio)
 
 
 def test_the_study_predicts_each_volume_within_15_percent(study: dict[str, Any]) -> None:
