@@ -6,6 +6,7 @@ process. Nothing above it: they are started by name (`python -m iotune.workers.N
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -49,6 +50,22 @@ def die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def cpu_info_once() -> None:
+    """py-cpuinfo's ``get_cpu_info``, which DeepSpeed asks twice for each op it loads (its
+    compiler flags) and once for each CPU Adam it makes, starts a Python process each time:
+    1.27 s on an AVX2 host, many times that in an emulated guest. The CPU does not change
+    under a process: from here its first answer is kept, and a zygote's is kept for every
+    worker it forks."""
+    try:
+        import cpuinfo
+    except ImportError:
+        return
+    ask = cpuinfo.get_cpu_info
+    if isinstance(ask, functools._lru_cache_wrapper):
+        return
+    cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(ask)
 
 
 #: this process's origin: set in a worker the zygote has just forked

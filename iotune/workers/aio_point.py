@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from iotune.workers import die_with_parent, private_stdout
+from iotune.workers import cpu_info_once, die_with_parent, private_stdout
 
 DATA_PREFIX = "iotune-aio-"
 MIB = 1 << 20
@@ -226,6 +226,7 @@ def measure(p: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     report = private_stdout()
+    cpu_info_once()
     # a SIGTERM (the sweep's end, or iotune's death) unwinds: the data file is removed
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     die_with_parent()

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from iotune.workers import die_with_parent, private_stdout
+from iotune.workers import cpu_info_once, die_with_parent, private_stdout
 from iotune.workers.fastpersist import WHY, RecordCopy, install
 
 FILE = "iotune-ckpt-{pid}.pt"
@@ -244,6 +244,7 @@ def ceiling(p: dict[str, Any], n_bytes: int) -> dict[str, Any]:
 
 def main() -> None:
     report = private_stdout()
+    cpu_info_once()
     # a SIGTERM (the sweep interrupted, or iotune's death) unwinds: the file is removed
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     die_with_parent()

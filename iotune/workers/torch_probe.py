@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from iotune.workers import private_stdout
+from iotune.workers import cpu_info_once, private_stdout
 from iotune.workers.built_ops import built
 
 
@@ -182,6 +182,7 @@ def warm_code() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    cpu_info_once()
     parser.add_argument("--build", action="store_true")
     parser.add_argument("--bf16-cost", action="store_true", help="time bf16 against float32")
     parser.add_argument("--prepare", action="store_true", help="load --ops, warm the code")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from iotune.trace.acks import AckWaiter
-from iotune.workers import die_with_parent, fastpersist, forked, stdout_to_stderr
+from iotune.workers import cpu_info_once, die_with_parent, fastpersist, forked, stdout_to_stderr
 from iotune.workers.checkpoints import STEP_KEY, RunFails, StepLosses, save_checkpoint
 from iotune.workers.model_build import build_partitioned, model_config
 from iotune.workers.persist import Persister
@@ -254,6 +254,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
     }.items():
         os.environ.setdefault(k, v)
     t_start = time.perf_counter()
+    cpu_info_once()
 
     import deepspeed
     import torch

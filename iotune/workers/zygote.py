@@ -126,9 +126,11 @@ def _preload_ops() -> str:
     the server builds with the workers' ninja and cache; what was loaded, for the log. An op
     that cannot be built or loaded here is left to the worker, whose run reports it."""
     from iotune.proc import worker_env
+    from iotune.workers import cpu_info_once
     from iotune.workers.built_ops import load_quietly
 
     os.environ.update(worker_env())
+    cpu_info_once()  # asked here while the ops load: the forks keep the answer
     took = load_quietly(OPS, build=True)
     if not took:
         return "; no DeepSpeed op loaded"

@@ -249,3 +249,31 @@ def test_the_code_is_warmed_only_where_it_lies_on_a_traced_drive() -> None:
     mine = resolve_path(SysTree("/"), sys.prefix).disks
     if mine:  # the virtualenv lies on a block device (not 9p, tmpfs, ...)
         assert code_on(mine) is True
+
+
+def test_the_cpus_description_is_asked_once_a_process() -> None:
+    """DeepSpeed asks py-cpuinfo for each op it loads and each CPU Adam it makes; each answer
+    is a Python process started anew (1.27 s on an AVX2 host). In a process of its own:
+    the first answer's Python process is the only one, whoever asks after."""
+    code = (
+        "import subprocess, time\n"
+        "from iotune.workers import cpu_info_once\n"
+        "started = []\n"
+        "real = subprocess.Popen.__init__\n"
+        "def counted(self, *a, **k):\n"
+        "    started.append(a[0] if a else k.get('args'))\n"
+        "    real(self, *a, **k)\n"
+        "subprocess.Popen.__init__ = counted\n"
+        "cpu_info_once(); cpu_info_once()\n"
+        "from cpuinfo import get_cpu_info\n"
+        "first = get_cpu_info(); n = len(started)\n"
+        "import cpuinfo\n"
+        "assert cpuinfo.get_cpu_info() is first and get_cpu_info() is first\n"
+        "print(n, len(started), first['arch'])\n"
+    )
+    argv = [sys.executable, "-c", code]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    asked, after, arch = p.stdout.split()
+    # the first answer started its process(es); the two asks after it, none
+    assert int(asked) >= 1 and after == asked and arch in ("X86_64", "ARM_8", "ARM_7"), p.stdout
