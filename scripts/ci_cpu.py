@@ -5,7 +5,8 @@ every 15 s and at its end, so that a cut of the suite's time is made where the t
     scripts/ci_under_load.py --cpu 1 &
     scripts/ci_cpu.py PID ci-cpu.json      # PID: its .ci/run (exec'd into pytest)
 
-The parts: ``qemu`` (the vm tier's guests: everything they run is emulated), ``mutation``
+The parts: ``lab`` (the study lab's guest), ``qemu`` (the vm tier's other guests: everything
+they run is emulated), ``mutation``
 (the mutation gate: scripts/mutation.py and mutmut), ``fresh_root`` (the set-up in an empty
 Debian root) and ``tests`` (the rest of PID's processes: pytest, its workers, the tools they
 start). Each process is moved, once, into a cgroup of its part in the cgroup v1 ``cpuacct``
@@ -26,9 +27,10 @@ import time
 from pathlib import Path
 
 ACCT = Path("/sys/fs/cgroup/cpuacct")
-PARTS = ("tests", "qemu", "mutation", "fresh_root")
+PARTS = ("tests", "lab", "qemu", "mutation", "fresh_root")
 #: a process's part by its own command line (or name), whatever cgroup its parent had
 MARKS = (
+    ("iotune-study-vm-", "lab"),  # the study lab's guest (its drives' files are there)
     ("qemu-system", "qemu"),
     ("mutation.py", "mutation"),
     ("mutmut", "mutation"),
