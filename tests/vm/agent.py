@@ -139,8 +139,10 @@ def _forked(cmd: dict[str, Any]) -> dict[str, Any]:
 
 #: a command running longer than the first figure has a snapshot written (``doing.txt``)
 #: then and every second figure's seconds after, for the host to show where a wait ran out:
-#: what the guest was doing, not only that it took long (a shorter one costs nothing)
-SNAPSHOT_S = (60.0, 30.0)
+#: what the guest was doing, not only that it took long (a shorter one costs nothing). Each
+#: snapshot starts ps and dmesg on the emulated CPU: every 2 minutes, not every 30 s (the
+#: study's guest ran commands for 55 minutes of a run, 3 processes a snapshot)
+SNAPSHOT_S = (60.0, 120.0)
 
 
 def _snapshot(d: str, argv: list[str], started: float) -> None:
@@ -212,8 +214,9 @@ def main() -> None:
         todo = [n for n in names if n not in done]
         if not todo:
             # each look at the shared folder costs the emulated CPU: look less often when idle
+            # (at most 2 s late for a command after a long idle; none between commands)
             time.sleep(idle)
-            idle = min(0.5, idle * 1.5)
+            idle = min(2.0, idle * 1.5)
             continue
         idle = 0.05
         for name in todo:
