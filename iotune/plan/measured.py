@@ -19,7 +19,6 @@ from iotune.model.presets import Preset
 from iotune.plan.rundoc import (
     backward_median,
     forward_backward,
-    least_forward_backward,
     load_run,
     optimizer_median,
     swap_medians,
@@ -281,9 +280,8 @@ def run_baseline(doc: dict[str, Any], path: str) -> Baseline:
 
     - optimizer state in RAM (opt_ram): the whole optimizer step is CPU Adam and its copies;
     - on NVMe: the optimizer step without the seconds its swaps took; with the parameters on
-      NVMe too, forward + backward without their fetches (of the steady step they delayed
-      least) and the optimizer step without the updated parameters' writes, at the
-      bandwidth its swaps had. Its gradients were written
+      NVMe too, forward + backward without their fetches and the optimizer step without the
+      updated parameters' writes, at the bandwidth its swaps had. Its gradients were written
       at the accumulation boundary (the swap timings hold them), so none hide behind backward;
     - everything on the GPU: forward + backward only."""
     fb = forward_backward(doc)
@@ -311,8 +309,6 @@ def run_baseline(doc: dict[str, Any], path: str) -> Baseline:
     n_s, n_g, steady_read, steady_write = _swapped(doc)
     fetch = max(0, steady_read - (12 * n_s + 4 * n_g))
     back = max(0, steady_write - 12 * n_s - 4 * n_g)
-    if fetch:  # writes left to drain lengthen a step's fetches, never shorten them
-        fb = min(fb, least_forward_backward(doc) or fb)  # (benchmarks/RESULTS.md)
     # forward + backward without what the drives made it wait: the parameters' fetches, and
     # the gradients' writes where DeepSpeed does them at the end of backward
     compute = max(0.0, fb - fetch / drives.read - sm["backward_grad_out_s"])
@@ -326,8 +322,6 @@ def run_baseline(doc: dict[str, Any], path: str) -> Baseline:
         if t
     ]
     what = f"forward + backward without {' and '.join(waits)}" if waits else None
-    if what and fetch:
-        what = f"the least delayed step's {what}"
     return Baseline(
         round(compute, 4),
         round(adam, 4),

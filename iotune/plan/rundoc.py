@@ -55,25 +55,16 @@ def _median(vals: list[float]) -> float | None:
     return round(statistics.median(vals), 4) if vals else None
 
 
-def _forward_backwards(run: dict[str, Any]) -> list[float]:
-    """Each steady step's forward + backward (all micro-steps)."""
-    return [
-        float(e.get("forward_s") or 0)
-        + float(e.get("backward_s") or 0)
-        + float(e.get("accumulate_s") or 0)
-        for e in later_steps(run)
-    ]
-
-
 def forward_backward(run: dict[str, Any]) -> float | None:
     """Median forward + backward (all micro-steps) of the steps after the first."""
-    return _median(_forward_backwards(run))
-
-
-def least_forward_backward(run: dict[str, Any]) -> float | None:
-    """The shortest forward + backward (all micro-steps) of the steps after the first."""
-    vals = _forward_backwards(run)
-    return round(min(vals), 4) if vals else None
+    return _median(
+        [
+            float(e.get("forward_s") or 0)
+            + float(e.get("backward_s") or 0)
+            + float(e.get("accumulate_s") or 0)
+            for e in later_steps(run)
+        ]
+    )
 
 
 def backward_median(run: dict[str, Any]) -> float | None:

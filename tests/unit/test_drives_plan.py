@@ -258,31 +258,6 @@ def test_an_nvme_run_gives_its_drives_cpu_adam_and_forward_backward() -> None:
     assert two.prediction.step_s == pytest.approx(3.0 + 20.0, rel=0.01)
 
 
-def test_parameters_fetched_late_in_one_steady_step_are_not_kept_as_compute() -> None:
-    """Parameters on NVMe: 2 s of fetches a step at the run's bandwidth. The second steady
-    step's fetches waited 4 s more on the drive (writes left to drain): forward + backward
-    is 3 s of compute, from the step they delayed least, where the median would keep 2 s of
-    the wait as compute."""
-    doc = _nvme_run()
-    moved = 12 * E1B.swapped.n_s + 4 * E1B.swapped.n_g
-    read_bw = moved / 8.0  # the run's own (test above)
-    doc["strategy"], doc["preset"] = "params_opt_nvme", "params_opt_nvme_1b"
-    doc["estimate"]["steady_step"]["read"] = moved + int(2 * read_bw)
-    doc["events"][2].update(forward_s=2.0, backward_s=3.0)  # 3 s + 2 s of fetches
-    doc["events"][3].update(forward_s=4.0, backward_s=5.0)  # and 4 s of waiting
-    base = run_baseline(doc, "RUN")
-    assert base.forward_backward_s == pytest.approx(3.0, abs=1e-3)
-    assert base.source.startswith("params_opt_nvme_1b, measured: the least delayed step's")
-    # the order of the steps does not matter
-    doc["events"][2:] = doc["events"][3:1:-1]
-    assert run_baseline(doc, "RUN").forward_backward_s == pytest.approx(3.0, abs=1e-3)
-    # without parameters on the drive the median stands (nothing is fetched in backward)
-    plain = _nvme_run()
-    plain["events"][2].update(forward_s=2.0, backward_s=3.0)
-    plain["events"][3].update(forward_s=4.0, backward_s=5.0)
-    assert run_baseline(plain, "RUN").forward_backward_s == 7.0
-
-
 def test_runs_without_swap_timings_or_swaps_are_baselines_of_what_they_tell() -> None:
     old = _nvme_run()
     for e in old["events"]:

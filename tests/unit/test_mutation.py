@@ -29,7 +29,9 @@ def test_at_least_85_percent_of_the_model_codes_mutants_are_killed(
     stats = doc["stats"]
     # every module was mutated, and every other mutant of each function (--half) ran
     # against a test: about half of them, the rest left unchecked, none unreached
-    ran = stats["total"] - stats["not_checked"]
+    # (mutmut's CI/CD counts have no "not checked": the counts of those that ran, summed)
+    ran = sum(stats[k] for k in ("killed", "survived", "no_tests", "timeout", "suspicious"))
+    ran += stats.get("segfault", 0)
     assert stats["total"] > 4000 and 0.45 * stats["total"] < ran < 0.6 * stats["total"], stats
     assert ran > 2000 and doc["score"] >= 85.0, stats
     assert len(doc["modules"]) >= 5, doc["modules"]
