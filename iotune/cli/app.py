@@ -26,7 +26,7 @@ COMMANDS = {
     "sweep-threads": "sweep:sweep_threads",
     "sweep-checkpoint": "ckpt_sweep:sweep_checkpoint",
     "trace": "trace:trace_cmd",
-    "presets": "train:presets_group",
+    "presets": "presets:presets_group",
     "estimate": "train:estimate_cmd",
     "run": "train:run_cmd",
     "study": "study:study_cmd",

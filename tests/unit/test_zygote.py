@@ -256,7 +256,7 @@ def test_the_cpus_description_is_asked_once_a_process() -> None:
     is a Python process started anew (1.27 s on an AVX2 host). In a process of its own:
     the first answer's Python process is the only one, whoever asks after."""
     code = (
-        "import subprocess, time\n"
+        "import subprocess\n"
         "from iotune.workers import cpu_info_once\n"
         "started = []\n"
         "real = subprocess.Popen.__init__\n"
