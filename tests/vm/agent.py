@@ -30,6 +30,8 @@ from typing import Any
 #: the console script that forks from the agent (``iotune`` beside this interpreter)
 IOTUNE = os.path.join(os.path.dirname(sys.executable), "iotune")
 _WARM: set[str] = set()
+#: how the agent mounts the folders nothing writes while the guest runs (_mount_cached)
+CACHED_OPTS = "trans=virtio,version=9p2000.L,cache=loose,msize=512000,ro"
 
 
 def _warm_up() -> None:
@@ -202,8 +204,23 @@ class _Watch:
         self.stop.set()
 
 
+def _mount_cached(d: str) -> None:
+    """The folders the host lists in ``cached.json`` (tests/vm/guest.py: cached_folders)
+    mounted again over themselves, read-only, with 9p's cache: what one process looked up
+    there stays for the next. A mount that fails ends the agent (the guest's log says why)."""
+    listed = os.path.join(d, "cached.json")
+    if not os.path.exists(listed):
+        return  # a second agent of a guest whose first mounted them
+    with open(listed) as fh:
+        for tag, where in json.load(fh):
+            subprocess.run(
+                ["mount", "-t", "9p", "-o", CACHED_OPTS, tag, where], check=True, timeout=120
+            )
+
+
 def main() -> None:
     d = sys.argv[1]
+    _mount_cached(d)
     with open(os.path.join(d, "ready.tmp"), "w") as fh:
         fh.write(str(os.getpid()))
     os.rename(os.path.join(d, "ready.tmp"), os.path.join(d, "ready"))
