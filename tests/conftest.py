@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -109,12 +111,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     background.stop_all()
 
 
+#: what the root and vm tiers write at their peak in the temporary folder's filesystem (loop
+#: devices, the guests' drive images, the runs' swap files): 24.8 GB measured in a whole
+#: `.ci/run` (benchmarks/RESULTS.md, 2026-11-30), with a margin
+DISK_NEEDED = 32 * 10**9
+
+
+def disk_short(path: str, needed: int = DISK_NEEDED) -> str | None:
+    """One line saying the tiers cannot run where *path*'s filesystem has less than *needed*
+    bytes free, and what to do; None where it has enough."""
+    free = shutil.disk_usage(path).free
+    if free >= needed:
+        return None
+    return (
+        f"the root and vm tiers need {needed / 1e9:.0f} GB free under {path}, which has "
+        f"{free / 1e9:.1f} GB: free some (old pytest folders in "
+        f"{path}/pytest-of-*, the vm tier's kept guest folders {path}/iotune-*vm-*) "
+        "or point TMPDIR at a larger filesystem"
+    )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _pending[:] = [str(m.args[0]) for i in session.items for m in i.iter_markers("background")]
     for item in session.items:
         tier = _tier(item)
         if tier:
             _selected.add(tier)
+    # a filesystem that fills mid-run fails tests at random, an hour in: refuse at once
+    if _selected & {"root", "vm"} and (short := disk_short(tempfile.gettempdir())):
+        pytest.exit(short, returncode=1)
 
 
 @pytest.hookimpl(wrapper=True)
