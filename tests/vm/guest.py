@@ -130,9 +130,6 @@ class Result:
         return self
 
 
-#: host folders the guest does not see: virtme-ng's init mounts a fresh tmpfs over each
-#: (virtme/guest/virtme-init: /run, /var/log, /var/tmp, /var/cache, ...), so a checkout, a
-#: virtualenv or a share under one of them is an empty folder in the guest
 #: the mount tags of the folders the agent mounts again with a cache (cached_folders)
 CACHED_TAG = "iotune-ro{}"
 
@@ -150,11 +147,14 @@ def cached_folders() -> list[Path]:
     found.add(TOP / "iotune")
     out: list[Path] = []
     for path in sorted((p for p in found if p.is_dir()), key=lambda p: len(p.parts)):
-        if not any(o == path or o in path.parents for o in out):
+        if not any(o in path.parents for o in out):
             out.append(path)
     return out
 
 
+#: host folders the guest does not see: virtme-ng's init mounts a fresh tmpfs over each
+#: (virtme/guest/virtme-init: /run, /var/log, /var/tmp, /var/cache, ...), so a checkout, a
+#: virtualenv or a share under one of them is an empty folder in the guest
 HIDDEN_IN_GUEST = (
     "/run",
     "/var/log",
@@ -270,16 +270,13 @@ class Guest:
                 "-device",
                 f"nvme,serial={d.serial},drive=n{i}",
             ]
-        cached = cached_folders()
-        for i, path in enumerate(cached):
-            tag = CACHED_TAG.format(i)
+        cached = [(CACHED_TAG.format(i), str(p)) for i, p in enumerate(cached_folders())]
+        for tag, path in cached:
             qemu += [
                 "-virtfs",
                 f"local,path={path},mount_tag={tag},security_model=none,readonly=on",
             ]
-        (self.share / "cached.json").write_text(
-            json.dumps([[CACHED_TAG.format(i), str(p)] for i, p in enumerate(cached)])
-        )
+        (self.share / "cached.json").write_text(json.dumps(cached))
         venv_bin = Path(sys.executable).parent
         agent = f"{shlex.quote(sys.executable)} {shlex.quote(str(HERE / 'agent.py'))} {shlex.quote(str(self.share))}"
         argv = [
