@@ -272,16 +272,26 @@ def save_rows(
     checkpoint_drives: tuple[str, ...],
     array: Array | None = None,
     request_size: int | None = None,
+    persist_drives: tuple[str, ...] = (),
+    persist_array: Array | None = None,
+    persist_request_size: int | None = None,
 ) -> dict[str, Any] | None:
     """The run's saves beside the I/O model: each save's seconds (the step blocked, until
     durable), what it left on disk, and, traced, what the drives moved in its interval
     (read from the offload volume, written to the checkpoint volume), and on a protected
-    checkpoint *array* (level, chunk, members) what parity added. None: no save. Pure."""
+    checkpoint *array* (level, chunk, members) what parity added. With --checkpoint-persist,
+    each save's persist, and, traced, what the persist volume's drives (*persist_drives*,
+    on *persist_array*, in the aio copy's *persist_request_size* requests) wrote for it.
+    None: no save. Pure."""
     saves = [e for e in events if e.get("event") == "checkpoint"]
     if not saves:
         return None
     by_label = {s["label"]: s for s in io_steps}
-    persists = {e["tag"]: e for e in events if e.get("event") == "persist"}
+    persists = {
+        e["tag"]: persist_io(e, io_steps, persist_drives, persist_array, persist_request_size)
+        for e in events
+        if e.get("event") == "persist"
+    }
     rows = []
     for e in saves:
         io = by_label.get(f"checkpoint:{e['step']}")
@@ -334,6 +344,71 @@ def save_rows(
         },
         "offload_drives": list(offload_drives),
         "checkpoint_drives": list(checkpoint_drives),
+        **({"persist_drives": list(persist_drives)} if persists else {}),
+    }
+
+
+def _summed(rows: list[dict[str, Any]], drives: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each of *drives*' reads and writes over *rows* (intervals of the trace), with its
+    writes by exact size."""
+    out: dict[str, dict[str, Any]] = {}
+    for n in drives:
+        sizes: dict[int, int] = {}
+        for r in rows:
+            for size, count in (r["drives"][n].get("write_sizes") or {}).items():
+                sizes[int(size)] = sizes.get(int(size), 0) + int(count)
+        out[n] = {
+            "read": sum(int(r["drives"][n]["read"]) for r in rows),
+            "write": sum(int(r["drives"][n]["write"]) for r in rows),
+            "write_sizes": dict(sorted(sizes.items())),
+        }
+    return out
+
+
+def persist_io(
+    p: dict[str, Any],
+    io_steps: list[dict[str, Any]],
+    drives: tuple[str, ...],
+    array: Array | None,
+    request_size: int | None,
+) -> dict[str, Any]:
+    """A persist's event with, traced, what the persist volume's *drives* did for it: the
+    intervals from its save's end (``checkpoint:STEP``) to its own (``persist:STEP``, the
+    wait for it) are the copy's, as nothing else writes there; on a protected *array*, the
+    parity it added (parity_traffic). Untraced, or its intervals not in the trace: the
+    event as it is. Pure."""
+    labels = [r["label"] for r in io_steps]
+    start, end = f"checkpoint:{p.get('step')}", f"persist:{p.get('step')}"
+    if not drives or start not in labels or end not in labels:
+        return p
+    span = io_steps[labels.index(start) + 1 : labels.index(end) + 1]
+    if not span or any(n not in (r.get("drives") or {}) for r in span for n in drives):
+        return p
+    per = _summed(span, drives)
+    asked = (
+        sum(int((r.get("arrays") or {}).get(array.name, {}).get("write", 0)) for r in span)
+        if array is not None and all(array.name in (r.get("arrays") or {}) for r in span)
+        else None
+    )
+    parity = (
+        parity_traffic(
+            array.level,
+            array.chunk_bytes,
+            {n: per[n] for n in array.members},
+            int(p.get("bytes") or 0),
+            request_size,
+            asked=asked,
+        )
+        if array is not None and all(n in per for n in array.members)
+        else None
+    )
+    return {
+        **p,
+        "intervals": [r["label"] for r in span],
+        "write_bytes": sum(m["write"] for m in per.values()),
+        "read_bytes": sum(m["read"] for m in per.values()),
+        "write_sizes": _drive_sizes({"drives": per}, drives, "write"),
+        "parity": parity,
     }
 
 

@@ -38,7 +38,7 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keeps each rank's figures. A single rank's records come back as they are.
     Pure."""
     groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
-    for r in records:  # a persist's event has a save's tag, and no step
+    for r in records:  # a persist's event has its save's step and tag
         groups.setdefault((str(r.get("event")), r.get("step"), r.get("tag")), []).append(r)
     out = []
     for recs in groups.values():

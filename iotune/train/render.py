@@ -263,31 +263,38 @@ def checkpoints_table(result: dict[str, Any]) -> Table | None:
 
 
 def parity_lines(result: dict[str, Any]) -> list[str]:
-    """Each save on a protected array: the members' writes against the save's and the
-    full-stripe ideal, what they read back, and the advice on the chunk."""
+    """Each save on a protected array, and each save's persist on one (--checkpoint-persist):
+    the members' writes against the copy's and the full-stripe ideal, what they read back,
+    and the advice on the chunk."""
     out = []
     for r in (result.get("checkpoints") or {}).get("saves", []):
-        p = r.get("parity")
-        if not p:
-            continue
-        chunk = f", chunk {p['chunk_bytes'] // 1024} KiB" if p.get("chunk_bytes") else ""
+        if r.get("parity"):
+            out += _parity_lines(r["tag"], "save", r["parity"])
+        persisted = (r.get("persist") or {}).get("parity")
+        if persisted:
+            out += _parity_lines(f"{r['tag']} persisted", "persist", persisted)
+    return out
+
+
+def _parity_lines(head: str, what: str, p: dict[str, Any]) -> list[str]:
+    chunk = f", chunk {p['chunk_bytes'] // 1024} KiB" if p.get("chunk_bytes") else ""
+    out = [
+        f"{head}: {p['level']} of {p['members']}{chunk}: the members wrote "
+        f"{p['member_write_bytes'] / GIB:.3f} GiB for the {what}'s {p['saved_bytes'] / GIB:.3f} GiB, "
+        f"{p['amplification']:.3f}x (full stripes: {p['ideal']:.3f}x), and read "
+        f"{p['member_read_bytes'] / 2**20:.1f} MiB back"
+        + (" (read-modify-write)" if p["read_modify_write"] else "")
+    ]
+    if p.get("array_amplification"):
         out.append(
-            f"{r['tag']}: {p['level']} of {p['members']}{chunk}: the members wrote "
-            f"{p['member_write_bytes'] / GIB:.3f} GiB for the save's {p['saved_bytes'] / GIB:.3f} GiB, "
-            f"{p['amplification']:.3f}x (full stripes: {p['ideal']:.3f}x), and read "
-            f"{p['member_read_bytes'] / 2**20:.1f} MiB back"
-            + (" (read-modify-write)" if p["read_modify_write"] else "")
+            f"  the array was asked to write {p['array_write_bytes'] / GIB:.3f} GiB (the "
+            f"files, the file system's log and metadata): the members wrote "
+            f"{p['array_amplification']:.3f}x that (full stripes {p['ideal']:.3f}x, page "
+            f"by page {p['partial_worst']:.3f}x)"
         )
-        if p.get("array_amplification"):
-            out.append(
-                f"  the array was asked to write {p['array_write_bytes'] / GIB:.3f} GiB (the "
-                f"files, the file system's log and metadata): the members wrote "
-                f"{p['array_amplification']:.3f}x that (full stripes {p['ideal']:.3f}x, page "
-                f"by page {p['partial_worst']:.3f}x)"
-            )
-        out += [f"  {line}" for line in member_sizes(p)]
-        if p.get("advice"):
-            out.append(f"advice: {p['advice']}")
+    out += [f"  {line}" for line in member_sizes(p)]
+    if p.get("advice"):
+        out.append(f"advice: {p['advice']}")
     return out
 
 
@@ -305,6 +312,11 @@ def persist_lines(result: dict[str, Any]) -> list[str]:
                 f"{r['tag']}: persisted into {p['dir']}: {p['bytes'] / GIB:.3f} GiB in "
                 f"{p['files']} files by the aio copy, durable with its latest {p['seconds']:.2f} s "
                 f"after the save; waited for {p['waited_s']:.2f} s"
+                + (
+                    f"; the persist volume's drives wrote {p['write_bytes'] / GIB:.3f} GiB for it"
+                    if p.get("write_bytes") is not None
+                    else ""
+                )
             )
     beside = [str(e["step"]) for e in result.get("events", []) if e.get("persist_beside")]
     if beside:

@@ -70,6 +70,8 @@ class Prepared:
     offload_drives: tuple[str, ...] = ()  # the drives under the swap folders
     checkpoint_drives: tuple[str, ...] = ()  # the drives under --checkpoint-dir
     checkpoint_array: Array | None = None  # the md array under --checkpoint-dir
+    persist_drives: tuple[str, ...] = ()  # the drives under --checkpoint-persist
+    persist_array: Array | None = None  # the md array under --checkpoint-persist
 
 
 def make_request(

@@ -292,7 +292,7 @@ def build_result(
         "table": rows,
         "estimate_table": est_rows,
         "checkpoints": save_rows(
-            every,  # the saves, and their persists (events of no step)
+            every,  # the saves, and their persists
             (trace or {}).get("steps", []),
             est,
             p.strategy.optimizer == "nvme",
@@ -304,6 +304,10 @@ def build_result(
             int(prep.cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK))
             if req.checkpoint is not None and req.checkpoint.writer != "torch"
             else None,
+            prep.persist_drives if traced else (),
+            prep.persist_array if traced else None,
+            # the persist's aio copy writes the run's aio block
+            int(prep.cfg.get("aio", {}).get("block_size", DEFAULT_AIO_BLOCK)),
         ),
         "resumed_at": init.get("resumed_at") if init else None,
         "resume_check": check,

@@ -29,6 +29,7 @@ from iotune.model.dsconfig import DEFAULT_AIO_BLOCK, ds_config
 from iotune.model.estimate import Estimate, estimate
 from iotune.model.presets import Dtype, Preset, resolve_dtype
 from iotune.probes.meminfo import mem_available
+from iotune.probes.mounts import existing_ancestor
 from iotune.probes.sysfs import SysTree
 from iotune.proc import command as worker_command
 from iotune.proc import worker_env
@@ -150,6 +151,11 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     offload_drives = targets.disks
     if ck_behind is not None:  # the checkpoint volume's drives are traced too
         targets = merged(targets, ck_behind) if targets.disks else ck_behind
+    persist_behind = None
+    if req.checkpoint is not None and req.checkpoint.persist is not None:
+        # and the persist volume's: its copies' writes, and its parity, are measured
+        persist_behind = resolve_path(tree, str(existing_ancestor(req.checkpoint.persist)))
+        targets = merged(targets, persist_behind) if targets.disks else persist_behind
     gpu_name, gpu_bytes, gpu_count = gpus.name, gpus.memory, gpus.count
     if p.accelerator == "cuda":
         if gpu_bytes is None and not req.force:
@@ -216,6 +222,10 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
         checkpoint_drives=ck_behind.disks if ck_behind is not None else (),
         checkpoint_array=next((a for a in ck_behind.arrays if a.level), None)
         if ck_behind is not None
+        else None,
+        persist_drives=persist_behind.disks if persist_behind is not None else (),
+        persist_array=next((a for a in persist_behind.arrays if a.level), None)
+        if persist_behind is not None
         else None,
     )
 

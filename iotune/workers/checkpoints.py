@@ -178,4 +178,4 @@ def save_checkpoint(
 
             ds_comm.barrier()  # every rank's files of the tag sealed before the copy reads them
         if persister is not None:
-            persister.start(tag)
+            persister.start(tag, step)

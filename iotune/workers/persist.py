@@ -37,6 +37,7 @@ class Persister:
         self.snapshots, self.dest, self.aio = snapshots, dest, aio
         self.proc: subprocess.Popen[str] | None = None
         self.tag = ""
+        self.step = 0
         self.t0 = 0.0
 
     @classmethod
@@ -49,8 +50,9 @@ class Persister:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, tag: str) -> None:
-        """Copy the saved *tag* into the persist folder, in the background."""
+    def start(self, tag: str, step: int) -> None:
+        """Copy the saved *tag* (the save after *step*) into the persist folder, in the
+        background."""
         argv = [sys.executable, "-m", __name__, str(self.snapshots), str(self.dest), tag]
         self.proc = subprocess.Popen(
             [*argv, json.dumps(self.aio or {})],
@@ -59,12 +61,14 @@ class Persister:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.tag, self.t0 = tag, time.perf_counter()
+        self.tag, self.step, self.t0 = tag, step, time.perf_counter()
 
     def wait(self) -> dict[str, Any] | None:
         """The last persist's event, once it is durable (None: none started since the last
         wait): what it copied, how long it took from the save's end, and how long this
-        wait held the training."""
+        wait held the training. It carries its save's step: the trace's interval it ends,
+        ``persist:STEP``, holds the wait, and the copy's I/O is that of the intervals from its
+        save's end to it (iotune.train.checkpoint.save_rows)."""
         if self.proc is None:
             return None
         t = time.perf_counter()
@@ -76,6 +80,7 @@ class Persister:
             raise RunFails(f"the copy of save {self.tag} into {self.dest} failed: {why}")
         return {
             "event": "persist",
+            "step": self.step,
             "tag": self.tag,
             "dir": str(self.dest),
             **json.loads(out.strip().splitlines()[-1]),

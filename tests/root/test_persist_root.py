@@ -102,6 +102,28 @@ def test_the_steps_after_a_save_train_beside_its_persist_and_the_next_save_waits
         assert e["persist_wait_s"] >= 0, e
 
 
+def test_each_persists_writes_are_traced_on_its_own_volume(persisted: dict[str, Any]) -> None:
+    """The persist volume is traced beside the offload volume: each persist's copy is what
+    its drive wrote from the save's end to the wait for it (the step after, the wait), at
+    least the persisted bytes, more only by ext4's journal and metadata; none of it in the
+    save's own interval, whose writes are the clone's on the offload volume."""
+    doc = persisted["run"]
+    ck = doc["checkpoints"]
+    (drive,) = ck["persist_drives"]
+    assert drive not in ck["offload_drives"] and drive not in ck["checkpoint_drives"], ck
+    for s in ck["saves"]:
+        p = s["persist"]
+        step = int(s["tag"].removeprefix("step"))
+        want = ([f"step:{step + 1}"] if step < 3 else []) + [f"persist:{step}"]
+        assert p["intervals"] == want, p
+        assert p["bytes"] <= p["write_bytes"] <= p["bytes"] + 4 * 1024 * 1024, p
+        # an ext4 on one loop device: no parity
+        assert p["parity"] is None
+    rows = {r["label"]: r for r in doc["io_steps"]}
+    for s in ck["saves"]:
+        assert rows[f"checkpoint:{s['step']}"]["drives"][drive]["write"] == 0, s["tag"]
+
+
 def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
     """O_DIRECT through DeepSpeed's op: none of the persisted swap files is in the page
     cache but for a last part of a page (fincore)."""

@@ -440,7 +440,8 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
         for s in (1, 2)
     ]
     persists = [
-        {"event": "persist", "tag": f"step{s}", "dir": "/ck", "files": 5, "bytes": (3 << 30) // 4}
+        {"event": "persist", "step": s, "tag": f"step{s}", "dir": "/ck", "files": 5}
+        | {"bytes": (3 << 30) // 4}
         | {"copy_s": 1.5, "latest_s": 0.01, "seconds": 2.25, "waited_s": w}
         for s, w in ((1, 0.5), (2, 2.25))
     ]
@@ -448,7 +449,7 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
              for s in (1, 2)]  # fmt: skip
     from iotune.train.ranks import merge_ranks
 
-    # one rank's record: each persist is its own event (none has a step: the tag tells them)
+    # one rank's record: each persist is its own event, with its save's step and tag
     every = merge_ranks([steps[0], saves[0], persists[0], steps[1], saves[1], persists[1]])
     assert [x for x in every if x["event"] == "persist"] == persists
     doc = save_rows(every, [], e, True, (), ())
@@ -467,6 +468,86 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
     bare = save_rows([steps[0], saves[0]], [], e, True, (), ())
     assert bare is not None and bare["saves"][0]["persist"] is None
     assert persist_lines({"checkpoints": bare, "events": [steps[0]]}) == []
+
+
+def test_a_persists_io_is_the_persist_volumes_from_its_save_to_its_wait() -> None:
+    """Traced, a persist's copy is what the persist volume's drives did from its save's end
+    (``checkpoint:S``) to the interval its wait ends (``persist:S``): the steps between
+    (the copy runs beside them) and the wait, and nothing before the save or after the
+    wait. On a RAID6 of four the members' writes stand against the persist's bytes (full
+    stripes: 2x); counted here by hand."""
+    from iotune.trace.targets import Array
+    from iotune.train.render import parity_lines, persist_lines
+
+    e = _est()
+    members = ("p0", "p1", "p2", "p3")
+    arr = Array("ck", "raid6", 512 * KIB, members)
+
+    def row(label: str, each: int, reads: int = 0) -> dict[str, Any]:
+        # each persist member writes *each* bytes in 1 MiB requests, the offload drive none
+        return {
+            "label": label,
+            "read": {"bytes": 4 * reads},
+            "write": {"bytes": 4096 + 4 * each},
+            "drives": {
+                "off": {"read": 0, "write": 4096, "write_sizes": {4096: 1}},
+                **{
+                    n: {"read": reads, "write": each, "write_sizes": {MIB: each // MIB}}
+                    for n in members
+                },
+            },
+            "arrays": {"ck": {"write": 2 * each}},
+        }
+
+    io = [
+        row("step:1", 0),
+        row("checkpoint:1", 3 * MIB),  # before the persist: not its
+        row("step:2", 2 * MIB, reads=4096),
+        row("persist:1", MIB),  # the wait
+        row("checkpoint:2", 0),
+        row("persist:2", 4 * MIB),  # the run's end waited for all of it
+    ]
+    events: list[dict[str, Any]] = []
+    for s, saved in ((1, 6 * MIB), (2, 8 * MIB)):
+        events += [
+            {"event": "step", "step": s},
+            {"event": "checkpoint", "step": s, "tag": f"step{s}", "writer": "torch"}
+            | {"blocked_s": 0.01, "durable_s": 0.02, "files": 5, "bytes": saved},
+        ]
+    events += [
+        {"event": "persist", "step": s, "tag": f"step{s}", "dir": "/ck", "files": 5}
+        | {"bytes": saved, "copy_s": 1.0, "latest_s": 0.01, "seconds": 2.0, "waited_s": 0.5}
+        for s, saved in ((1, 6 * MIB), (2, 8 * MIB))
+    ]
+    doc = save_rows(events, io, e, True, ("off",), ("off",), None, None, members, arr, MIB)
+    assert doc is not None and doc["persist_drives"] == list(members)
+    one, two = (r["persist"] for r in doc["saves"])
+    assert one["intervals"] == ["step:2", "persist:1"] and two["intervals"] == ["persist:2"]
+    # persist 1: (2 + 1) MiB on each of 4 members = 12 MiB for 6 MiB: 2x, full stripes
+    assert one["write_bytes"] == 12 * MIB and one["read_bytes"] == 4 * 4096
+    assert one["write_sizes"] == {MIB: 12}
+    p1 = one["parity"]
+    assert (p1["amplification"], p1["ideal"], p1["excess_bytes"]) == (2.0, 2.0, 0), p1
+    assert p1["array_write_bytes"] == 2 * 3 * MIB and p1["array_amplification"] == 2.0
+    assert p1["per_member"]["p0"] == {"read": 4096, "write": 3 * MIB, "sizes": {MIB: 3}}
+    assert p1["advice"] is None  # 1 MiB requests fill the 1 MiB stripe (2 x 512 KiB)
+    # persist 2: 4 x 4 MiB = 16 MiB for 8 MiB
+    assert two["write_bytes"] == 16 * MIB and two["parity"]["amplification"] == 2.0
+    lines = parity_lines({"checkpoints": doc})
+    assert lines[0] == (
+        "step1 persisted: raid6 of 4, chunk 512 KiB: the members wrote 0.012 GiB for the "
+        "persist's 0.006 GiB, 2.000x (full stripes: 2.000x), and read 0.0 MiB back"
+    )
+    assert sum(x.startswith("step2 persisted: raid6 of 4") for x in lines) == 1
+    assert persist_lines({"checkpoints": doc, "events": []})[0].endswith(
+        "; the persist volume's drives wrote 0.012 GiB for it"
+    )
+    # untraced (no intervals), or the persist volume's drives not named: the event as it is
+    bare = save_rows(events, [], e, True, (), (), None, None, members, arr, MIB)
+    assert bare is not None and bare["saves"][0]["persist"] == events[-2]
+    none = save_rows(events, io, e, True, ("off",), ("off",))
+    assert none is not None and none["saves"][1]["persist"] == events[-1]
+    assert "persist_drives" in none and none["persist_drives"] == []
 
 
 def test_a_persist_is_refused_unless_its_saves_are_snapshots_on_another_volume(
