@@ -1,12 +1,14 @@
 """The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
 (``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
-offloads to the lab's RAID0 of two. First, on the healthy array, one step of the study's cut
-tiny_opt_nvme saved by each of DeepSpeed's FastPersist writers (``fast``, ``decoupled``: on the
-guest's CPU, their buffer locked by the aio op). Then one traced run saves with torch.save
-after each of three steps; while it makes its second save, one member of the RAID6 is failed
-(``mdadm --fail``, in the guest, the moment the step before the save is recorded); then a run
-resumes from that save, on the degraded array. Before the failure, two ranks save one step on
-the healthy array too: the save of several ranks, counted once, against RAID6's parity."""
+offloads to the lab's RAID0 of two (XFS, as `raid create` makes it). First, on the healthy
+array, one step of the study's cut tiny_opt_nvme saved by each of DeepSpeed's FastPersist
+writers (``fast``, its swap files copied by iotune's aio copy; ``decoupled``, by DeepSpeed's
+copytree: on the guest's CPU, their buffer locked by the aio op), and two ranks saving one
+step. Then one traced run saves after each of three steps as snapshots (``--checkpoint-copy
+reflink``, on the RAID0) persisted to the RAID6 beside the training
+(``--checkpoint-persist``); while the second save's persist copies, one member of the RAID6
+is failed (``mdadm --fail``, in the guest, the copy's process held still meanwhile). Then a
+run resumes from that persisted save, on the degraded array."""
 
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ from typing import Any
 from tests.vm.study_lab import BIN, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
-#: DeepSpeed's writers other than torch.save, each saving one step on the healthy array: the
-#: fast writer (FastFileWriter), and the decoupled engine, whose process saves with the same
-#: writer (forked from the training worker on a CPU: iotune.workers.fastpersist)
-WRITERS = ("fast", "decoupled")
-#: the save made while a member fails
+#: DeepSpeed's writers other than torch.save, each saving one step on the healthy array with
+#: the swap files' copy named: the fast writer (FastFileWriter) with iotune's aio copy, and the
+#: decoupled engine, whose process saves with the same writer (forked from the training
+#: worker on a CPU: iotune.workers.fastpersist), with DeepSpeed's copytree
+WRITERS = {"fast": "aio", "decoupled": "deepspeed"}
+#: the save whose persist is being copied while a member fails
 FAILED_SAVE = 2
+#: the saving run's snapshots, on the RAID0 it offloads to, and their persist folder
+SNAPSHOTS, PERSISTED = "/tmp/raid0x2/snap", "/tmp/ckpt/ck"
 #: the two-rank run's checkpoint folder, under the RAID6's mount
 RANKS_DIR = "ranks2"
 #: in the guest: the bytes of the files under a folder (argv[1])
@@ -33,34 +38,54 @@ TAG_BYTES = (
     "print(sum(f.stat().st_size for f in pathlib.Path(sys.argv[1]).rglob('*') if f.is_file()))"
 )
 
-#: in the guest: runs argv (its stdout into a file), waits for the step event before the
-#: save FAILED_SAVE, fails a member of the array, and reports whether that save was still
-#: being made then; argv: the command (JSON), its steps.jsonl, its stdout file, the array,
-#: the member, the step
-FAIL_DURING_SAVE = """
-import json, os, subprocess, sys, time
-argv, steps, out, array, member, step = json.loads(sys.argv[1]), *sys.argv[2:6], int(sys.argv[6])
+#: in the guest: runs argv (its stdout into a file), waits for the persist of save TAG to
+#: have its first file in the persist folder (the copy begun: its process loaded the aio
+#: op), holds that process still (SIGSTOP), fails a member of the array, lets it go on
+#: (SIGCONT), and reports whether the copy was still going on then; argv: the command
+#: (JSON), its stdout file, the persist folder, the tag, the array, the member
+FAIL_DURING_PERSIST = """
+import json, os, signal, subprocess, sys, time
+argv, out, dest, tag, array, member = json.loads(sys.argv[1]), *sys.argv[2:7]
+folder = os.path.join(dest, tag)
 
-def events(kind):
-    if not os.path.exists(steps):
-        return []
-    recs = [json.loads(x) for x in open(steps).read().splitlines() if x.strip()]
-    return [r for r in recs if r.get("event") == kind and r.get("step") == step]
+def copier():
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if b"iotune.workers.persist" in cmd and tag.encode() in cmd:
+            return int(pid)
+    return None
+
+def begun():
+    for top, _, files in os.walk(folder):
+        if files:
+            return True
+    return False
 
 with open(out, "w") as fh:
     p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 1500
-    while not events("step"):
+    deadline = time.monotonic() + 3000  # a hang detector: the run takes minutes here
+    pid = None
+    while pid is None or not begun():
         if p.poll() is not None or time.monotonic() > deadline:
             p.kill()
-            sys.exit(f"no step {step} event: {p.communicate()[1][-3000:]}")
-        time.sleep(0.02)
+            sys.exit(f"no persist of {tag} seen copying: {p.communicate()[1][-3000:]}")
+        pid = pid or copier()
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGSTOP)
+    latest = os.path.join(dest, "latest")
+    held = open(latest).read().strip() if os.path.exists(latest) else None
+    files = sum(len(f) for _, _, f in os.walk(folder))
     fail = subprocess.run(["mdadm", "--manage", array, "--fail", member],
                           capture_output=True, text=True)
-    during = not events("checkpoint")
-    _, err = p.communicate(timeout=1500)
+    alive = os.path.exists(f"/proc/{pid}")
+    os.kill(pid, signal.SIGCONT)
+    _, err = p.communicate(timeout=3000)
 print(json.dumps({"rc": p.returncode, "stderr": err[-4000:], "fail_rc": fail.returncode,
-                  "fail_stderr": fail.stderr, "during_save": during}))
+                  "fail_stderr": fail.stderr, "during_persist": alive and held != tag,
+                  "latest_then": held, "files_then": files}))
 """
 
 
@@ -68,7 +93,8 @@ print(json.dumps({"rc": p.returncode, "stderr": err[-4000:], "fail_rc": fail.ret
 class CheckpointRuns:
     #: the saving run's ``trace --run --json`` document
     saving: dict[str, Any]
-    #: what the in-guest script saw: rc, stderr, the fail's rc, whether the save was going on
+    #: what the in-guest script saw: rc, stderr, the fail's rc, whether the persist was
+    #: still copying then, the persist folder's latest and the files in the tag's copy then
     failure: dict[str, Any]
     #: the member failed
     member: str
@@ -86,16 +112,20 @@ class CheckpointRuns:
     #: the bytes of the files in that save's tag folder, summed in the guest (as ``du -b``
     #: counts them, less the folders)
     ranks_tag_bytes: int
+    #: the bytes of the files of each persisted save, summed in the guest after the run
+    persisted_bytes: dict[str, int]
 
 
 def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
-    """The saving run with a member failed during a save, then the run resumed from it."""
+    """The writers' and the two ranks' saves, the saving run with a member failed during a
+    persist, then the run resumed from that persisted save."""
     out = lab.share / "ckpt-run"
     argv = [
         str(BIN / "iotune"),
         *("--json", "trace", "--run", "tiny_opt_nvme", *SET_ARGS),
         *("--nvme-path", "/tmp/raid0x2", "--steps", str(CK_STEPS)),
-        *("--checkpoint-every", "1", "--checkpoint-dir", "/tmp/ckpt/ck", "--out", str(out)),
+        *("--checkpoint-every", "1", "--checkpoint-copy", "reflink"),
+        *("--checkpoint-dir", SNAPSHOTS, "--checkpoint-persist", PERSISTED, "--out", str(out)),
     ]
     # the array's initial resync done: what its members do from here is the saves'
     lab.guest.run(["mdadm", "--wait", "/dev/md/ckpt"], timeout=1200)
@@ -103,7 +133,7 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
     if idle.get("sync_action") not in (None, "idle"):
         raise RuntimeError(f"the checkpoints' array is still syncing: {idle}")
     writers = {}
-    for w in WRITERS:
+    for w, copy in WRITERS.items():
         go_on()
         writers[w] = lab.iotune_json(
             "trace",
@@ -111,8 +141,8 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
             "tiny_opt_nvme",
             *SET_ARGS,
             *("--nvme-path", "/tmp/raid0x2", "--steps", "1", "--checkpoint-every", "1"),
-            *("--checkpoint-writer", w, "--checkpoint-dir", f"/tmp/ckpt/{w}"),
-            *("--out", str(lab.share / f"ckpt-{w}")),
+            *("--checkpoint-writer", w, "--checkpoint-copy", copy),
+            *("--checkpoint-dir", f"/tmp/ckpt/{w}", "--out", str(lab.share / f"ckpt-{w}")),
             timeout=1500,
         )
     go_on()
@@ -126,33 +156,34 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         *("--out", str(lab.share / f"ckpt-{RANKS_DIR}")),
         timeout=1500,
     )
-    tag_bytes = int(
-        lab.guest.run(
-            [sys.executable, "-c", TAG_BYTES, f"/tmp/ckpt/{RANKS_DIR}/step1"], timeout=120
+
+    def tag_bytes(folder: str) -> int:
+        return int(
+            lab.guest.run([sys.executable, "-c", TAG_BYTES, folder], timeout=120).check().stdout
         )
-        .check()
-        .stdout
-    )
+
+    ranks_bytes = tag_bytes(f"/tmp/ckpt/{RANKS_DIR}/step1")
     member = lab.names[CK_SERIALS[1]]
     stdout = lab.share / "ckpt-run.json"
     r = lab.guest.run(
         [
             sys.executable,
             "-c",
-            FAIL_DURING_SAVE,
+            FAIL_DURING_PERSIST,
             json.dumps(argv),
-            str(out / "steps.jsonl"),
             str(stdout),
+            PERSISTED,
+            f"step{FAILED_SAVE}",
             "/dev/md/ckpt",
             f"/dev/{member}",
-            str(FAILED_SAVE),
         ],
-        timeout=1800,
+        timeout=3600,
         env=lab.env,
     ).check()
     failure = json.loads(r.stdout)
     if failure["rc"] != 0:
         raise RuntimeError(f"the saving run failed: {failure['stderr']}")
+    persisted = {f"step{s}": tag_bytes(f"{PERSISTED}/step{s}") for s in range(1, CK_STEPS + 1)}
     go_on()
     status = lab.iotune_json("raid", "status", "ckpt")
     resumed = lab.iotune_json(
@@ -160,9 +191,11 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         "--run",
         "tiny_opt_nvme",
         *SET_ARGS,
-        *("--nvme-path", "/tmp/raid0x2", "--steps", "1"),
-        *("--resume-from", f"/tmp/ckpt/ck/step{FAILED_SAVE}", "--out", str(lab.share / "resumed")),
+        *("--nvme-path", "/tmp/raid0x2", "--steps", "1", "--checkpoint-copy", "aio"),
+        *("--resume-from", f"{PERSISTED}/step{FAILED_SAVE}", "--out", str(lab.share / "resumed")),
         timeout=1500,
     )
     saving = json.loads(stdout.read_text())
-    return CheckpointRuns(saving, failure, member, resumed, status, writers, idle, ranks, tag_bytes)
+    return CheckpointRuns(
+        saving, failure, member, resumed, status, writers, idle, ranks, ranks_bytes, persisted
+    )

@@ -1,9 +1,10 @@
 """The study's second volume, in the lab's guest (tests/vm/checkpoint_lab.py): checkpoints of a
-ZeRO-3 run that offloads to a RAID0 of two, saved with DeepSpeed to a RAID6 of four built by
-`iotune raid create`, traced on both arrays' members by the real eBPF program. Each save's
-copy is the I/O model's to the byte; the RAID6's members write what full stripes make of it
-(K/(K-2) = 2); a member failed during a save leaves the save whole and loadable, and a run
-resumed from it trains on as the saving run did."""
+ZeRO-3 run that offloads to a RAID0 of two, saved to a RAID6 of four built by `iotune raid
+create`, traced on both arrays' members by the real eBPF program: by DeepSpeed's copytree, by
+iotune's aio copy, and as snapshots on the RAID0 persisted to the RAID6 beside the training.
+Each save's copy is the I/O model's to the byte; the RAID6's members write what full stripes
+make of it (K/(K-2) = 2); a member failed while a persist copies leaves that save whole and
+loadable, and a run resumed from it trains on as the saving run did."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, WRITERS, CheckpointRuns
+from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, PERSISTED, WRITERS, CheckpointRuns
 from tests.vm.study_lab import VOLUMES, Lab
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -39,30 +40,42 @@ def test_the_checkpoints_raid6_is_built_as_asked(checkpoint_runs: CheckpointRuns
     assert a["state"] in ("clean", "active", "active-idle"), a
 
 
-def test_each_save_is_the_models_copy_read_from_the_raid0(saving: dict[str, Any], lab: Lab) -> None:
+def test_each_save_is_a_snapshot_on_the_raid0_persisted_whole_to_the_raid6(
+    checkpoint_runs: CheckpointRuns, saving: dict[str, Any], lab: Lab
+) -> None:
+    """--checkpoint-copy reflink --checkpoint-persist: each save clones the swap files on the
+    RAID0 the run swaps to (no data read there: the clone), and its persist copies the whole
+    tag folder to the RAID6, the bytes the guest counts there after the run; the persist
+    volume is traced apart, and its members wrote at least that."""
     n_s = saving["estimate"]["swapped"]["n_s"]
     ck = saving["checkpoints"]
-    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES["raid0x2"])
-    assert len(ck["checkpoint_drives"]) == 4
+    raid0 = sorted(lab.names[s] for s in VOLUMES["raid0x2"])
+    assert ck["copy"] == "reflink"
+    assert sorted(ck["offload_drives"]) == raid0 == sorted(ck["checkpoint_drives"]), ck
+    assert len(ck["persist_drives"]) == 4 and not set(ck["persist_drives"]) & set(raid0), ck
     saves = _saves(saving)
     assert sorted(saves) == list(range(1, CK_STEPS + 1))
     for s in saves.values():
         assert s["swap_copy_bytes"] == 12 * n_s
-        assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
+        assert [r["copy"] for r in s["swap_copy"]] == ["reflink"], s["swap_copy"]
+        assert s["offload_read_bytes"] < 12 * n_s // 4, s  # a clone reads no data
         assert 0 < s["blocked_s"] <= s["durable_s"]
+        p = s["persist"]
+        assert p["bytes"] == s["bytes"] == checkpoint_runs.persisted_bytes[s["tag"]], (p, s)
+        assert p["write_bytes"] >= p["bytes"], p
 
 
-def _full_stripes(s: dict[str, Any]) -> None:
-    """A save on the healthy array: the members wrote twice the save's bytes (two of four
-    members hold data). What they read back is the files' last, partial stripes (a save is a
-    dozen files; each ends inside a stripe md completes by reading): a few stripes, not the
-    save's worth, and each member's share within a chunk or two of the others'."""
-    p = s["parity"]
+def _full_stripes(p: dict[str, Any] | None, saved: int, seconds: float, files: int) -> None:
+    """A save (or a persist) of *saved* bytes in *files* files, *seconds* long, on the healthy
+    array: the members wrote twice its bytes (two of four members hold data). What they read
+    back is the files' last, partial stripes (a save is a dozen files; each ends inside a
+    stripe md completes by reading): a few stripes, not the save's worth, and each member's
+    share within a chunk or two of the others'."""
     assert p is not None
     assert (p["level"], p["members"], p["ideal"]) == ("raid6", 4, 2.0)
     stripe = p["stripe_bytes"]
     assert stripe == 2 * p["chunk_bytes"]
-    assert p["amplification"] >= 2.0, p
+    assert p["saved_bytes"] == saved and p["amplification"] >= 2.0, p
     # what the array itself was asked (its diskstats): the save's files, xfs's log and
     # metadata. The members wrote between the full-stripe ideal of that and each page on its
     # own (the page, P and Q: 3x). Where in between depends on how writeback cut the files
@@ -70,14 +83,14 @@ def _full_stripes(s: dict[str, Any]) -> None:
     # superblock, written to each member as the array turns dirty and, 200 ms idle, clean
     # again (a 4 KiB block each time)
     asked = p["array_write_bytes"]
-    assert asked >= s["bytes"], p
-    turns = 2 * (math.ceil(s["durable_s"] / 0.2) + 1)
+    assert asked >= saved, p
+    turns = 2 * (math.ceil(seconds / 0.2) + 1)
     superblocks = turns * p["members"] * 4 * KIB
-    assert 2 * s["bytes"] <= p["member_write_bytes"] <= 3 * asked + superblocks, (p, s)
+    assert 2 * saved <= p["member_write_bytes"] <= 3 * asked + superblocks, (p, saved)
     # at most a stripe read back for each file's tail (and xfs's few metadata blocks): a
     # save of a dozen files reads back a few stripes, whatever its size (1.3 and 3.1 MiB seen
     # on the lab's 22 MB saves, whose share of the save says nothing)
-    assert p["member_read_bytes"] <= (s["files"] + 4) * stripe, (s["files"], p)
+    assert p["member_read_bytes"] <= (files + 4) * stripe, (files, p)
     written = [m["write"] for m in p["per_member"].values()]
     # parity rotates: each member holds a quarter of the full stripes' chunks, data and
     # parity; what the members wrote beyond the full-stripe ideal (the files' last partial
@@ -86,61 +99,82 @@ def _full_stripes(s: dict[str, Any]) -> None:
     assert max(written) - min(written) <= 2 * p["chunk_bytes"] + p["excess_bytes"], p
 
 
-def test_a_healthy_raid6_writes_full_stripes(saving: dict[str, Any]) -> None:
-    """The torch.save before the failure."""
-    _full_stripes(_saves(saving)[1])
+def _save_stripes(s: dict[str, Any]) -> None:
+    _full_stripes(s["parity"], s["bytes"], s["durable_s"], s["files"])
+
+
+def test_a_healthy_raid6_writes_full_stripes_of_a_persist(saving: dict[str, Any]) -> None:
+    """The persist before the failure: its aio copy's writes, from its save's end to the
+    wait for it, full stripes on the RAID6."""
+    p = _saves(saving)[1]["persist"]
+    _full_stripes(p["parity"], p["bytes"], p["seconds"], p["files"])
 
 
 @pytest.mark.parametrize("writer", WRITERS)
 def test_each_fastpersist_writer_saves_the_same_bytes_in_full_stripes(
     checkpoint_runs: CheckpointRuns, saving: dict[str, Any], writer: str
 ) -> None:
-    """Each of DeepSpeed's FastPersist writers on the guest's CPU: the same copy of the
-    optimizer state and the same files as torch.save's, traced on both arrays, the RAID6's
-    members writing full stripes of them."""
+    """Each of DeepSpeed's FastPersist writers on the guest's CPU, each with a copy of the
+    swap files (iotune's aio copy; DeepSpeed's copytree): the same copy of the optimizer
+    state and the same files as torch.save's, traced on both arrays, the RAID6's members
+    writing full stripes of them."""
     doc = checkpoint_runs.writers[writer]
     assert doc["steps_done"] == 1, doc.get("error")
     # the decoupled engine's process forked from the worker, not spawned (no GPU here)
     forked = any("forked from the training worker" in n for n in doc.get("notes", []))
     assert forked == (writer == "decoupled"), doc.get("notes")
     ck = doc["checkpoints"]
-    assert ck["writer"] == writer
+    assert ck["writer"] == writer and ck["copy"] == WRITERS[writer]
     assert len(ck["offload_drives"]) == 2 and len(ck["checkpoint_drives"]) == 4
     (s,) = ck["saves"]
     n_s = doc["estimate"]["swapped"]["n_s"]
     assert s["swap_copy_bytes"] == 12 * n_s
+    # iotune's copy records each folder it copied; DeepSpeed's copytree none
+    copied = [(r["copy"], r["bytes"]) for r in s["swap_copy"]]
+    assert copied == ([("aio", 12 * n_s)] if WRITERS[writer] == "aio" else []), copied
     # the writer's zip records are named "archive/..." where torch.save names them by file
-    # (4,376 and 4,504 bytes fewer seen in the root tier)
+    # (4,376 and 4,504 bytes fewer seen in the root tier); the saving run's saves are
+    # torch.save's, as snapshots
     assert 0 < _saves(saving)[1]["bytes"] - s["bytes"] <= 8 * KIB, (s, _saves(saving)[1])
     assert 12 * n_s <= s["offload_read_bytes"] <= 12 * n_s + 64 * KIB, s
     assert 0 < s["blocked_s"] <= s["durable_s"]
-    _full_stripes(s)
+    _save_stripes(s)
 
 
-def test_a_member_failed_during_a_save_leaves_it_whole(
+def test_a_member_failed_during_a_persist_leaves_it_whole(
     checkpoint_runs: CheckpointRuns, saving: dict[str, Any]
 ) -> None:
+    """The member failed while the persist of save FAILED_SAVE was copying (its process held
+    still, its first file in the persist folder, latest still naming the save before): the
+    copy went on, on the degraded array, to the whole save; the save after it was persisted
+    with that member taking none of its writes."""
     f = checkpoint_runs.failure
     assert f["fail_rc"] == 0, f["fail_stderr"]
-    # the member was failed after step FAILED_SAVE was recorded and before its save was
-    assert f["during_save"] is True
-    s = _saves(saving)[FAILED_SAVE]
-    assert s["swap_copy_bytes"] == 12 * saving["estimate"]["swapped"]["n_s"]
-    p = s["parity"]
-    assert p is not None
+    assert f["during_persist"] is True and f["latest_then"] == f"step{FAILED_SAVE - 1}", f
+    assert f["files_then"] >= 1, f
+    saves = _saves(saving)
+    s = saves[FAILED_SAVE]
+    p = s["persist"]
+    assert p["bytes"] == s["bytes"] == checkpoint_runs.persisted_bytes[s["tag"]], (p, s)
+    lost = checkpoint_runs.member
+    parity = p["parity"]
+    assert parity is not None
     # from the failure on the member takes no more writes: it wrote less than the others
-    lost = p["per_member"][checkpoint_runs.member]
-    others = [m["write"] for n, m in p["per_member"].items() if n != checkpoint_runs.member]
-    assert lost["write"] < min(others), p["per_member"]
+    others = [m["write"] for n, m in parity["per_member"].items() if n != lost]
+    assert parity["per_member"][lost]["write"] < min(others), parity["per_member"]
+    after = saves[FAILED_SAVE + 1]["persist"]["parity"]
+    assert after is not None and after["per_member"][lost]["write"] == 0, after["per_member"]
     (arr,) = checkpoint_runs.status["arrays"]
     states = {m["device"]: m["state"] for m in arr["members"]}
-    assert "faulty" in states[f"/dev/{checkpoint_runs.member}"], states
+    assert "faulty" in states[f"/dev/{lost}"], states
     assert sum("in_sync" in (v or "") for v in states.values()) == 3, states
 
 
 def test_a_run_resumed_from_the_degraded_array_trains_on(
     checkpoint_runs: CheckpointRuns, saving: dict[str, Any]
 ) -> None:
+    """The persisted save made while the member failed loads, its swap files copied back
+    by the aio copy from the degraded RAID6, and the next step's loss is the saving run's."""
     resumed = checkpoint_runs.resumed
     assert resumed["resumed_at"] == FAILED_SAVE, resumed.get("error")
     (step,) = [e for e in resumed["events"] if e["event"] == "step"]
@@ -152,6 +186,10 @@ def test_a_run_resumed_from_the_degraded_array_trains_on(
     # iotune's own check of it, against the losses the saving run kept beside its tags
     check = resumed["resume_check"]
     assert check["ok"] is True and check["at_step"] == FAILED_SAVE + 1, check
+    init = next(e for e in resumed["events"] if e["event"] == "init")
+    (rec,) = init["resume_copy"]
+    assert rec["copy"] == "aio", rec
+    assert rec["source"] == f"{PERSISTED}/step{FAILED_SAVE}/offloaded_tensors/rank00", rec
 
 
 def test_two_ranks_save_once_and_the_raid6_writes_full_stripes_of_it(
@@ -171,4 +209,4 @@ def test_two_ranks_save_once_and_the_raid6_writes_full_stripes_of_it(
     # both ranks' copies of their swap files, the two-rank model's to the byte
     n_s = doc["estimate"]["swapped"]["n_s"]
     assert s["swap_copy_bytes"] == 2 * 12 * n_s == ck["estimate"]["write_bytes"], s
-    _full_stripes(s)
+    _save_stripes(s)
