@@ -166,3 +166,37 @@ def test_a_persist_that_cannot_work_is_refused_in_one_line(persisted: dict[str, 
         assert p.returncode == 2 and len(lines) == 2 and "Traceback" not in p.stderr, p.stderr
         assert want in lines[0] and hint in lines[1], p.stderr
         assert not dest.exists() and not (xfs / "snap2").exists()
+
+
+def test_two_ranks_persist_each_save_once_whole(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """--ranks 2 x --checkpoint-persist: each rank clones its own swap files into the
+    snapshot, and local rank 0 persists the whole tag once every rank has sealed it (a
+    barrier): one persist a save, both ranks' swap files in it, each to the byte as the
+    snapshot held it; latest names the last save, and no snapshot is left."""
+    devs = LoopDevices(tmp_path_factory.mktemp("persist-ranks"))
+    try:
+        xfs = _mounted(devs, 2048, "xfs")
+        ext4 = _mounted(devs, 1536, "ext4")
+        (xfs / "off").mkdir()
+        run = iotune("--json", "trace", "--run", "tiny_opt_nvme", "--ranks", "2", "--nvme-path",
+                     str(xfs / "off"), "--steps", "2", "--checkpoint-every", "1",
+                     "--checkpoint-copy", "reflink", "--checkpoint-dir", str(xfs / "snap"),
+                     "--checkpoint-persist", str(ext4 / "ck"), "--out", str(devs.tmp / "run"))  # fmt: skip
+        doc = json.loads(run.stdout)
+        assert doc["ranks"] == 2 and doc["steps_done"] == 2, doc.get("error")
+        n_s = doc["estimate"]["swapped"]["n_s"]
+        persists = [e for e in doc["events"] if e["event"] == "persist"]
+        assert [(e["step"], e["tag"]) for e in persists] == [(1, "step1"), (2, "step2")]
+        for s in doc["checkpoints"]["saves"]:
+            held = _files(ext4 / "ck" / s["tag"])
+            p = s["persist"]
+            assert p["files"] == len(held) and p["bytes"] == sum(held.values()) == s["bytes"]
+            for rank in ("rank00", "rank01"):
+                swap = sum(v for k, v in held.items() if k.startswith(f"offloaded_tensors/{rank}/"))
+                assert swap == 12 * n_s, (rank, swap, n_s)
+            assert s["swap_copy_bytes"] == 2 * 12 * n_s, s
+            assert p["bytes"] <= p["write_bytes"] <= p["bytes"] + 4 * 1024 * 1024, p
+        assert (ext4 / "ck" / "latest").read_text() == "step2"
+        assert not any(p.name.startswith("step") for p in (xfs / "snap").iterdir())
+    finally:
+        devs.close()
