@@ -53,7 +53,11 @@ class Persister:
     def start(self, tag: str, step: int) -> None:
         """Copy the saved *tag* (the save after *step*) into the persist folder, in the
         background."""
-        argv = [sys.executable, "-m", __name__, str(self.snapshots), str(self.dest), tag]
+        from iotune.proc import command
+
+        # forked from the host's zygote where there is one (its imports and the aio op's
+        # load done): where Python is slow (an emulated guest) a copy's own start is minutes
+        argv = command(__name__, str(self.snapshots), str(self.dest), tag)
         self.proc = subprocess.Popen(
             [*argv, json.dumps(self.aio or {})],
             stdin=subprocess.DEVNULL,

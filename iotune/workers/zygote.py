@@ -41,6 +41,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 PRELOAD = ("torch", "deepspeed", "transformers.models.llama.modeling_llama")
@@ -220,6 +221,10 @@ def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
+        # named in ps and top by its module, not the server's "python" (the kernel keeps
+        # 15 bytes): iot-train, iot-persist
+        with contextlib.suppress(OSError):
+            Path("/proc/self/comm").write_text(worker_name(req["module"]))
         _forget_ops_unless_same_env()
         os.chdir(req["cwd"])
         if os.read(go, 1) != b"g":
@@ -231,6 +236,12 @@ def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def worker_name(module: str) -> str:
+    """A forked worker's process name: ``iot-`` and its module's last part, in the 15 bytes
+    the kernel keeps."""
+    return f"iot-{module.rsplit('.', 1)[-1]}"[:15]
 
 
 def _run_module(module: str, args: list[str]) -> int:

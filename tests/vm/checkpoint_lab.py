@@ -40,21 +40,26 @@ TAG_BYTES = (
 
 #: in the guest: runs argv (its stdout into a file), waits for the persist of save TAG to
 #: have its first file in the persist folder (the copy begun: its process loaded the aio
-#: op), holds that process still (SIGSTOP), fails a member of the array, lets it go on
-#: (SIGCONT), and reports whether the copy was still going on then; argv: the command
-#: (JSON), its stdout file, the persist folder, the tag, the array, the member
+#: op; one persist runs at a time), holds that process still (SIGSTOP), fails a member of
+#: the array, lets it go on (SIGCONT), and reports whether the copy was still going on
+#: then; argv: the command (JSON), its stdout file, the persist folder, the tag, the
+#: array, the member
 FAIL_DURING_PERSIST = """
 import json, os, signal, subprocess, sys, time
 argv, out, dest, tag, array, member = json.loads(sys.argv[1]), *sys.argv[2:7]
 folder = os.path.join(dest, tag)
 
 def copier():
-    for pid in os.listdir("/proc"):
+    # the copy's process: forked from the guest's zygote (named iot-persist), or started
+    # as python -m iotune.workers.persist; not the zygote's client that waits for it
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
         except OSError:
             continue
-        if b"iotune.workers.persist" in cmd and tag.encode() in cmd:
+        ours = b"iotune.workers.persist" in cmd and b"iotune.workers.zygote" not in cmd
+        if comm == "iot-persist" or ours:
             return int(pid)
     return None
 
@@ -68,11 +73,12 @@ with open(out, "w") as fh:
     p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 3000  # a hang detector: the run takes minutes here
     pid = None
-    while pid is None or not begun():
+    while pid is None:
         if p.poll() is not None or time.monotonic() > deadline:
             p.kill()
             sys.exit(f"no persist of {tag} seen copying: {p.communicate()[1][-3000:]}")
-        pid = pid or copier()
+        # a file of the tag's copy there: the process copying is this tag's
+        pid = copier() if begun() else None
         time.sleep(0.005)
     os.kill(pid, signal.SIGSTOP)
     latest = os.path.join(dest, "latest")
