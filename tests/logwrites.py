@@ -108,17 +108,24 @@ class Replay:
         self.done = max(self.done, index + 1)
 
     def copy(self, to: Path) -> None:
-        """The image as it stands now, into *to*: its data extents only (it stays sparse)."""
-        with self.image.open("rb") as src, to.open("wb") as dst:
-            size = os.fstat(src.fileno()).st_size
-            dst.truncate(size)
-            for start, end in _extents(src.fileno(), size):
-                off = start
-                while off < end:
-                    n = os.copy_file_range(src.fileno(), dst.fileno(), end - off, off, off)
-                    if n == 0:
-                        raise OSError(f"copy_file_range stopped at {off} of {to}")
-                    off += n
+        """The image as it stands now, into a new file *to*: its data extents only (it
+        stays sparse)."""
+        with to.open("wb") as dst:
+            dst.truncate(self.image.stat().st_size)
+        copy_into(self.image, to)
+
+
+def copy_into(src: Path, dst: Path) -> None:
+    """*src*'s data extents written into *dst* in place (a file another process holds open,
+    a drive's image: not replaced), where *dst* holds zeros elsewhere."""
+    with src.open("rb") as s, dst.open("r+b") as d:
+        for start, end in _extents(s.fileno(), os.fstat(s.fileno()).st_size):
+            off = start
+            while off < end:
+                n = os.copy_file_range(s.fileno(), d.fileno(), end - off, off, off)
+                if n == 0:
+                    raise OSError(f"copy_file_range stopped at {off} of {dst}")
+                off += n
 
 
 def _extents(fd: int, size: int) -> Iterator[tuple[int, int]]:

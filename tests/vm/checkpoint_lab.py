@@ -8,7 +8,9 @@ step. Then one traced run saves after each of three steps as snapshots (``--chec
 reflink``, on the RAID0) persisted to the RAID6 beside the training
 (``--checkpoint-persist``); while the second save's persist copies, one member of the RAID6
 is failed (``mdadm --fail``, in the guest, the copy's process held still meanwhile). Then a
-run resumes from that persisted save, on the degraded array."""
+run resumes from that persisted save, on the degraded array. Last, two of its saves are
+persisted again with every write recorded, and replayed to each point power could be lost
+at (tests/vm/powerloss_lab.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.vm.powerloss_lab import PowerLoss, record_and_replay
 from tests.vm.study_lab import BIN, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
@@ -120,6 +123,9 @@ class CheckpointRuns:
     ranks_tag_bytes: int
     #: the bytes of the files of each persisted save, summed in the guest after the run
     persisted_bytes: dict[str, int]
+    #: two of its saves persisted again under log-writes, and replayed to every point a
+    #: crash can leave (tests/vm/powerloss_lab.py)
+    powerloss: PowerLoss
 
 
 def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> CheckpointRuns:
@@ -202,6 +208,9 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         timeout=1500,
     )
     saving = json.loads(stdout.read_text())
+    go_on()
+    lost_power = record_and_replay(lab, go_on)
     return CheckpointRuns(
-        saving, failure, member, resumed, status, writers, idle, ranks, ranks_bytes, persisted
-    )
+        saving, failure, member, resumed, status, writers, idle, ranks, ranks_bytes, persisted,
+        lost_power,
+    )  # fmt: skip
