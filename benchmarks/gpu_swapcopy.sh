@@ -12,6 +12,11 @@
 #   the offload volume as a snapshot must be (4 steps, a save after steps 2 and 4: step 3
 #   rewrites the shared extents, steps 1 and 2 none), then, the XFS gone, by aio between two
 #   folders of the disk (2 steps, a save after each; --force: one disk holds both).
+# persist: `iotune run opt_nvme_1b` with its saves taken as reflink snapshots on that XFS and
+#   persisted beside the training into a folder of the disk's own ext4 (--checkpoint-persist):
+#   4 steps, a save after step 3 (the disk's 64 GiB hold one persisted save beside the
+#   swap files and the snapshot's copy on write): steps 2 and 3 against step 4, which
+#   ran beside the persist, the copy's time and the run's end's wait.
 # $OUT gets each part's output and records.
 set -u
 out="${OUT:-/tmp/gpu-out}"
@@ -66,6 +71,25 @@ runs)
         > "$out/run_aio.json" 2> "$out/run_aio.err"
     echo "=== aio run: exit $? at $((SECONDS - start)) s" >&2
     tail -3 "$out/run_aio.err" >&2
+    tar czf "$out/runs.tgz" -C /tmp runs
+    ;;
+persist)
+    {
+        nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+        nproc; free -g | head -2; lsblk -d -o NAME,SIZE,ROTA,MODEL; uname -r; df -h /var/tmp
+        git log -1 --format=%h 2>/dev/null
+    } > "$out/machine.txt" 2>&1
+    mount_xfs > "$out/xfs.txt" 2>&1 || { cat "$out/xfs.txt"; exit 1; }
+    rm -rf "${xfs:?}"/* /var/tmp/ck
+    mkdir -p "$xfs/off" /var/tmp/ck
+    python3 -m iotune --json run opt_nvme_1b --steps 4 --checkpoint-every 3 \
+        --checkpoint-copy reflink --nvme-path "$xfs/off" --checkpoint-dir "$xfs/snap" \
+        --checkpoint-persist /var/tmp/ck/persist --out /tmp/runs/persist \
+        > "$out/run_persist.json" 2> "$out/run_persist.err"
+    echo "=== persist run: exit $? at $((SECONDS - start)) s" >&2
+    tail -3 "$out/run_persist.err" >&2
+    du -sb /var/tmp/ck/persist/* > "$out/persist_du.txt" 2>&1
+    ls -la "$xfs/snap" >> "$out/persist_du.txt" 2>&1
     tar czf "$out/runs.tgz" -C /tmp runs
     ;;
 esac
