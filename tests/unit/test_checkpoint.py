@@ -128,7 +128,7 @@ def test_checkpoint_options_come_in_pairs(tmp_path: Path) -> None:
 
 
 def test_parity_is_measured_against_full_stripes() -> None:
-    from iotune.train.checkpoint import parity_traffic
+    from iotune.train.parity import parity_traffic
 
     saved = 96 * MIB
     # RAID6 of 4, 512 KiB chunk: a full stripe holds 1 MiB of data, and 2 MiB reach the members
@@ -159,7 +159,7 @@ def test_parity_is_measured_against_full_stripes() -> None:
 
 
 def test_each_members_writes_are_shown_by_exact_size() -> None:
-    from iotune.train.checkpoint import parity_traffic
+    from iotune.train.parity import parity_traffic
     from iotune.train.render import member_sizes
 
     members = {
@@ -336,7 +336,7 @@ def test_the_writer_is_the_options_else_the_configs_else_torch() -> None:
 def test_parity_is_also_measured_against_what_the_array_was_asked() -> None:
     """The array's own diskstats (the save's files and the file system's log and metadata)
     bound the members' writes: full stripes 2x, each page alone 3x on a RAID6."""
-    from iotune.train.checkpoint import parity_traffic
+    from iotune.train.parity import parity_traffic
     from iotune.train.render import parity_lines
 
     members = {f"d{i}": {"read": 0, "write": 13 * MIB} for i in range(4)}  # 52 MiB in all
