@@ -214,3 +214,47 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         saving, failure, member, resumed, status, writers, idle, ranks, ranks_bytes, persisted,
         lost_power,
     )  # fmt: skip
+
+
+def checkpoint_summary(runs: CheckpointRuns) -> list[str]:
+    """Each run's saves for the log: copy, bytes, blocked and durable seconds, the RAID6's
+    members' writes against them; each persist's; the power-loss replay's points."""
+
+    def par(p: dict[str, Any] | None) -> str:
+        if not p:
+            return ""
+        each = ", ".join(f"{n} {m['write']:,}" for n, m in sorted(p["per_member"].items()))
+        return f"; members wrote {p['member_write_bytes']:,} ({p['amplification']:.3f}x: {each})"
+
+    out = []
+    docs = {**{f"writer {w}": d for w, d in runs.writers.items()}, "ranks 2": runs.ranks}
+    docs["saving (persisted)"] = runs.saving
+    for name, doc in docs.items():
+        ck = doc.get("checkpoints") or {}
+        for s in ck.get("saves", []):
+            out.append(
+                f"{name}, {s['tag']} by {ck.get('copy')}: {s['bytes']:,} bytes, blocked "
+                f"{s['blocked_s']:.3f} s, durable {s['durable_s']:.3f} s{par(s.get('parity'))}"
+            )
+            p = s.get("persist")
+            if p:
+                out.append(
+                    f"  persisted: {p['bytes']:,} bytes, copy {p['copy_s']:.2f} s, durable "
+                    f"{p['seconds']:.2f} s after the save, waited {p['waited_s']:.2f} s; "
+                    f"its volume wrote {p.get('write_bytes', 0):,}{par(p.get('parity'))}"
+                )
+    f = runs.failure
+    out.append(
+        f"member {runs.member} failed during the persist of step{FAILED_SAVE}: "
+        f"{f['files_then']} file(s) of it there, latest {f['latest_then']}"
+    )
+    pl = runs.powerloss
+    latest = [p["latest"] for p in pl.points]
+    out.append(
+        f"power loss: {pl.entries} logged writes, {len(pl.points)} points from the mark "
+        f"(entry {pl.mark_at}): latest {latest.count('step1')}x step1 then "
+        f"{latest.count('step2')}x step2, {sum(p['problem'] is not None for p in pl.points)} "
+        f"with a problem; resumed from entry {pl.resumed_point['entry']} "
+        f"({pl.resumed_point['second_files']} file(s) of step2 there)"
+    )
+    return out

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.vm.checkpoint_lab import CheckpointRuns, run_checkpoints
+from tests.vm.checkpoint_lab import CheckpointRuns, checkpoint_summary, run_checkpoints
 from tests.vm.fabric_lab import FAB_SERIALS, FabricRuns, fabric_summary, run_fabric
 from tests.vm.guest import WAITS, Drive, Early, Guest, Link
 from tests.vm.study_lab import (
@@ -289,6 +289,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("=", "NVMe/TCP across the link in the vm tier")
         try:
             lines = fabric_summary(done.result())
+        except (KeyError, TypeError, IndexError) as exc:  # a summary, not a test's result
+            lines = [f"(no summary: {exc!r})"]
+        for line in lines:
+            terminalreporter.write_line(line)
+    done = RUNS.get("checkpoint_runs")
+    if done is not None and done.done() and done.exception() is None:
+        terminalreporter.write_sep("=", "Checkpoints on the RAID6 in the vm tier")
+        try:
+            lines = checkpoint_summary(done.result())
         except (KeyError, TypeError, IndexError) as exc:  # a summary, not a test's result
             lines = [f"(no summary: {exc!r})"]
         for line in lines:
