@@ -33,7 +33,7 @@ RUNS = "/mnt/runs"
 def commands(names: dict[str, str]) -> list[list[str]]:
     off = [f"/dev/{names[s]}" for s in SERIALS[:2]]
     ck = [f"/dev/{names[s]}" for s in SERIALS[2:]]
-    run = ["tiny_opt_nvme", "--nvme-path", "/mnt/offload/swap"]
+    run = ["tiny_opt_nvme", "--nvme-path", "/mnt/offload"]
     saves = ["--checkpoint-every", "1", "--checkpoint-copy", "reflink"]
     saves += ["--checkpoint-dir", "/mnt/offload/snap", "--checkpoint-persist", "/mnt/ckpt/ck"]
     resume = ["--resume-from", "/mnt/ckpt/ck/step2", "--checkpoint-copy", "aio"]
@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     env = {**guest_ops.build(guest_ops.default_dir()), "IOTUNE_ZYGOTE": ZYGOTE, "COLUMNS": "100"}
+    env["MPLCONFIGDIR"] = "/tmp/mpl"  # the guest's home is the host's, read-only
     work = Path(tempfile.mkdtemp(prefix="iotune-recipe-vm-"))
     drives = [Drive(s, size_mib=2048 if s.startswith("OFF") else 1024) for s in SERIALS]
     guest = Guest(
