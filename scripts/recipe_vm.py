@@ -22,7 +22,7 @@ sys.path.insert(0, str(TOP))
 
 from tests.vm import guest_ops  # noqa: E402
 from tests.vm.guest import Drive, Guest  # noqa: E402
-from tests.vm.study_lab import ZYGOTE, wait_for  # noqa: E402
+from tests.vm.study_lab import SET_ARGS, ZYGOTE, wait_for  # noqa: E402
 
 #: the offload drives, then the checkpoint drives (the page's nvme0n1..nvme5n1)
 SERIALS = ("OFF0", "OFF1", "CK0", "CK1", "CK2", "CK3")
@@ -33,7 +33,9 @@ RUNS = "/mnt/runs"
 def commands(names: dict[str, str]) -> list[list[str]]:
     off = [f"/dev/{names[s]}" for s in SERIALS[:2]]
     ck = [f"/dev/{names[s]}" for s in SERIALS[2:]]
-    run = ["tiny_opt_nvme", "--nvme-path", "/mnt/offload"]
+    # the tiny preset cut as the lab cuts it (tests/vm/study_lab.py): the guest's CPU is
+    # emulated, and its full step takes many minutes there
+    run = ["tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/mnt/offload"]
     saves = ["--checkpoint-every", "1", "--checkpoint-copy", "reflink"]
     saves += ["--checkpoint-dir", "/mnt/offload/snap", "--checkpoint-persist", "/mnt/ckpt/ck"]
     resume = ["--resume-from", "/mnt/ckpt/ck/step2", "--checkpoint-copy", "aio"]
@@ -58,7 +60,9 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     env = {**guest_ops.build(guest_ops.default_dir()), "IOTUNE_ZYGOTE": ZYGOTE, "COLUMNS": "100"}
-    env["MPLCONFIGDIR"] = "/tmp/mpl"  # the guest's home is the host's, read-only
+    env["MPLCONFIGDIR"] = (
+        "/mnt/.matplotlib"  # the guest's home is the host's, read-only; /mnt a tmpfs
+    )
     work = Path(tempfile.mkdtemp(prefix="iotune-recipe-vm-"))
     drives = [Drive(s, size_mib=2048 if s.startswith("OFF") else 1024) for s in SERIALS]
     guest = Guest(
