@@ -108,14 +108,18 @@ def _summed(rows: list[dict[str, Any]], drives: tuple[str, ...]) -> dict[str, di
     writes by exact size."""
     out: dict[str, dict[str, Any]] = {}
     for n in drives:
-        sizes: dict[int, int] = {}
+        sizes: dict[int, int] | None = {}
         for r in rows:
-            for size, count in (r["drives"][n].get("write_sizes") or {}).items():
+            got = r["drives"][n].get("write_sizes")
+            if got is None or sizes is None:  # untraced sizes (the diskstats backend)
+                sizes = None
+                continue
+            for size, count in got.items():
                 sizes[int(size)] = sizes.get(int(size), 0) + int(count)
         out[n] = {
             "read": sum(int(r["drives"][n]["read"]) for r in rows),
             "write": sum(int(r["drives"][n]["write"]) for r in rows),
-            "write_sizes": dict(sorted(sizes.items())),
+            "write_sizes": None if sizes is None else dict(sorted(sizes.items())),
         }
     return out
 
@@ -129,9 +133,10 @@ def persist_io(
 ) -> dict[str, Any]:
     """A persist's event with, traced, what the persist volume's *drives* did for it: the
     intervals from its save's end (``checkpoint:STEP``) to its own (``persist:STEP``, the
-    wait for it) are the copy's, as nothing else writes there; on a protected *array*, the
-    parity it added (parity_traffic). Untraced, or its intervals not in the trace: the
-    event as it is. Pure."""
+    wait for it) are the copy's. Nothing else of the run writes there but its losses file
+    (a few hundred bytes after each step, iotune.workers.checkpoints.LossLedger) and the
+    file system's journal. On a protected *array*, the parity it added (parity_traffic).
+    Untraced, or its intervals not in the trace: the event as it is. Pure."""
     labels = [r["label"] for r in io_steps]
     start, end = f"checkpoint:{p.get('step')}", f"persist:{p.get('step')}"
     if not drives or start not in labels or end not in labels:

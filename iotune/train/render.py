@@ -99,6 +99,17 @@ def steps_table(result: dict[str, Any]) -> Table:
         if e["event"] == "checkpoint":
             t.add_row(f"save {e['tag']}", *"-----", "-", "-", "-", _cell(rd), _cell(wr), "-")
             continue
+        if e["event"] == "persist":  # the wait for a save's persist (--checkpoint-persist)
+            t.add_row(
+                f"persist {e['tag']}",
+                *"---",
+                _cell(e.get("waited_s")),
+                *"----",
+                _cell(rd),
+                _cell(wr),
+                "-",
+            )
+            continue
         t.add_row(
             str(e["step"])
             if e.get("global_step", e["step"]) == e["step"]
@@ -322,7 +333,8 @@ def persist_lines(result: dict[str, Any]) -> list[str]:
     if beside:
         out.append(
             f"step(s) {', '.join(beside)} ran beside a persist: their reads of the offload "
-            "volume include the copy's reads of the snapshot"
+            "volume include the copy's reads of the snapshot, and their writes its writes to "
+            "the persist volume"
         )
     return out
 

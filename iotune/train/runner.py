@@ -154,8 +154,12 @@ def prepare(req: RunRequest, tree: SysTree | None = None) -> Prepared:
     persist_behind = None
     if req.checkpoint is not None and req.checkpoint.persist is not None:
         # and the persist volume's: its copies' writes, and its parity, are measured
-        persist_behind = resolve_path(tree, str(existing_ancestor(req.checkpoint.persist)))
-        targets = merged(targets, persist_behind) if targets.disks else persist_behind
+        try:
+            persist_behind = resolve_path(tree, str(existing_ancestor(req.checkpoint.persist)))
+        except UsageError as e:  # a network or memory file system: persisted, not traced
+            req.notes.append(f"--checkpoint-persist {req.checkpoint.persist}: not traced ({e})")
+        else:
+            targets = merged(targets, persist_behind) if targets.disks else persist_behind
     gpu_name, gpu_bytes, gpu_count = gpus.name, gpus.memory, gpus.count
     if p.accelerator == "cuda":
         if gpu_bytes is None and not req.force:

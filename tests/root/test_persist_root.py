@@ -119,9 +119,11 @@ def test_each_persists_writes_are_traced_on_its_own_volume(persisted: dict[str, 
         assert p["bytes"] <= p["write_bytes"] <= p["bytes"] + 4 * 1024 * 1024, p
         # an ext4 on one loop device: no parity
         assert p["parity"] is None
+    # the save's own interval: not the copy's (it starts after it); at most the run's
+    # losses file and the journal, written back when the kernel chooses
     rows = {r["label"]: r for r in doc["io_steps"]}
     for s in ck["saves"]:
-        assert rows[f"checkpoint:{s['step']}"]["drives"][drive]["write"] == 0, s["tag"]
+        assert rows[f"checkpoint:{s['step']}"]["drives"][drive]["write"] <= 64 * 1024, s["tag"]
 
 
 def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
@@ -195,7 +197,12 @@ def test_two_ranks_persist_each_save_once_whole(tmp_path_factory: pytest.TempPat
                 swap = sum(v for k, v in held.items() if k.startswith(f"offloaded_tensors/{rank}/"))
                 assert swap == 12 * n_s, (rank, swap, n_s)
             assert s["swap_copy_bytes"] == 2 * 12 * n_s, s
-            assert p["bytes"] <= p["write_bytes"] <= p["bytes"] + 4 * 1024 * 1024, p
+            # the copy starts once every rank has sealed the save; the tracer may mark the
+            # last rank's save a poll later, so its first writes can fall in the save's row
+            rows = {r["label"]: r for r in doc["io_steps"]}
+            (drive,) = doc["checkpoints"]["persist_drives"]
+            early = rows[f"checkpoint:{s['step']}"]["drives"][drive]["write"]
+            assert p["bytes"] <= p["write_bytes"] + early <= p["bytes"] + 4 * 1024 * 1024, p
         assert (ext4 / "ck" / "latest").read_text() == "step2"
         assert not any(p.name.startswith("step") for p in (xfs / "snap").iterdir())
     finally:

@@ -462,7 +462,7 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
         "step2: persisted into /ck: 0.750 GiB in 5 files by the aio copy, durable with its "
         "latest 2.25 s after the save; waited for 2.25 s",
         "step(s) 2 ran beside a persist: their reads of the offload volume include the copy's "
-        "reads of the snapshot",
+        "reads of the snapshot, and their writes its writes to the persist volume",
     ]
     # without a persist: no row holds one, and nothing is said
     bare = save_rows([steps[0], saves[0]], [], e, True, (), ())
@@ -541,6 +541,21 @@ def test_a_persists_io_is_the_persist_volumes_from_its_save_to_its_wait() -> Non
     assert sum(x.startswith("step2 persisted: raid6 of 4") for x in lines) == 1
     assert persist_lines({"checkpoints": doc, "events": []})[0].endswith(
         "; the persist volume's drives wrote 0.012 GiB for it"
+    )
+    # the table of steps has a row for each persist's wait, with its interval's bytes
+    from rich.console import Console
+
+    from iotune.train.render import steps_table
+
+    con = Console(width=200, record=True)
+    step = {"forward_s": 1.0, "backward_s": 1.0, "optimizer_s": 1.0, "step_s": 3.0}
+    step |= {"tokens_per_s": 1.0, "loss": 1.0, "host_rss_bytes": 0, "swap": {"allocated": 0}}
+    con.print(steps_table({"events": [{"event": "step", "step": 2} | step, events[-2]],
+                           "io_steps": io}))  # fmt: skip
+    row = next(x for x in con.export_text().splitlines() if x.startswith("persist step1"))
+    # waited 0.50 s (TOTAL); the wait's interval read 0 and wrote 4096 + 4 x 1 MiB (GiB)
+    assert row.split()[2:] == ["-", "-", "-", "0.500", "-", "-", "-", "-", "0.000", "0.004", "-"], (
+        row
     )
     # untraced (no intervals), or the persist volume's drives not named: the event as it is
     bare = save_rows(events, [], e, True, (), (), None, None, members, arr, MIB)

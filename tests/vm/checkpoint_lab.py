@@ -83,14 +83,18 @@ with open(out, "w") as fh:
         # a file of the tag's copy there: the process copying is this tag's
         pid = copier() if begun() else None
         time.sleep(0.005)
-    os.kill(pid, signal.SIGSTOP)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:  # the copy ended first: reported as not during it
+        pass
     latest = os.path.join(dest, "latest")
     held = open(latest).read().strip() if os.path.exists(latest) else None
     files = sum(len(f) for _, _, f in os.walk(folder))
     fail = subprocess.run(["mdadm", "--manage", array, "--fail", member],
                           capture_output=True, text=True)
     alive = os.path.exists(f"/proc/{pid}")
-    os.kill(pid, signal.SIGCONT)
+    if alive:
+        os.kill(pid, signal.SIGCONT)
     _, err = p.communicate(timeout=3000)
 print(json.dumps({"rc": p.returncode, "stderr": err[-4000:], "fail_rc": fail.returncode,
                   "fail_stderr": fail.stderr, "during_persist": alive and held != tag,
