@@ -548,15 +548,14 @@ def test_a_persists_io_is_the_persist_volumes_from_its_save_to_its_wait() -> Non
     from iotune.train.render import steps_table
 
     con = Console(width=200, record=True)
-    step = {"forward_s": 1.0, "backward_s": 1.0, "optimizer_s": 1.0, "step_s": 3.0}
-    step |= {"tokens_per_s": 1.0, "loss": 1.0, "host_rss_bytes": 0, "swap": {"allocated": 0}}
-    con.print(steps_table({"events": [{"event": "step", "step": 2} | step, events[-2]],
-                           "io_steps": io}))  # fmt: skip
-    row = next(x for x in con.export_text().splitlines() if x.startswith("persist step1"))
+    step: dict[str, Any] = {"forward_s": 1.0, "backward_s": 1.0, "optimizer_s": 1.0}
+    step |= {"step_s": 3.0, "tokens_per_s": 1.0, "loss": 1.0, "host_rss_bytes": 0}
+    step |= {"event": "step", "step": 2, "swap": {"allocated": 0}}
+    con.print(steps_table({"events": [step, events[-2]], "io_steps": io}))
+    line = next(x for x in con.export_text().splitlines() if x.startswith("persist step1"))
     # waited 0.50 s (TOTAL); the wait's interval read 0 and wrote 4096 + 4 x 1 MiB (GiB)
-    assert row.split()[2:] == ["-", "-", "-", "0.500", "-", "-", "-", "-", "0.000", "0.004", "-"], (
-        row
-    )
+    want = ["-", "-", "-", "0.500", "-", "-", "-", "-", "0.000", "0.004", "-"]
+    assert line.split()[2:] == want, line
     # untraced (no intervals), or the persist volume's drives not named: the event as it is
     bare = save_rows(events, [], e, True, (), (), None, None, members, arr, MIB)
     assert bare is not None and bare["saves"][0]["persist"] == events[-2]
