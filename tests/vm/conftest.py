@@ -284,20 +284,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 for s, lim, what in near
             )
         )
-    done = RUNS.get("fabric_runs")
-    if done is not None and done.done() and done.exception() is None:
-        terminalreporter.write_sep("=", "NVMe/TCP across the link in the vm tier")
+    summaries: list[tuple[str, str, Callable[[Any], list[str]]]] = [
+        ("fabric_runs", "NVMe/TCP across the link in the vm tier", fabric_summary),
+        ("checkpoint_runs", "Checkpoints on the RAID6 in the vm tier", checkpoint_summary),
+    ]
+    for name, title, lines_of in summaries:
+        done = RUNS.get(name)
+        if done is None or not done.done() or done.exception() is not None:
+            continue
+        terminalreporter.write_sep("=", title)
         try:
-            lines = fabric_summary(done.result())
-        except (KeyError, TypeError, IndexError) as exc:  # a summary, not a test's result
-            lines = [f"(no summary: {exc!r})"]
-        for line in lines:
-            terminalreporter.write_line(line)
-    done = RUNS.get("checkpoint_runs")
-    if done is not None and done.done() and done.exception() is None:
-        terminalreporter.write_sep("=", "Checkpoints on the RAID6 in the vm tier")
-        try:
-            lines = checkpoint_summary(done.result())
+            lines = lines_of(done.result())
         except (KeyError, TypeError, IndexError) as exc:  # a summary, not a test's result
             lines = [f"(no summary: {exc!r})"]
         for line in lines:
