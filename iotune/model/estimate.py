@@ -111,6 +111,9 @@ class Estimate:
     ranks: int = 1  # ranks on this node: the volumes, space and host RAM above are theirs
     world: int = 1  # data-parallel ranks in all: swapped and host are one rank's
     caveats: tuple[str, ...] = ()  # where DeepSpeed's I/O is known to leave the model
+    #: ZeRO-3's gradient bucket (``reduce_bucket_size``, elements of the whole model): backward
+    #: hands DeepSpeed its gradients a bucket at a time, and each bucket's are written then
+    reduce_bucket: int = 500_000_000
 
     def per_rank(self, v: IoVolume) -> IoVolume:
         return IoVolume(v.read // self.ranks, v.write // self.ranks)
@@ -252,6 +255,7 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
         update=None if update is None else update * k,
         ranks=k,
         world=max(1, preset.world),
+        reduce_bucket=max(1, int(zo.get("reduce_bucket_size", 500_000_000))),
     )
 
 

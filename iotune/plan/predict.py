@@ -8,11 +8,12 @@ for each sub-group it swaps in the fp32 master, both Adam moments and the fp32 g
 (12 bytes per parameter plus 4 per gradient element), runs CPU Adam on it, and swaps the
 master and moments out (12 bytes); without ``pipeline_read``/``pipeline_write`` (iotune's
 presets, DeepSpeed's default) these three phases do not overlap. The gradients were written
-during backward (4 bytes per swapped gradient element), so that write belongs to the step
-but not to the optimizer's time. Hence::
+during backward (4 bytes per swapped gradient element), a reduce bucket at a time, so what
+of that write outlasts backward (:func:`gradient_tail`) belongs to the step but not to the
+optimizer's time. Hence::
 
     optimizer = read(12 n_s + 4 n_g) / R + Adam(N) + write(12 n_s) / W
-    step      = forward + backward (baseline) + write(4 n_g) / W + optimizer
+    step      = forward + backward (baseline) + tail(write(4 n_g) / W) + optimizer
 
 R and W are the bandwidths at the run's aio block (a sweep's median at that configuration,
 or what the planner makes of a run's swaps or a datasheet). Adam(N) is the thread sweep's
@@ -196,17 +197,22 @@ def predict(
             )
         grads = grad_write if s.optimizer == "nvme" and bw is not None else 0
         if grads and bw:
-            # DeepSpeed writes each gradient partition asynchronously as the last micro-step's
-            # backward produces it: the writing hides behind that backward, and what is left
-            # of it lengthens the step
-            hidden = (base.backward_s or 0.0) / preset.ga
-            extra = max(0.0, grads / bw.write - hidden)
+            # DeepSpeed writes the gradients of each reduce bucket asynchronously as the last
+            # micro-step's backward fills it, the last bucket's at backward's end: what of
+            # the writing is left when backward ends lengthens the step
+            backward = (base.backward_s or 0.0) / preset.ga
+            write = grads / bw.write
+            buckets, extra = gradient_tail(write, backward, est.params, est.reduce_bucket)
             step += extra
             terms.append(
                 Term(
-                    f"gradients written in backward, {amount(grads)} in "
-                    f"{grads / bw.write:.2f} s, beyond the {hidden:.2f} s of backward it "
-                    "overlaps",
+                    f"gradients written, {amount(grads)} in {write:.2f} s, "
+                    + (
+                        "one reduce bucket at backward's end"
+                        if buckets == 1
+                        else f"a reduce bucket at a time ({buckets})"
+                    )
+                    + f": {write - extra:.2f} s of it behind the {backward:.2f} s of backward",
                     extra,
                     "gradients",
                 )
@@ -217,3 +223,29 @@ def predict(
             "batch: an NVMe run, a RAM run, a GPU-only run)"
         )
     return Prediction(optimizer, step, terms, notes)
+
+
+def gradient_tail(write_s: float, backward_s: float, params: int, bucket: int) -> tuple[int, float]:
+    """(reduce buckets, seconds the gradients' writes run past the end of backward).
+
+    ZeRO-3 reduces the gradients a bucket of *bucket* elements at a time and, at the
+    accumulation boundary, writes each bucket's partition as soon as it is reduced
+    (stage3.py ``partition_grads`` calls ``swap_out_gradients`` per bucket), one write after
+    the other; the last bucket is only complete when backward ends. Backward is taken to
+    produce the *params* gradients evenly over *backward_s*, so with a share ``b`` of them per
+    bucket, bucket j is ready at ``min(1, j b) backward_s`` and takes its share of *write_s*.
+    The writes end at the latest of each bucket's ready time plus the writing from it on (a
+    queue served one after the other); that sum grows or falls evenly over the full buckets,
+    so the latest is at the first, the last full one or the partial last one. One bucket (any
+    model under DeepSpeed's default of 500M elements) writes everything after backward. Pure.
+    """
+    n = max(1, params)
+    b = min(n, max(1, bucket))
+    count = -(-n // b)
+    share = b / n
+
+    def end(j: int) -> float:  # bucket j's ready time plus the writing from it on
+        return min(1.0, j * share) * backward_s + (1 - (j - 1) * share) * write_s
+
+    tail = max(end(1), end(max(1, count - 1)), end(count)) - backward_s
+    return count, max(0.0, tail)

@@ -237,7 +237,9 @@ def print_drive_plan(con: Console, plan: dict[str, Any]) -> None:
         t.add_column(col, justify="left" if col == "BOUND BY" else "right")
     for p in rows:
         io, rest = p["io_s"], p["compute_s"]
-        wait = "-" if io is None or rest is None else f"{io:.2f} s of {io + rest:.2f} s"
+        # of the step as its column prints it (the two parts are each rounded apart)
+        whole = p["step_s"] if p["step_s"] is not None else (io or 0) + (rest or 0)
+        wait = "-" if io is None or rest is None else f"{io:.2f} s of {whole:.2f} s"
         k = int(p["drives"])
         cells = [
             str(k),

@@ -424,9 +424,21 @@ def test_nodes_split_the_model_and_each_plans_its_own_drives() -> None:
         assert doc["steady_step"]["read"] == (12 * sw["n_s"] + 4 * sw["n_g"]) * 8
     assert two["swapped"]["n_s"] * 2 == one["swapped"]["n_s"]  # each rank's share halves
     assert two["steady_step"]["read"] == one["steady_step"]["read"] // 2
-    # the drives' time halves with the bytes, at the same K
+
+    # the swaps' time halves with the bytes, at the same K; what the gradients' writes add
+    # after backward at most halves: the backward they hide behind stays (each end of
+    # predict.gradient_tail is the writing's share less a part of backward)
+    def swaps(p: dict[str, Any]) -> float:
+        return float(sum(t["seconds"] for t in p["terms"] if t["kind"] in ("read", "write")))
+
+    def grads(p: dict[str, Any]) -> float:
+        return float(sum(t["seconds"] for t in p["terms"] if t["kind"] == "gradients"))
+
     for a, b in zip(one["drives"]["plans"], two["drives"]["plans"], strict=True):
-        assert b["io_s"] == pytest.approx(a["io_s"] / 2, abs=2e-3)
+        assert swaps(b) == pytest.approx(swaps(a) / 2, abs=2e-3)
+        assert 0 < grads(b) <= grads(a) / 2 + 2e-3, (a["terms"], b["terms"])
+        assert b["io_s"] == pytest.approx(swaps(b) + grads(b), abs=2e-3)
+        assert grads(a) > 0
     text = _cli(*args, "--nodes", "2").stdout
     assert re.search(r"^DRIVES  PER GPU  IN ALL  READ GiB/s", text, re.M)
     assert re.search(r"^     8        1      16 ", text, re.M)

@@ -785,3 +785,21 @@ def test_a_gradient_whose_aligned_part_is_under_the_aio_minimum_stays_in_ram() -
     assert kept.swapped.n_g == down(300_000) == 299_776
     swapped = estimate(_preset(_model(262_400, 300_000)), cfg)
     assert swapped.swapped.n_g == 262_400 + 299_776
+
+
+def test_the_reduce_bucket_is_the_configs_or_deepspeeds_default() -> None:
+    """The gradient bucket the planner's gradients' tail is cut by: the config's
+    zero_optimization.reduce_bucket_size, DeepSpeed's 500,000,000 elements where it has
+    none (stage3.py's default), at least one element."""
+    from iotune.model.dsconfig import ds_config
+    from iotune.model.presets import get_preset
+
+    p = get_preset("opt_nvme_1b")
+    cfg = ds_config(p)
+    cfg["zero_optimization"].pop("reduce_bucket_size", None)
+    assert estimate(p, cfg).reduce_bucket == 500_000_000
+    for asked in (1, 2, 123_456_789):
+        cfg["zero_optimization"]["reduce_bucket_size"] = asked
+        assert estimate(p, cfg).reduce_bucket == asked
+    cfg["zero_optimization"]["reduce_bucket_size"] = 0
+    assert estimate(p, cfg).reduce_bucket == 1

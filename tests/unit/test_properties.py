@@ -41,6 +41,7 @@ from iotune.plan.drives import (
 )
 from iotune.plan.measured import AdamRate, Bandwidth, Baseline
 from iotune.plan.planner import drive_counts, parse_network
+from iotune.plan.predict import gradient_tail
 from iotune.units import GIB, binary_size, format_size, parse_quantity, parse_size
 
 #: the loaded profile's examples (tests/conftest.py: fewer under mutation testing) scaled up
@@ -300,6 +301,43 @@ inputs_st = st.builds(
     st.integers(min_value=1, max_value=32),
     st.one_of(st.none(), st.floats(min_value=1.0, max_value=400.0)),
 )
+
+
+def _fifo_tail(write_s: float, backward_s: float, params: int, bucket: int) -> float:
+    """The gradients' writes simulated bucket by bucket: each bucket's gradients are ready
+    when backward, producing them evenly, has made them all (the last at backward's end), and
+    its write starts when it is ready and the previous one is done."""
+    done, made = 0.0, 0
+    while made < params:
+        part = min(bucket, params - made)
+        made += part
+        done = max(done, made / params * backward_s) + part / params * write_s
+    return max(0.0, done - backward_s)
+
+
+@given(
+    write_s=st.floats(min_value=0.0, max_value=100.0),
+    backward_s=st.floats(min_value=0.0, max_value=100.0),
+    params=st.integers(min_value=1, max_value=10**10),
+    buckets=st.integers(min_value=1, max_value=300),
+    cut=st.floats(min_value=0.0, max_value=0.999),
+)
+@example(write_s=2.05, backward_s=1.18, params=1_835_776, buckets=1, cut=0.0)
+@example(write_s=1.77, backward_s=0.67, params=1_235_814_400, buckets=3, cut=0.5)
+def test_the_gradients_tail_is_their_writes_bucket_by_bucket(
+    write_s: float, backward_s: float, params: int, buckets: int, cut: float
+) -> None:
+    """The closed form the planner uses (the later of two ends) is what serving the buckets
+    one after the other gives; a model within one bucket writes all of it after backward,
+    and the tail is never shorter than the last bucket's write."""
+    bucket = max(1, -(-params // buckets) - int(cut * (params // buckets)))
+    count, tail = gradient_tail(write_s, backward_s, params, bucket)
+    assert count == -(-params // bucket)
+    assert tail == pytest.approx(_fifo_tail(write_s, backward_s, params, bucket), abs=1e-6)
+    last = params - (count - 1) * bucket
+    assert tail >= last / params * write_s - 1e-9
+    if count == 1:
+        assert tail == pytest.approx(write_s)
 
 
 @FEW
