@@ -313,6 +313,30 @@ def diskstats_only(kernel: DiskStat) -> dict[str, OpStats]:
     }
 
 
+def _totals(
+    delta: Any,
+    s: Any,
+    prev: Any,
+    devs: Mapping[str, int],
+    names: list[str],
+    i: int,
+    focus: int,
+    traced: bool,
+) -> dict[str, Any]:
+    """One op's bytes and requests over the drives *names* in an interval (the traced
+    counts, or the kernel's bytes where requests are not traced)."""
+    op = OPS[i]
+    stats = merge(op_stats(delta, devs[n], i, focus) for n in names)
+    kernel_bytes = sum(getattr(s.stats[n] - prev.stats[n], f"{op}_bytes") for n in names)
+    return {
+        "bytes": stats.bytes if traced else kernel_bytes,
+        "requests": stats.requests if traced else None,
+        "focus_requests": stats.focus_requests if traced else None,
+        "other_requests": stats.other_requests if traced else None,
+        "diskstats_bytes": kernel_bytes,
+    }
+
+
 def step_rows(
     samples: list[Any],
     devs: Mapping[str, int],
@@ -321,13 +345,18 @@ def step_rows(
     traced: bool,
     ready_label: str,
     stacked: Iterable[str] = (),
+    primary: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """I/O between consecutive step events (and from the start, or the workload's
     *ready_label* event, to the first), from the tracer's samples: each has a label, a time
     t, the traced counts and the kernel's per-drive stats. The *stacked* devices (md, dm:
     bio-based, no requests to trace) get the bytes the kernel counted they were asked to
-    read and write. Pure."""
+    read and write. Where the *primary* drives are some of the traced ones (a training's
+    offload volume, beside its checkpoint volumes), each row's ``primary`` holds the same
+    totals over those alone. Pure."""
     disks = list(disks)
+    primary = [n for n in primary if n in disks]
+    apart = bool(primary) and len(primary) < len(disks)
     ready = [s for s in samples if s.label == ready_label]
     first = ready[-1] if ready else samples[0]
     marks = [s for s in samples if ":" in s.label and s.t >= first.t]
@@ -347,8 +376,11 @@ def step_rows(
             "t_end": round(s.t, 3),
         }
         for i, op in enumerate(OPS[:2]):
-            stats = merge(op_stats(delta, devs[n], i, focus) for n in disks)
-            kernel_bytes = sum(getattr(s.stats[n] - prev.stats[n], f"{op}_bytes") for n in disks)
+            row[op] = _totals(delta, s, prev, devs, disks, i, focus, traced)
+            if apart:
+                row.setdefault("primary", {})[op] = _totals(
+                    delta, s, prev, devs, primary, i, focus, traced
+                )
             for n in disks:
                 per = row.setdefault("drives", {}).setdefault(n, {})
                 per[op] = getattr(s.stats[n] - prev.stats[n], f"{op}_bytes")
@@ -361,13 +393,6 @@ def step_rows(
                         s.t - prev.t,
                         kernel_ms=(s.stats[n] - prev.stats[n]).time_in_queue_ms,
                     )
-            row[op] = {
-                "bytes": stats.bytes if traced else kernel_bytes,
-                "requests": stats.requests if traced else None,
-                "focus_requests": stats.focus_requests if traced else None,
-                "other_requests": stats.other_requests if traced else None,
-                "diskstats_bytes": kernel_bytes,
-            }
         for n in stacked:
             if n in s.stats and n in prev.stats:
                 d = s.stats[n] - prev.stats[n]

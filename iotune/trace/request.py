@@ -28,3 +28,6 @@ class TraceRequest:
     latency: bool = True  # time each request and count the drives' depth
     only_pid: int | None = None  # count only this process tree's requests (iotune.trace.only)
     only_cgroup: str | None = None  # or only this cgroup v2's
+    #: the drives whose totals a step's row gives apart (a training's offload volume, beside
+    #: the checkpoint and persist volumes also traced); empty: all the traced drives
+    primary: tuple[str, ...] = ()

@@ -437,4 +437,5 @@ class Tracer:
             traces_requests(req.backend),
             READY,
             req.targets.stacked,
+            req.primary,
         )

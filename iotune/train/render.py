@@ -78,6 +78,8 @@ def steps_table(result: dict[str, Any]) -> Table:
     for e in result["events"]:
         label = f"{e['event']}:{e['step']}"
         s = io.get(label)
+        if s and e["event"] in ("init", "step"):  # the offload volume's drives alone
+            s = {**s, **(s.get("primary") or {})}
         rd = s["read"]["bytes"] / GIB if s else None
         wr = s["write"]["bytes"] / GIB if s else None
         if e["event"] == "init":
@@ -333,8 +335,12 @@ def persist_lines(result: dict[str, Any]) -> list[str]:
     if beside:
         out.append(
             f"step(s) {', '.join(beside)} ran beside a persist: their reads of the offload "
-            "volume include the copy's reads of the snapshot, and their writes its writes to "
-            "the persist volume"
+            "volume include the copy's reads of the snapshot"
+            + (
+                "; its writes to the persist volume are the persist's, not theirs"
+                if any("primary" in s for s in result.get("io_steps", []))
+                else ", and their writes its writes to the persist volume (on the same drives)"
+            )
         )
     return out
 

@@ -182,7 +182,11 @@ def build_result(
     check = next((e for e in every if e.get("event") == "resume_check"), None)
     if check is not None:
         req.notes.append(resume_note(check))
-    io_by_label = {s["label"]: s for s in (trace or {}).get("steps", [])}
+    # the table's rows: the offload volume's drives, where checkpoint or persist volumes are
+    # traced beside them (their writes are the saves' and persists' rows)
+    io_by_label = {
+        s["label"]: {**s, **(s.get("primary") or {})} for s in (trace or {}).get("steps", [])
+    }
     traced = bool(prep.targets.disks) and trace is not None
     footprint = max((e.get("swap", {}).get("allocated", 0) for e in events), default=0)
     nvme = footprint if prep.swap_dir else None

@@ -379,6 +379,9 @@ def run(req: RunRequest, prep: Prepared) -> dict[str, Any]:
         env=env,
         meta={"preset": p.name},
         own_group=True,
+        # the steps' rows count the offload volume's drives apart from the checkpoint and
+        # persist volumes', whose writes a save's and a persist's rows count
+        primary=tuple(prep.offload_drives),
     )
     trace: dict[str, Any] | None = None
     started = time.time()

@@ -9,6 +9,7 @@ volume once persisted, and a run resumed from the persist folder continues the l
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,16 @@ def test_each_persists_writes_are_traced_on_its_own_volume(persisted: dict[str, 
     rows = {r["label"]: r for r in doc["io_steps"]}
     for s in ck["saves"]:
         assert rows[f"checkpoint:{s['step']}"]["drives"][drive]["write"] <= 64 * 1024, s["tag"]
+    # the steps beside a copy: their rows count the offload volume's drives apart, so the
+    # run's table of steps holds none of the copy's writes to the persist volume
+    for label in ("step:1", "step:2", "step:3"):
+        r = rows[label]
+        offload = sum(r["drives"][d]["write"] for d in ck["offload_drives"])
+        assert r["primary"]["write"]["diskstats_bytes"] == offload, r
+        assert r["write"]["diskstats_bytes"] == offload + r["drives"][drive]["write"], r
+    steady = next(x for x in doc["table"] if x["case"].startswith("steady step"))
+    later = [rows[f"step:{k}"]["primary"]["write"]["bytes"] for k in (2, 3)]
+    assert steady["write_bytes"] == int(statistics.median(later)), (steady, later)
 
 
 def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
@@ -207,3 +218,36 @@ def test_two_ranks_persist_each_save_once_whole(tmp_path_factory: pytest.TempPat
         assert not any(p.name.startswith("step") for p in (xfs / "snap").iterdir())
     finally:
         devs.close()
+
+
+def test_a_persist_folder_the_tracer_cannot_resolve_is_persisted_untraced_with_a_note(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A persist folder on a file system with no block device (tmpfs here, NFS alike) is
+    persisted all the same, each save to the byte; the run says in a note that it was not
+    traced, and the persist's record has no drive figures rather than wrong ones."""
+    devs = LoopDevices(tmp_path_factory.mktemp("persist-tmpfs"))
+    mem = devs.tmp / "mem"
+    mem.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mem)], check=True)
+    try:
+        xfs = _mounted(devs, 2048, "xfs")
+        (xfs / "off").mkdir()
+        run = iotune("--json", "trace", "--run", "tiny_opt_nvme", "--nvme-path", str(xfs / "off"),
+                     "--steps", "1", "--checkpoint-every", "1", "--checkpoint-copy", "reflink",
+                     "--checkpoint-dir", str(xfs / "snap"), "--checkpoint-persist", str(mem / "ck"),
+                     "--out", str(devs.tmp / "run"))  # fmt: skip
+        doc = json.loads(run.stdout)
+        assert doc["steps_done"] == 1, doc.get("error")
+        notes = [n for n in doc["notes"] if n.startswith(f"--checkpoint-persist {mem / 'ck'}")]
+        assert len(notes) == 1 and "not traced" in notes[0], doc["notes"]
+        assert doc["checkpoints"]["persist_drives"] == [], doc["checkpoints"]
+        (save,) = doc["checkpoints"]["saves"]
+        p = save["persist"]
+        held = _files(mem / "ck" / "step1")
+        assert p["files"] == len(held) and p["bytes"] == sum(held.values()) == save["bytes"], p
+        assert p.get("write_bytes") is None and p.get("parity") is None, p
+        assert (mem / "ck" / "latest").read_text() == "step1"
+    finally:
+        devs.close()
+        subprocess.run(["umount", str(mem)], check=False)

@@ -397,6 +397,45 @@ def test_each_interval_carries_what_its_arrays_were_asked() -> None:
     )
 
 
+def test_a_steps_row_counts_the_offload_volume_apart_from_the_volumes_beside_it() -> None:
+    """Traced with a checkpoint or persist volume, a step's row holds the offload drives'
+    totals apart (``primary``): a persist beside the step writes to its own volume, and the
+    run's table of steps counts the offload volume alone. Counted by hand: the offload drive
+    vda wrote 4096 sectors, the persist drive vdb 1000, in the step."""
+    from types import SimpleNamespace
+
+    from iotune.trace.diskstats import DiskStat
+    from iotune.trace.model import step_rows
+    from iotune.train.render import steps_table
+
+    def stat(r: int, w: int) -> DiskStat:
+        return DiskStat(1, r, 1, w, 0, 0, 0)
+
+    def sample(t: float, label: str, a: int, b: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            t=t, label=label, counts={}, stats={"vda": stat(8, a), "vdb": stat(0, b)}, lat={}
+        )
+
+    samples = [sample(0, "start", 0, 0), sample(1, "step:1", 4096, 1000)]
+    args = ({"vda": 1, "vdb": 2}, ["vda", "vdb"], 0, False, "ready", ())
+    (row,) = step_rows(samples, *args, ("vda",))
+    assert row["write"]["bytes"] == (4096 + 1000) * 512  # every traced drive
+    assert row["primary"]["write"]["bytes"] == 4096 * 512  # the offload drive alone
+    assert row["primary"]["read"]["bytes"] == 0
+    assert row["drives"]["vdb"]["write"] == 1000 * 512
+    # all the traced drives the offload volume's (or none named): no row apart
+    assert "primary" not in step_rows(samples, *args, ("vda", "vdb"))[0]
+    assert "primary" not in step_rows(samples, *args)[0]
+    # the per-step table prints the offload drive's 2 MiB, not the 2.49 MiB of both
+    step: dict[str, Any] = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.5)
+    step |= {"event": "step", "step": 1, "step_s": 1.0, "loss": 2.0, "tokens_per_s": 0.5}
+    step["swap"] = {"allocated": 0}
+    result = {"events": [step], "io_steps": [row]}
+    table = steps_table(result)
+    write = next(c for c in table.columns if c.header == "WRITE GiB")
+    assert list(write.cells) == [f"{4096 * 512 / 2**30:.3f}"], list(write.cells)
+
+
 @pytest.mark.parametrize("folder", ["/proc", "/sys/kernel/iotune-ck"])
 def test_a_checkpoint_folder_on_a_kernel_file_system_is_refused_as_such(
     folder: str, tmp_path: Path
@@ -462,8 +501,16 @@ def test_a_persisted_save_carries_its_copy_and_the_steps_beside_it_are_named() -
         "step2: persisted into /ck: 0.750 GiB in 5 files by the aio copy, durable with its "
         "latest 2.25 s after the save; waited for 2.25 s",
         "step(s) 2 ran beside a persist: their reads of the offload volume include the copy's "
-        "reads of the snapshot, and their writes its writes to the persist volume",
+        "reads of the snapshot, and their writes its writes to the persist volume (on the "
+        "same drives)",
     ]
+    # its drives traced apart from the offload volume's: the persist's writes are its own
+    apart = {"checkpoints": doc, "events": [steps[0], saves[0], steps[1]]}
+    apart["io_steps"] = [{"label": "step:2", "primary": {}}]
+    assert persist_lines(apart)[-1] == (
+        "step(s) 2 ran beside a persist: their reads of the offload volume include the copy's "
+        "reads of the snapshot; its writes to the persist volume are the persist's, not theirs"
+    )
     # without a persist: no row holds one, and nothing is said
     bare = save_rows([steps[0], saves[0]], [], e, True, (), ())
     assert bare is not None and bare["saves"][0]["persist"] is None
