@@ -282,7 +282,8 @@ def checkpoint_table(runs: Sequence[dict[str, Any]]) -> Table:
         ck = r.get("checkpoints")
         if not ck:
             continue
-        est = (ck.get("estimate") or {}).get("write_bytes")
+        model = ck.get("estimate") or {}
+        est = model.get("bytes", model.get("write_bytes"))  # a save's size on disk
         label = volume_label(r)
         amp = ck.get("amplification")
         rows.append(

@@ -318,14 +318,19 @@ def save_rows(
             }
         )
     model = save_volume(est, optimizer_on_nvme)
+    copy = saves[0].get("copy") or "deepspeed"
+    # a reflink save clones the swap files: the file system shares their extents, and the
+    # drives move none of their bytes (a save is then its size on disk, not traffic)
+    moved = IoVolume(0, 0) if copy == "reflink" and optimizer_on_nvme else model
     return {
         "writer": saves[0].get("writer"),
         # how the swap files were copied: iotune's aio or reflink, or DeepSpeed's copytree
-        "copy": saves[0].get("copy") or "deepspeed",
+        "copy": copy,
         "saves": rows,
         "estimate": {
-            "read_bytes": model.read,
-            "write_bytes": model.write,
+            "bytes": model.write,  # a save's size on disk
+            "read_bytes": moved.read,  # what the drives read and write for it
+            "write_bytes": moved.write,
             "exact": optimizer_on_nvme,
         },
         "offload_drives": list(offload_drives),

@@ -267,7 +267,7 @@ def checkpoints_table(result: dict[str, Any]) -> Table | None:
         "-",
         "-",
         "-",
-        gib_text(m["write_bytes"], 3),
+        gib_text(m.get("bytes", m["write_bytes"]), 3),
         gib_text(m["read_bytes"], 3),
         gib_text(m["write_bytes"], 3),
         "-",

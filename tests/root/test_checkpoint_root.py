@@ -87,7 +87,12 @@ def test_each_save_copies_the_optimizer_state_to_the_byte(saved: dict[str, Any])
     assert ck["writer"] == "torch"
     assert ck["offload_drives"] == [saved["offload_dev"]]
     assert ck["checkpoint_drives"] == [saved["ck_dev"]]
-    assert ck["estimate"] == {"read_bytes": 12 * n_s, "write_bytes": 12 * n_s, "exact": True}
+    assert ck["estimate"] == {
+        "bytes": 12 * n_s,
+        "read_bytes": 12 * n_s,
+        "write_bytes": 12 * n_s,
+        "exact": True,
+    }
     assert [s["tag"] for s in ck["saves"]] == ["step1", "step2"]
     for s in ck["saves"]:
         # fp32 master and Adam's two moments, 4 bytes a swapped parameter each

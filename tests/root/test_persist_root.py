@@ -68,6 +68,12 @@ def test_each_save_is_persisted_to_the_byte_and_its_snapshot_removed(
     n_s = doc["estimate"]["swapped"]["n_s"]
     saves = doc["checkpoints"]["saves"]
     assert [s["tag"] for s in saves] == ["step1", "step2", "step3"]
+    # a clone: the swap files' size on disk, and none of their bytes moved by the drives
+    est = doc["checkpoints"]["estimate"]
+    assert est == {"bytes": 12 * n_s, "read_bytes": 0, "write_bytes": 0, "exact": True}, est
+    for s in saves:  # DeepSpeed's two small pickles and the file system's log at most
+        assert s["checkpoint_write_bytes"] <= 4 * 1024 * 1024, s
+        assert s["offload_read_bytes"] <= 1024 * 1024, s
     for s in saves:
         p = s["persist"]
         held = persisted["after"]["ck"][s["tag"]]

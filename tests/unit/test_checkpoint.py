@@ -69,7 +69,7 @@ def test_save_rows_split_the_drives_and_stand_beside_the_model() -> None:
     (row,) = doc["saves"]
     assert row["offload_read_bytes"] == c and row["checkpoint_write_bytes"] == c + 8192
     assert row["write_gib_s"] == round((c + 8192) / 2**30 / 2.0, 3)
-    assert doc["estimate"] == {"read_bytes": c, "write_bytes": c, "exact": True}
+    assert doc["estimate"] == {"bytes": c, "read_bytes": c, "write_bytes": c, "exact": True}
     assert row["offload_read_sizes"] is None  # no sizes in this interval: not traced by size
     io[0]["drives"]["a"] |= {"read_sizes": {"131072": 3, "4096": 1}, "write_sizes": {}}
     io[0]["drives"]["b"] |= {"read_sizes": {"4096": 1}, "write_sizes": {524288: 2}}
@@ -80,6 +80,23 @@ def test_save_rows_split_the_drives_and_stand_beside_the_model() -> None:
     bare = save_rows(events, [], e, True, (), ())
     assert bare is not None and bare["saves"][0]["offload_read_bytes"] is None
     assert save_rows(events[:1], io, e, True, ("a",), ("b",)) is None
+    # a reflink save clones the files: as big on disk, and the drives move none of it; the
+    # table's estimate row says so beside the measured zeroes
+    from iotune.train.render import checkpoints_table
+
+    cloned = [events[0], events[1] | {"copy": "reflink"}]
+    doc = save_rows(cloned, io, e, True, ("a",), ("a",))
+    assert doc is not None and doc["copy"] == "reflink"
+    assert doc["estimate"] == {"bytes": c, "read_bytes": 0, "write_bytes": 0, "exact": True}
+    table = checkpoints_table({"checkpoints": doc})
+    assert table is not None
+    cells = {str(col.header): list(col.cells) for col in table.columns}
+    gib = f"{c / 2**30:.3f}"
+    assert [v[-1] for k, v in cells.items() if "GiB" in k and "/s" not in k] == [
+        gib,
+        "0.000",
+        "0.000",
+    ], cells
 
 
 def test_a_folder_too_small_for_the_saves_is_refused_with_numbers(tmp_path: Path) -> None:
