@@ -240,6 +240,20 @@ def resume_note(check: dict[str, Any]) -> str:
     return head + f"is not the saving run's {check['saved_run_loss']:.5f}"
 
 
+def resume_io_note(copies: list[dict[str, Any]]) -> str:
+    """A resumed run's note on its initialisation's I/O, which the I/O model's (a fresh
+    start's) leaves out: the save's swap files copied back into the swap folder (the worker's
+    ``resume_copy`` records), and DeepSpeed's reload of the optimizer state through them."""
+    moved = sum(int(c.get("bytes") or 0) for c in copies)
+    how = ", ".join(sorted({str(c.get("copy")) for c in copies if c.get("copy")}))
+    return (
+        "resumed: the initialisation's I/O includes the save's swap files copied back into the "
+        + (f"swap folder ({moved / 2**30:.3f} GiB by {how})" if how else "swap folder")
+        + " and DeepSpeed's reload of the optimizer state through them; the I/O model's "
+        "initialisation is a fresh start's"
+    )
+
+
 def _drive_bytes(io: dict[str, Any] | None, drives: tuple[str, ...], op: str) -> int | None:
     if io is None:
         return None

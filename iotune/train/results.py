@@ -20,7 +20,7 @@ from iotune.model.estimate import Estimate, IoVolume
 from iotune.model.presets import Preset
 from iotune.plan.predict import predict
 from iotune.records import read_records, to_jsonable
-from iotune.train.checkpoint import resume_note, save_rows
+from iotune.train.checkpoint import resume_io_note, resume_note, save_rows
 from iotune.train.ranks import merge_ranks, per_rank
 from iotune.train.request import Prepared, RunRequest
 from iotune.units import GIB
@@ -182,6 +182,8 @@ def build_result(
     check = next((e for e in every if e.get("event") == "resume_check"), None)
     if check is not None:
         req.notes.append(resume_note(check))
+    if init and init.get("resumed_at"):
+        req.notes.append(resume_io_note(init.get("resume_copy") or []))
     # the table's rows: the offload volume's drives, where checkpoint or persist volumes are
     # traced beside them (their writes are the saves' and persists' rows)
     io_by_label = {

@@ -141,6 +141,12 @@ def test_saves_leave_the_steps_io_as_modelled(saved: dict[str, Any]) -> None:
 def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
     first, resumed = saved["first"], saved["resumed"]
     assert resumed["resumed_at"] == 1
+    # its initialisation moved more than a fresh start's, and the run says why
+    moved = [n for n in resumed["notes"] if n.startswith("resumed: the initialisation's I/O")]
+    assert len(moved) == 1 and "swap files copied back" in moved[0], resumed["notes"]
+    assert not any(n.startswith("resumed: the initialisation's I/O") for n in first["notes"]), (
+        first["notes"]
+    )
     step = next(e for e in resumed["events"] if e["event"] == "step")
     assert step["global_step"] == 2
     # the same state and the same batch as the saving run's second step: the same loss

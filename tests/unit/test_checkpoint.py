@@ -655,3 +655,15 @@ def test_a_persist_needs_saves(tmp_path: Path) -> None:
             *("auto", str(tmp_path / "out"), None, None, (), None, None, None, False, False),
             checkpoint_persist=str(tmp_path / "ck"),
         )
+
+
+def test_a_resumed_runs_note_names_what_its_initialisation_moved_beyond_the_model() -> None:
+    from iotune.train.checkpoint import resume_io_note
+
+    two = [{"copy": "aio", "bytes": 3 << 29, "source": "a"}, {"copy": "aio", "bytes": 1 << 29}]
+    assert resume_io_note(two) == (
+        "resumed: the initialisation's I/O includes the save's swap files copied back into the "
+        "swap folder (2.000 GiB by aio) and DeepSpeed's reload of the optimizer state through "
+        "them; the I/O model's initialisation is a fresh start's"
+    )
+    assert "swap folder and DeepSpeed's" in resume_io_note([])
