@@ -1,5 +1,5 @@
-"""The transcript of docs/recipes/offload-and-checkpoints.md: from six bare NVMe drives to a
-measured save and a resume, every command as the page shows it, run in a QEMU guest of the
+"""The transcript of docs/from-bare-drives.md: from six bare NVMe drives to a measured save
+and a resume, every command as the page shows it, run in a QEMU guest of the
 vm tier (tests/vm/guest.py: the distribution's kernel, QEMU's emulated NVMe drives, this
 checkout and its virtualenv), its output written to OUT (Markdown, one block a command).
 
