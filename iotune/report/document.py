@@ -58,6 +58,19 @@ def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Sec
                 "wrote against the save, beside full stripes' K/(K-p).",
             )
         )
+    persisted = tb.persist_table(data.runs)
+    if persisted[1]:
+        out.append(
+            Section(
+                "Persisted saves",
+                table=persisted,
+                text="each save's copy from its snapshot to the persist volume, beside the "
+                "training (medians): seconds from the save until durable with its latest, and "
+                "how long the next save or the run's end waited for it; what the persist "
+                "volume's drives wrote for it; on a RAID5/6, what the members wrote against "
+                "the persist, beside full stripes' K/(K-p).",
+            )
+        )
     header, rows = tb.prediction_table(data.runs)
     if rows:
         out.append(
@@ -66,7 +79,8 @@ def sections(data: ReportData, study_threads: dict[str, Any] | None) -> list[Sec
                 table=(header, rows),
                 text="optimizer = reads / read bandwidth + CPU Adam + writes / write "
                 "bandwidth (DeepSpeed swaps a sub-group in, updates it, swaps it out); step = "
-                "baseline forward + backward + gradients written + optimizer.",
+                "baseline forward + backward + what of the gradients' writing outlasts "
+                "backward + optimizer.",
             )
         )
     for s in data.sweeps:

@@ -309,3 +309,43 @@ def checkpoint_table(runs: Sequence[dict[str, Any]]) -> Table:
 
 def _gib(b: float | None) -> float | None:
     return None if b is None else b / 2**30
+
+
+def persist_table(runs: Sequence[dict[str, Any]]) -> Table:
+    """One row per run whose saves were persisted (--checkpoint-persist): where to, how long
+    until each was durable and how long the training waited for it, its bytes and what the
+    persist volume's drives wrote, with the parity's amplification on a protected array.
+    Empty: none was."""
+    header = [
+        "Run",
+        "Persisted to",
+        "Persists",
+        "Durable after s",
+        "Waited s",
+        "GiB a persist",
+        "Written GiB",
+        "Persist volume",
+        "Parity x (full stripes)",
+    ]
+    rows = []
+    for r in sorted_runs(runs):
+        p = (r.get("checkpoints") or {}).get("persist")
+        if not p:
+            continue
+        label = volume_label(r)
+        amp = p.get("amplification")
+        rows.append(
+            [
+                (r.get("strategy") or r["preset"]) + (f" on {label}" if label else ""),
+                str(p.get("dir")),
+                str(p["persists"]),
+                num(p.get("seconds")),
+                num(p.get("waited_s")),
+                num(_gib(p.get("bytes")), 3),
+                num(_gib(p.get("write_bytes")), 3),
+                (f"{p['level']} of " if p.get("level") else "")
+                + ", ".join(p.get("drives") or ["not traced"]),
+                "-" if amp is None else f"{amp:.3f} ({p['ideal']:.3f})",
+            ]
+        )
+    return header, rows

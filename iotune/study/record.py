@@ -165,6 +165,7 @@ def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
         return statistics.median(vals) if vals else None
 
     parity = [s["parity"] for s in saves if s.get("parity")]
+    persists = [s["persist"] for s in saves if s.get("persist")]
     return {
         "writer": ck.get("writer"),
         "saves": len(saves),
@@ -179,6 +180,31 @@ def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
         "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
         "ideal": parity[0]["ideal"] if parity else None,
         "read_modify_write": any(p["read_modify_write"] for p in parity) if parity else None,
+        "persist": persist_summary(persists, ck.get("persist_drives")) if persists else None,
+    }
+
+
+def persist_summary(persists: list[dict[str, Any]], drives: list[str] | None) -> dict[str, Any]:
+    """A run's persists (--checkpoint-persist) in one record: where to, the medians of their
+    seconds and bytes, what the persist volume's drives wrote and, on a protected array, the
+    parity's amplification beside its full-stripe ideal."""
+
+    def med(key: str) -> float | None:
+        vals = [p[key] for p in persists if p.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    parity = [p["parity"] for p in persists if p.get("parity")]
+    return {
+        "dir": persists[0].get("dir"),
+        "persists": len(persists),
+        "seconds": med("seconds"),
+        "waited_s": med("waited_s"),
+        "bytes": med("bytes"),
+        "write_bytes": med("write_bytes"),
+        "drives": drives,
+        "level": parity[0]["level"] if parity else None,
+        "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
+        "ideal": parity[0]["ideal"] if parity else None,
     }
 
 

@@ -143,6 +143,24 @@ def test_each_persists_writes_are_traced_on_its_own_volume(persisted: dict[str, 
     assert steady["write_bytes"] == int(statistics.median(later)), (steady, later)
 
 
+def test_the_report_shows_the_persists_beside_the_saves(
+    persisted: dict[str, Any], tmp_path: Path
+) -> None:
+    """`iotune report` of the persisted run: its "Persisted saves" row names the persist
+    folder and the drive it was traced on, three persists, and what that drive wrote."""
+    doc = persisted["run"]
+    out = tmp_path / "report"
+    iotune("report", doc["out"], "--out", str(out))
+    md = (out / "report.md").read_text()
+    assert "## Persisted saves" in md, md
+    (row,) = [line for line in md.splitlines() if f"| {persisted['ck']} |" in line]
+    (drive,) = doc["checkpoints"]["persist_drives"]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "3" and cells[7] == drive, cells
+    written = statistics.median(s["persist"]["write_bytes"] for s in doc["checkpoints"]["saves"])
+    assert cells[6] == f"{written / 2**30:.3f}", (cells, written)
+
+
 def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
     """O_DIRECT through DeepSpeed's op: none of the persisted swap files is in the page
     cache but for a last part of a page (fincore)."""

@@ -225,6 +225,57 @@ def test_the_report_shows_a_runs_saves_beside_the_model() -> None:
     assert cells["Parity x (full stripes)"] == "2.010 (2.000)"
 
 
+def test_the_report_shows_each_runs_persists_in_a_section_of_their_own() -> None:
+    """--checkpoint-persist: the report's "Persisted saves" names the persist folder and its
+    volume (a RAID6 of four) and gives the medians of the persists' seconds and bytes and of
+    what the members wrote, with the parity beside its full-stripe ideal; a run without a
+    persist has no row, and a report without any has no section."""
+    from iotune.report.tables import persist_table
+    from iotune.study.record import checkpoint_summary
+
+    c = 12 * 1000
+    par = {"level": "raid6", "amplification": 2.1, "ideal": 2.0, "read_modify_write": True}
+    persists = [
+        {"dir": "/mnt/ckpt/ck", "bytes": c, "seconds": t, "waited_s": t / 2}
+        | {"write_bytes": 2 * c + w, "parity": par | {"amplification": a}}
+        for t, w, a in ((8.0, 10, 2.05), (9.0, 30, 2.2), (7.0, 20, 2.1))
+    ]
+    ck = {
+        "writer": "torch",
+        "saves": [{"blocked_s": 0.2, "bytes": c, "persist": p} for p in persists],
+        "persist_drives": ["a", "b", "c", "d"],
+    }
+    s = checkpoint_summary(ck)
+    assert s is not None and s["persist"] == {
+        "dir": "/mnt/ckpt/ck",
+        "persists": 3,
+        "seconds": 8.0,
+        "waited_s": 4.0,
+        "bytes": c,
+        "write_bytes": 2 * c + 20,
+        "drives": ["a", "b", "c", "d"],
+        "level": "raid6",
+        "amplification": 2.1,
+        "ideal": 2.0,
+    }
+    bare = checkpoint_summary({"saves": [{"blocked_s": 0.2}]})
+    assert bare is not None and bare["persist"] is None
+    run = {"preset": "tiny_opt_nvme", "strategy": "opt_nvme", "ga": 1, "checkpoints": s}
+    other = {"preset": "x", "ga": 1, "checkpoints": bare}
+    header, rows = persist_table([run, other])
+    (row,) = rows
+    cells = dict(zip(header, row, strict=True))
+    assert cells["Persisted to"] == "/mnt/ckpt/ck" and cells["Persists"] == "3"
+    assert (cells["Durable after s"], cells["Waited s"]) == ("8.00", "4.00")
+    assert cells["Persist volume"] == "raid6 of a, b, c, d"
+    assert cells["Parity x (full stripes)"] == "2.100 (2.000)"
+    assert persist_table([other])[1] == []
+    # untraced (tmpfs, NFS): said, not a blank
+    s["persist"] |= {"drives": [], "write_bytes": None, "level": None, "amplification": None}
+    cells = dict(zip(header, persist_table([run])[1][0], strict=True))
+    assert (cells["Persist volume"], cells["Written GiB"]) == ("not traced", "-")
+
+
 def _traced(tmp_path: Path, writer: dict[str, object], *command: str) -> tuple[int, str]:
     import json
 
