@@ -284,11 +284,10 @@ def checkpoint_table(runs: Sequence[dict[str, Any]]) -> Table:
             continue
         model = ck.get("estimate") or {}
         est = model.get("bytes", model.get("write_bytes"))  # a save's size on disk
-        label = volume_label(r)
         amp = ck.get("amplification")
         rows.append(
             [
-                (r.get("strategy") or r["preset"]) + (f" on {label}" if label else ""),
+                _run_label(r),
                 str(ck["writer"]),
                 str(ck["saves"]),
                 num(ck.get("blocked_s")),
@@ -296,15 +295,29 @@ def checkpoint_table(runs: Sequence[dict[str, Any]]) -> Table:
                 _pair(_gib(ck.get("bytes")), _gib(est)),
                 num(_gib(ck.get("offload_read_bytes")), 3),
                 num(_gib(ck.get("checkpoint_write_bytes")), 3),
-                (f"{ck['level']} of " if ck.get("level") else "")
-                + ", ".join(ck.get("checkpoint_drives") or ["-"]),
+                _volume_cell(ck.get("level"), ck.get("checkpoint_drives"), "-"),
                 "-"
                 if amp is None
-                else f"{amp:.3f} ({ck['ideal']:.3f})"
+                else _parity_cell(ck)
                 + (", read-modify-write" if ck.get("read_modify_write") else ""),
             ]
         )
     return header, rows
+
+
+def _run_label(r: dict[str, Any]) -> str:
+    label = volume_label(r)
+    return str(r.get("strategy") or r["preset"]) + (f" on {label}" if label else "")
+
+
+def _volume_cell(level: str | None, drives: list[str] | None, none: str) -> str:
+    """'raid6 of a, b, c, d', the drives alone off an array, *none* where none was traced."""
+    return (f"{level} of " if level else "") + ", ".join(drives or [none])
+
+
+def _parity_cell(rec: dict[str, Any]) -> str:
+    """The members' writes against the bytes, beside full stripes' ideal: '2.010 (2.000)'."""
+    return f"{rec['amplification']:.3f} ({rec['ideal']:.3f})"
 
 
 def _gib(b: float | None) -> float | None:
@@ -332,20 +345,17 @@ def persist_table(runs: Sequence[dict[str, Any]]) -> Table:
         p = (r.get("checkpoints") or {}).get("persist")
         if not p:
             continue
-        label = volume_label(r)
-        amp = p.get("amplification")
         rows.append(
             [
-                (r.get("strategy") or r["preset"]) + (f" on {label}" if label else ""),
+                _run_label(r),
                 str(p.get("dir")),
                 str(p["persists"]),
                 num(p.get("seconds")),
                 num(p.get("waited_s")),
                 num(_gib(p.get("bytes")), 3),
                 num(_gib(p.get("write_bytes")), 3),
-                (f"{p['level']} of " if p.get("level") else "")
-                + ", ".join(p.get("drives") or ["not traced"]),
-                "-" if amp is None else f"{amp:.3f} ({p['ideal']:.3f})",
+                _volume_cell(p.get("level"), p.get("drives"), "not traced"),
+                "-" if p.get("amplification") is None else _parity_cell(p),
             ]
         )
     return header, rows

@@ -153,32 +153,41 @@ def summarize_run(
     }
 
 
+#: a save's figures the run's record keeps the median of
+_SAVE_MEDIANS = ("blocked_s", "durable_s", "bytes", "offload_read_bytes", "checkpoint_write_bytes")
+
+
+def _median_of(items: list[dict[str, Any]], key: str) -> float | None:
+    vals = [x[key] for x in items if x.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _parity_of(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The level, the median amplification and its full-stripe ideal of the *items*' parity
+    records (saves' or persists'), None each where none was on a protected array."""
+    parity = [x["parity"] for x in items if x.get("parity")]
+    return {
+        "level": parity[0]["level"] if parity else None,
+        "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
+        "ideal": parity[0]["ideal"] if parity else None,
+    }
+
+
 def checkpoint_summary(ck: dict[str, Any] | None) -> dict[str, Any] | None:
     """A run's saves in one record: the medians of their seconds and bytes, the model's bytes
     and, on a protected array, the parity's amplification against its full-stripe ideal."""
     saves = (ck or {}).get("saves") or []
     if not ck or not saves:
         return None
-
-    def med(key: str) -> float | None:
-        vals = [s[key] for s in saves if s.get(key) is not None]
-        return statistics.median(vals) if vals else None
-
     parity = [s["parity"] for s in saves if s.get("parity")]
     persists = [s["persist"] for s in saves if s.get("persist")]
     return {
         "writer": ck.get("writer"),
         "saves": len(saves),
-        "blocked_s": med("blocked_s"),
-        "durable_s": med("durable_s"),
-        "bytes": med("bytes"),
-        "offload_read_bytes": med("offload_read_bytes"),
-        "checkpoint_write_bytes": med("checkpoint_write_bytes"),
+        **{k: _median_of(saves, k) for k in _SAVE_MEDIANS},
         "estimate": ck.get("estimate"),
         "checkpoint_drives": ck.get("checkpoint_drives"),
-        "level": parity[0]["level"] if parity else None,
-        "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
-        "ideal": parity[0]["ideal"] if parity else None,
+        **_parity_of(saves),
         "read_modify_write": any(p["read_modify_write"] for p in parity) if parity else None,
         "persist": persist_summary(persists, ck.get("persist_drives")) if persists else None,
     }
@@ -188,23 +197,12 @@ def persist_summary(persists: list[dict[str, Any]], drives: list[str] | None) ->
     """A run's persists (--checkpoint-persist) in one record: where to, the medians of their
     seconds and bytes, what the persist volume's drives wrote and, on a protected array, the
     parity's amplification beside its full-stripe ideal."""
-
-    def med(key: str) -> float | None:
-        vals = [p[key] for p in persists if p.get(key) is not None]
-        return statistics.median(vals) if vals else None
-
-    parity = [p["parity"] for p in persists if p.get("parity")]
     return {
         "dir": persists[0].get("dir"),
         "persists": len(persists),
-        "seconds": med("seconds"),
-        "waited_s": med("waited_s"),
-        "bytes": med("bytes"),
-        "write_bytes": med("write_bytes"),
+        **{k: _median_of(persists, k) for k in ("seconds", "waited_s", "bytes", "write_bytes")},
         "drives": drives,
-        "level": parity[0]["level"] if parity else None,
-        "amplification": statistics.median(p["amplification"] for p in parity) if parity else None,
-        "ideal": parity[0]["ideal"] if parity else None,
+        **_parity_of(persists),
     }
 
 

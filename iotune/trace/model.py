@@ -337,6 +337,15 @@ def _totals(
     }
 
 
+def step_io(row: dict[str, Any]) -> dict[str, Any]:
+    """A trace interval's I/O as a run's tables count it: a step's (``init:``, ``step:``)
+    over the offload drives alone where other volumes were traced beside them (its
+    ``primary``), a save's or a persist's over every traced drive."""
+    if row.get("primary") and row["label"].split(":")[0] in ("init", "step"):
+        return {**row, **row["primary"]}
+    return row
+
+
 def step_rows(
     samples: list[Any],
     devs: Mapping[str, int],

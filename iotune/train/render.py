@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from iotune.trace.model import step_io
 from iotune.trace.render import latency_line, latency_steps_table, other_io_line
 from iotune.units import GIB, binary_size, gib_text
 
@@ -77,9 +78,7 @@ def steps_table(result: dict[str, Any]) -> Table:
         t.add_column(col, justify="left" if col == "STEP" else "right")
     for e in result["events"]:
         label = f"{e['event']}:{e['step']}"
-        s = io.get(label)
-        if s and e["event"] in ("init", "step"):  # the offload volume's drives alone
-            s = {**s, **(s.get("primary") or {})}
+        s = step_io(io[label]) if label in io else None
         rd = s["read"]["bytes"] / GIB if s else None
         wr = s["write"]["bytes"] / GIB if s else None
         if e["event"] == "init":

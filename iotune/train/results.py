@@ -20,6 +20,7 @@ from iotune.model.estimate import Estimate, IoVolume
 from iotune.model.presets import Preset
 from iotune.plan.predict import predict
 from iotune.records import read_records, to_jsonable
+from iotune.trace.model import step_io
 from iotune.train.checkpoint import resume_io_note, resume_note, save_rows
 from iotune.train.ranks import merge_ranks, per_rank
 from iotune.train.request import Prepared, RunRequest
@@ -186,9 +187,7 @@ def build_result(
         req.notes.append(resume_io_note(init.get("resume_copy") or []))
     # the table's rows: the offload volume's drives, where checkpoint or persist volumes are
     # traced beside them (their writes are the saves' and persists' rows)
-    io_by_label = {
-        s["label"]: {**s, **(s.get("primary") or {})} for s in (trace or {}).get("steps", [])
-    }
+    io_by_label = {s["label"]: step_io(s) for s in (trace or {}).get("steps", [])}
     traced = bool(prep.targets.disks) and trace is not None
     footprint = max((e.get("swap", {}).get("allocated", 0) for e in events), default=0)
     nvme = footprint if prep.swap_dir else None
