@@ -26,6 +26,7 @@ from typing import Any
 
 from iotune import proc
 from iotune.records import to_jsonable
+from iotune.trace.model import step_io
 from iotune.trace.workload import Terminated, raise_terminated, stop_child
 from iotune.train.request import RunRequest
 from iotune.units import GIB
@@ -175,7 +176,11 @@ def node_row(
     prefix = "steady" if _case(run, "table", "steady") else "init + first"
     measured = _case(run, "table", prefix) or {}
     model = _case(run, "estimate_table", f"estimate: {prefix}") or {}
-    steps = [s for s in run.get("io_steps", []) if str(s.get("label", "")).startswith("step:")]
+    # a step's I/O over the node's offload drives alone, as its run's own tables count it
+    # (a checkpoint or persist volume traced beside them keeps its saves' writes apart)
+    steps = [
+        step_io(s) for s in run.get("io_steps", []) if str(s.get("label", "")).startswith("step:")
+    ]
     row.update(
         ranks=run.get("ranks"),
         world=run.get("world"),

@@ -161,6 +161,30 @@ def test_a_nodes_row_is_its_steady_step_beside_its_ranks_model(tmp_path: Path) -
     assert (failed["exit_code"], failed["error"], failed["hint"]) == (1, "x needs 9 GiB", "h")
 
 
+def test_a_nodes_steps_count_its_offload_drives_not_its_checkpoint_volume(
+    tmp_path: Path,
+) -> None:
+    """A node whose run traced a checkpoint volume beside its offload drives: each step's
+    bytes in its row are the offload drives' (the step row's ``primary``), as the node's own
+    run table prints them; a save's interval is not a step and stays out."""
+    doc = _run_doc()
+    doc["drives"] = ["loop3", "loop4"]
+    both = {"read": {"bytes": 10}, "write": {"bytes": 20 + 7}}
+    offload = {"read": {"bytes": 10}, "write": {"bytes": 20}}
+    doc["io_steps"] = [
+        {"label": "init", **both, "primary": offload},
+        {"label": "step:1", **both, "primary": offload},
+        {"label": "save:1", "read": {"bytes": 0}, "write": {"bytes": 99}},
+        {"label": "step:2", **both, "primary": offload},
+    ]
+    node = {"hostname": "node-b", "exit_code": 0, "error": None, "hint": None}
+    row = node_row("10.0.0.3", node, doc, tmp_path)
+    assert row["steps"] == [
+        {"label": "step:1", "read_bytes": 10, "write_bytes": 20},
+        {"label": "step:2", "read_bytes": 10, "write_bytes": 20},
+    ]
+
+
 def test_the_run_shows_a_row_and_draws_a_figure_per_node(tmp_path: Path) -> None:
     from rich.console import Console
 
