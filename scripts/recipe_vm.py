@@ -38,7 +38,9 @@ def commands(names: dict[str, str]) -> list[list[str]]:
     run = ["tiny_opt_nvme", *SET_ARGS, "--nvme-path", "/mnt/offload"]
     saves = ["--checkpoint-every", "1", "--checkpoint-copy", "reflink"]
     saves += ["--checkpoint-dir", "/mnt/offload/snap", "--checkpoint-persist", "/mnt/ckpt/ck"]
-    resume = ["--resume-from", "/mnt/ckpt/ck/step2", "--checkpoint-copy", "aio"]
+    # from the first save, two steps: the second shows Adam's state came back, not only the
+    # weights (iotune.workers.checkpoints.restore_swapped_adam)
+    resume = ["--resume-from", "/mnt/ckpt/ck/step1", "--checkpoint-copy", "aio"]
     offload = ["--name", "offload", "--mount", "/mnt/offload"]
     ckpt = ["--level", "6", "--name", "ckpt", "--mount", "/mnt/ckpt", "--yes"]
     return [
@@ -49,7 +51,7 @@ def commands(names: dict[str, str]) -> list[list[str]]:
         ["mdadm", "--wait", "/dev/md/ckpt"],
         ["iotune", "raid", "status"],
         ["iotune", "trace", "--run", *run, "--steps", "3", *saves, "--out", f"{RUNS}/saving"],
-        ["iotune", "run", *run, "--steps", "1", *resume, "--out", f"{RUNS}/resumed"],
+        ["iotune", "run", *run, "--steps", "2", *resume, "--out", f"{RUNS}/resumed"],
         ["iotune", "report", f"{RUNS}/saving", f"{RUNS}/resumed", "--out", f"{RUNS}/report"],
     ]
 

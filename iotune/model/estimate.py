@@ -259,6 +259,28 @@ def estimate(preset: Preset, cfg: dict[str, Any]) -> Estimate:
     )
 
 
+def resumed_init_first(e: Estimate, copy: str, save_on_offload: bool) -> IoVolume | None:
+    """A run resumed from a save of its NVMe-offloaded optimizer: its initialisation and
+    first step on the offload drives. A fresh start's initialisation (above), then DeepSpeed's
+    ``load_checkpoint`` (runtime/engine.py): the save's swap files copied back into the swap
+    folder, 12 bytes a swapped parameter written (*copy* ``reflink`` clones them: none), then
+    ``reset_swap_buffers`` (zero/stage3.py) reads each sub-group's fp32 master and writes it
+    back, 4 and 4. With Adam's state put back after the load
+    (iotune.workers.checkpoints.restore_swapped_adam), the first step swaps the moments in as
+    every later step does: a steady step's I/O, where a fresh start's first step reads the
+    master alone. The copy's reads come from the save's volume, which is not the offload
+    drives'; where it is (*save_on_offload*, other than a clone), they are not modelled (a
+    page-cache copy may find them cached), nor are parameters on NVMe or ZenFlow's updates
+    every few steps: None."""
+    sw = e.swapped
+    if not sw.n_s or sw.n_p or e.update_interval != 1 or e.first_update is not None:
+        return None
+    if save_on_offload and copy != "reflink":
+        return None
+    copied = 0 if copy == "reflink" else 12 * sw.n_s
+    return e.init + IoVolume(4 * sw.n_s, 4 * sw.n_s + copied) * e.ranks + e.steady_step
+
+
 def zenflow_schedule(update_interval: int, ga: int) -> tuple[int, int]:
     """ZenFlow's full (offloaded) update in optimizer steps: (every how many steps, how many
     per step). ZenFlow counts update_interval in micro-steps, engine.step() calls, one per

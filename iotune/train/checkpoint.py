@@ -223,21 +223,58 @@ def resume_point(path: Path, est: Estimate, optimizer_on_nvme: bool) -> tuple[Pa
     return load_dir, tag
 
 
+def resume_checks(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A resumed run's checks (the worker's ``resume_check`` event at each step the saving
+    run also trained) as one: the first that failed, else the first, with every step's
+    figures under "steps", "ok" False where any failed, None where none could be checked,
+    and the largest relative difference. None where the run did not resume."""
+    checks = sorted(
+        (e for e in events if e.get("event") == "resume_check"), key=lambda e: int(e["at_step"])
+    )
+    if not checks:
+        return None
+    bad = next((c for c in checks if c["ok"] is False), None)
+    rec = dict(bad or checks[0])
+    rec["steps"] = [
+        {k: c.get(k) for k in ("at_step", "loss", "saved_run_loss", "rel_diff", "ok")}
+        for c in checks
+    ]
+    done = [c for c in checks if c["ok"] is not None]
+    rec["ok"] = False if bad else (True if done else None)
+    if done:
+        rec["rel_diff"] = max(float(c["rel_diff"]) for c in done)
+    return rec
+
+
 def resume_note(check: dict[str, Any]) -> str:
-    """The run's note on a resumed run's first step against the saving run's loss (the
-    worker's ``resume_check`` event, iotune.workers.checkpoints)."""
-    if check["ok"] is None:
+    """The run's note on a resumed run's steps against the saving run's losses (the checks
+    as one: :func:`resume_checks`). The first resumed step's loss shows the weights came
+    back; only a later one shows Adam's state did, and the note says when none was checked."""
+    steps = check.get("steps") or [check]
+    done = [s for s in steps if s["ok"] is not None]
+    if check["ok"] is None or not done:
         return (
             f"resumed: the saving run kept no loss for step {check['at_step']} (it did not train "
             "past the save): the resumed loss is not checked"
         )
-    head = f"resumed: step {check['at_step']}'s loss {check['loss']:.5f} "
-    if check["ok"]:
-        return head + (
-            f"continues the saving run's ({check['saved_run_loss']:.5f}, relative difference "
-            f"{check['rel_diff']:.2g}, at most {check['tolerance']:g})"
+    if check["ok"] is False:
+        return (
+            f"resumed: step {check['at_step']}'s loss {check['loss']:.5f} is not the saving "
+            f"run's {check['saved_run_loss']:.5f}"
         )
-    return head + f"is not the saving run's {check['saved_run_loss']:.5f}"
+    first, last = done[0], done[-1]
+    if first is not last:
+        return (
+            f"resumed: steps {first['at_step']}-{last['at_step']}'s losses continue the "
+            f"saving run's (largest relative difference {check['rel_diff']:.2g}, at most "
+            f"{check['tolerance']:g})"
+        )
+    return (
+        f"resumed: step {first['at_step']}'s loss {first['loss']:.5f} continues the saving "
+        f"run's ({first['saved_run_loss']:.5f}, relative difference {check['rel_diff']:.2g}, "
+        f"at most {check['tolerance']:g}); only that step was trained by both, which checks "
+        "the weights, not the optimizer's state (resume from an earlier save to check that too)"
+    )
 
 
 def resume_io_note(copies: list[dict[str, Any]]) -> str:

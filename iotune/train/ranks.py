@@ -37,9 +37,10 @@ def merge_ranks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     save's files the tag folder's (each rank counted all of them: _FOLDER), and "ranks"
     keeps each rank's figures. A single rank's records come back as they are.
     Pure."""
-    groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
-    for r in records:  # a persist's event has its save's step and tag
-        groups.setdefault((str(r.get("event")), r.get("step"), r.get("tag")), []).append(r)
+    groups: dict[tuple[str, Any, Any, Any], list[dict[str, Any]]] = {}
+    for r in records:  # a persist's event has its save's step and tag; a resume's check, its
+        key = (str(r.get("event")), r.get("step"), r.get("tag"), r.get("at_step"))
+        groups.setdefault(key, []).append(r)
     out = []
     for recs in groups.values():
         if len(recs) == 1:

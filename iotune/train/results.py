@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -16,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from iotune.model.dsconfig import DEFAULT_AIO_BLOCK
-from iotune.model.estimate import Estimate, IoVolume
+from iotune.model.estimate import Estimate, IoVolume, resumed_init_first
 from iotune.model.presets import Preset
 from iotune.plan.predict import predict
 from iotune.records import read_records, to_jsonable
 from iotune.trace.model import step_io
-from iotune.train.checkpoint import resume_io_note, resume_note, save_rows
+from iotune.train.checkpoint import resume_checks, resume_io_note, resume_note, save_rows
 from iotune.train.ranks import merge_ranks, per_rank
 from iotune.train.request import Prepared, RunRequest
 from iotune.units import GIB
@@ -155,6 +156,25 @@ def per_drive(io_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> li
     return out
 
 
+def _resumed_estimate(
+    est: Estimate, init: dict[str, Any] | None, prep: Prepared
+) -> IoVolume | None:
+    """A resumed run's initialisation + first step, modelled (iotune.model.estimate
+    .resumed_init_first) from the worker's init record: how the swap files came back (its
+    copy's records; none where DeepSpeed's own copytree ran), and whether the save shares
+    the offload volume's file system."""
+    if not init or not init.get("resumed_at") or prep.swap_dir is None or prep.resume is None:
+        return None
+    kinds = {str(c.get("copy")) for c in init.get("resume_copy") or []} or {"deepspeed"}
+    if len(kinds) != 1 or init.get("adam_restored") is None:
+        return None
+    try:
+        same = os.stat(prep.resume[0]).st_dev == os.stat(prep.swap_dir).st_dev
+    except OSError:
+        return None  # another node's folders
+    return resumed_init_first(est, kinds.pop(), same)
+
+
 def build_result(
     req: RunRequest, prep: Prepared, trace: dict[str, Any] | None, started: float
 ) -> dict[str, Any]:
@@ -180,11 +200,9 @@ def build_result(
             "I/O model's bytes"
         )
     init = next((e for e in events if e.get("event") == "init"), None)
-    check = next((e for e in every if e.get("event") == "resume_check"), None)
+    check = resume_checks(every)
     if check is not None:
         req.notes.append(resume_note(check))
-    if init and init.get("resumed_at"):
-        req.notes.append(resume_io_note(init.get("resume_copy") or []))
     # the table's rows: the offload volume's drives, where checkpoint or persist volumes are
     # traced beside them (their writes are the saves' and persists' rows)
     io_by_label = {s["label"]: step_io(s) for s in (trace or {}).get("steps", [])}
@@ -217,8 +235,22 @@ def build_result(
             )
         )
     est = prep.est
+    resumed_est = _resumed_estimate(est, init, prep)
+    if resumed_est is not None:
+        req.notes.append(
+            "resumed: the estimate's initialisation + first step is a resume's (the save's "
+            "swap files copied back, DeepSpeed's reload of the fp32 master, Adam's moments read "
+            "back at the first step)"
+        )
+    elif init and init.get("resumed_at"):
+        req.notes.append(resume_io_note(init.get("resume_copy") or []))
     est_rows = [
-        _row("estimate: init + first step", _est_io(est.init_first), est.nvme_bytes, None),
+        _row(
+            "estimate: init + first step",
+            _est_io(est.init_first if resumed_est is None else resumed_est),
+            est.nvme_bytes,
+            None,
+        ),
         _row("estimate: steady step", _est_io(est.steady_step), est.nvme_bytes, None),
     ]
     k = est.update_interval

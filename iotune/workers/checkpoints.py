@@ -1,7 +1,9 @@
 """A run's checkpoints, saved from the training worker: DeepSpeed's ``save_checkpoint``
 timed (blocked, then durable) and what it left on disk, as one event of the run's record;
-and the proof of a resumed run, that its first step's loss is the one the saving run had
-after the same save (LOSSES)."""
+the restore of Adam's state that DeepSpeed's load of an NVMe-offloaded optimizer leaves out
+(``restore_swapped_adam``); and the proof of a resumed run, that each of its steps the saving
+run also trained has the loss the saving run had (LOSSES): the first shows the weights came
+back, the later ones the optimizer's state."""
 
 from __future__ import annotations
 
@@ -63,13 +65,18 @@ class LossLedger:
 
 
 class StepLosses:
-    """Each step's loss, for the runs that save (LossLedger, on rank 0) and checked on the
-    first step of a resumed run (resume_check: its event; RunFails where it fails)."""
+    """Each step's loss, for the runs that save (LossLedger, on rank 0) and, in a resumed
+    run, checked at each step the saving run also trained (resume_check: an event each;
+    RunFails where one fails). The first resumed step's loss depends on the weights alone;
+    the second on the update the first made, so on Adam's moments and step count too."""
 
     def __init__(self, spec: dict[str, Any], rank: int, resumed: int, dtype: str) -> None:
         ck, resume = spec.get("checkpoint"), spec.get("resume")
         self.resume = resume if resumed and rank == 0 else None
         self.resumed, self.dtype = resumed, dtype
+        # the saving run's losses, read before this run's own ledger (in the same folder)
+        # replaces the steps after the save
+        self.expected = _read_losses(Path(resume["dir"])) if resume and self.resume else {}
         self.ledger = (
             LossLedger(
                 Path(ck.get("persist") or ck["dir"]),
@@ -83,21 +90,28 @@ class StepLosses:
     def add(self, global_step: int, loss: float, events: _Events) -> None:
         if self.ledger is not None:
             self.ledger.add(global_step, loss)
-        if self.resume is not None and global_step == self.resumed + 1:
-            check = resume_check(self.resume, global_step, loss, self.dtype)
+        if self.resume is not None and (
+            global_step == self.resumed + 1 or str(global_step) in self.expected
+        ):
+            check = resume_check(self.resume, global_step, loss, self.dtype, self.expected)
             events.emit(check)
             if check["ok"] is False:
                 raise RunFails(check["message"])
 
 
 def resume_check(
-    resume: dict[str, Any], global_step: int, loss: float, dtype: str
+    resume: dict[str, Any],
+    global_step: int,
+    loss: float,
+    dtype: str,
+    losses: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The first step of a run resumed from ``resume`` (its folder and tag) against the loss
-    the saving run had at the same global step: the event of the check, "ok" False (and
-    the message) where the two differ by more than the dtype's tolerance."""
+    """A step of a run resumed from ``resume`` (its folder and tag) against the loss the
+    saving run had at the same global step (*losses*, else its folder's LOSSES now): the
+    event of the check, "ok" False (and the message) where the two differ by more than the
+    dtype's tolerance."""
     folder = Path(resume["dir"])
-    expected = _read_losses(folder).get(str(global_step))
+    expected = (_read_losses(folder) if losses is None else losses).get(str(global_step))
     rec: dict[str, Any] = {
         "event": "resume_check",
         "at_step": global_step,
@@ -117,6 +131,79 @@ def resume_check(
             f"difference {rel:.2g}, at most {rec['tolerance']:g} in {dtype})"
         )
     return rec
+
+
+def restore_swapped_adam(engine: Any, load_dir: str, tag: str | None = None) -> int | None:
+    """Adam's state of a ZeRO-3 optimizer on NVMe, put back after ``load_checkpoint``.
+
+    DeepSpeed's load copies the checkpoint's swap files (the fp32 master and both moments)
+    back into the swap folder, but where the optimizer is on NVMe it skips the optimizer's
+    own state (runtime/engine.py: no ``_load_zero_checkpoint`` where
+    ``zero_nvme_offload_optimizer()``). The master reaches the model; the moments and the
+    step count do not: CPU Adam starts over at the next step (zero moments, step 1) and
+    overwrites the copied moment files, so the resumed run's second step is not the saving
+    run's. Here each sub-group gets its saved state back: the step count from the
+    checkpoint's optimizer states (``*_optim_states.pt``), and each moment kept on NVMe
+    registered with the swapper as an empty tensor named as its file (the swapper's
+    ``state_name-ds_id``), so that the next swap-in reads it from the copied file; no
+    moment is held in memory here. *tag* as given to ``load_checkpoint`` (None: the one
+    *load_dir*'s ``latest`` names). The number of sub-groups restored; None where the
+    optimizer is not on NVMe (DeepSpeed loads its state itself)."""
+    import torch
+
+    opt = engine.optimizer
+    swapper = getattr(opt, "optimizer_swapper", None)
+    if swapper is None or not engine.zero_nvme_offload_optimizer():
+        return None
+    if tag is None:
+        tag = (Path(load_dir) / "latest").read_text().strip()
+    saved = torch.load(
+        engine._get_zero_ckpt_name(load_dir, tag), map_location="cpu", weights_only=False
+    )["optimizer_state_dict"]["optimizer_state_dict"]
+    inner = opt.optimizer
+    n = 0
+    for g, group in enumerate(saved["param_groups"]):
+        subs = [s for s in range(len(opt.fp16_groups)) if opt.sub_group_to_group_id[s] == g]
+        for sub, idx in zip(subs, group["params"], strict=True):
+            state = saved["state"].get(idx)
+            if not state:
+                continue  # no step taken before the save
+            param = opt.fp32_partitioned_groups_flat[sub]
+            info = swapper.swap_params_info.get(param.ds_id)
+            kept: dict[str, Any] = {}
+            on_nvme = []
+            for name, value in state.items():
+                if info is not None and torch.is_tensor(value) and value.numel() == 0:
+                    # swapped out when saved: its bytes are in the copied file
+                    t: Any = torch.empty(0, dtype=value.dtype)
+                    t.ds_id = f"{name}-{param.ds_id}"  # the swapper's name for its file
+                    on_nvme.append(t)
+                    kept[name] = t
+                else:
+                    kept[name] = value
+            if on_nvme and info is not None:
+                info.tensors = info.tensors[:1]
+                info.add_state_tensors(on_nvme)
+            inner.state[param] = kept
+            n += 1
+    return n
+
+
+def resume(
+    engine: Any, at: dict[str, Any] | None, copy: str | None, aio: dict[str, Any] | None
+) -> tuple[int, list[Any], int | None]:
+    """DeepSpeed's ``load_checkpoint`` of *at* (its folder and tag; None: a fresh start), the
+    checkpoint's swap files copied back into this run's swap folder by *copy*, then Adam's
+    state that the load leaves out on NVMe (:func:`restore_swapped_adam`): the global step
+    the save was taken after, the copy's records, the sub-groups restored."""
+    if not at:
+        return 0, [], None
+    from iotune.workers.swapcopy import copies
+
+    with copies(copy, aio) as made:
+        _path, client = engine.load_checkpoint(at["dir"], tag=at["tag"])
+    step = int((client or {}).get(STEP_KEY, 0))
+    return step, list(made), restore_swapped_adam(engine, at["dir"], str(at["tag"]))
 
 
 def save_checkpoint(

@@ -33,7 +33,7 @@ from typing import Any
 
 from iotune.trace.acks import AckWaiter
 from iotune.workers import cpu_info_once, die_with_parent, fastpersist, forked, stdout_to_stderr
-from iotune.workers.checkpoints import STEP_KEY, RunFails, StepLosses, save_checkpoint
+from iotune.workers.checkpoints import RunFails, StepLosses, resume, save_checkpoint
 from iotune.workers.model_build import build_partitioned, model_config
 from iotune.workers.persist import Persister
 from iotune.workers.torch_probe import cpu_bf16
@@ -320,16 +320,8 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
     )
-    resumed = 0
     copy, aio = spec.get("swap_copy"), ds_config.get("aio")
-    resume_copy: list[Any] = []
-    if spec.get("resume"):
-        from iotune.workers.swapcopy import copies
-
-        # DeepSpeed copies the checkpoint's swap files back into this run's swap folder
-        with copies(copy, aio) as resume_copy:
-            _path, client = engine.load_checkpoint(spec["resume"]["dir"], tag=spec["resume"]["tag"])
-        resumed = int((client or {}).get(STEP_KEY, 0))
+    resumed, resume_copy, adam_restored = resume(engine, spec.get("resume"), copy, aio)
     acc.synchronize()
     now = time.perf_counter()
     swaps = SwapClock(engine)
@@ -345,6 +337,7 @@ def train(spec: dict[str, Any], events: Events, rank: int) -> None:
             "proc_io": _proc_io(),
             "resumed_at": resumed,
             "resume_copy": [r.as_dict() for r in resume_copy],
+            "adam_restored": adam_restored,
             **base,
         }
     )

@@ -145,12 +145,20 @@ def test_saves_leave_the_steps_io_as_modelled(saved: dict[str, Any]) -> None:
 def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
     first, resumed = saved["first"], saved["resumed"]
     assert resumed["resumed_at"] == 1
-    # its initialisation moved more than a fresh start's, and the run says why
-    moved = [n for n in resumed["notes"] if n.startswith("resumed: the initialisation's I/O")]
+    # its initialisation moved more than a fresh start's: the estimate is a resume's (the
+    # save's swap files copied back by DeepSpeed's copytree from the checkpoint volume, 12N
+    # written; the master reloaded, 4N each way; Adam's moments read back at the first step,
+    # a steady step's I/O), and the run says so; the saving run's is a fresh start's
+    n_s, n_g = (resumed["estimate"]["swapped"][k] for k in ("n_s", "n_g"))
+    want = (20 * n_s + 4 * n_g, 36 * n_s + 4 * n_g)
+    est = next(r for r in resumed["estimate_table"] if r["case"] == "estimate: init + first step")
+    assert (est["read_bytes"], est["write_bytes"]) == want, (est, want)
+    got = next(r for r in resumed["table"] if r["case"] == "init + first step")
+    assert want[0] <= got["read_bytes"] <= want[0] + 64 * KIB, (got, want)
+    assert abs(got["write_bytes"] - want[1]) <= 256 * KIB, (got, want)
+    moved = [n for n in resumed["notes"] if n.startswith("resumed: the estimate's initialisation")]
     assert len(moved) == 1 and "swap files copied back" in moved[0], resumed["notes"]
-    assert not any(n.startswith("resumed: the initialisation's I/O") for n in first["notes"]), (
-        first["notes"]
-    )
+    assert not any(n.startswith("resumed: the estimate") for n in first["notes"]), first["notes"]
     step = next(e for e in resumed["events"] if e["event"] == "step")
     assert step["global_step"] == 2
     # the same state and the same batch as the saving run's second step: the same loss

@@ -35,7 +35,7 @@ def _files(folder: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def persisted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Three steps, a save after each, snapshots on the XFS offload volume persisted to an
-    ext4 one; then a step resumed from the persist folder."""
+    ext4 one; then two steps resumed from the persist folder's first save."""
     devs = LoopDevices(tmp_path_factory.mktemp("persist"))
     try:
         xfs = _mounted(devs, 2048, "xfs")
@@ -48,7 +48,7 @@ def persisted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         after = {"snap": sorted(p.name for p in (xfs / "snap").iterdir()),
                  "ck": {t: _files(ext4 / "ck" / t) for t in ("step1", "step2", "step3")}}  # fmt: skip
         resumed = iotune("--json", "run", "tiny_opt_nvme", "--nvme-path", str(xfs / "off"),
-                         "--steps", "1", "--resume-from", str(ext4 / "ck" / "step2"), "--checkpoint-copy",
+                         "--steps", "2", "--resume-from", str(ext4 / "ck" / "step1"), "--checkpoint-copy",
                          "aio", "--out", str(devs.tmp / "resumed"))  # fmt: skip
         yield {
             "run": json.loads(run.stdout),
@@ -176,12 +176,17 @@ def test_the_persisted_copy_is_direct(persisted: dict[str, Any]) -> None:
 def test_a_run_resumed_from_the_persist_folder_continues_the_loss(
     persisted: dict[str, Any],
 ) -> None:
+    """Both steps to the bit: the weights (step 2) and Adam's state (step 3) came back
+    from the persisted snapshot."""
     doc = persisted["resumed"]
-    assert doc["resumed_at"] == 2
-    assert doc["resume_check"]["ok"] is True, doc["resume_check"]
+    assert doc["resumed_at"] == 1
+    check = doc["resume_check"]
+    assert check["ok"] is True and check["rel_diff"] == 0.0, check
+    assert [s["at_step"] for s in check["steps"]] == [2, 3], check
     init = next(e for e in doc["events"] if e["event"] == "init")
+    assert init["adam_restored"] >= 1, init
     (rec,) = init["resume_copy"]
-    assert rec["source"] == str(persisted["ck"] / "step2" / "offloaded_tensors" / "rank00")
+    assert rec["source"] == str(persisted["ck"] / "step1" / "offloaded_tensors" / "rank00")
 
 
 def test_a_persist_that_cannot_work_is_refused_in_one_line(persisted: dict[str, Any]) -> None:

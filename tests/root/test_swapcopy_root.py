@@ -46,13 +46,14 @@ def _du(folder: Path) -> int:
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """aio: two steps saved from one ext4 volume into another, then a step resumed from the
-    first save; reflink: the same within one XFS volume, the swap files kept."""
+    """aio: three steps saved from one ext4 volume into another, then two steps resumed from
+    the first save (the second of them shows Adam's state came back, not only the weights);
+    reflink: the same within one XFS volume, the swap files kept."""
     devs = LoopDevices(tmp_path_factory.mktemp("swapcopy"))
     try:
         off_dev, off = _mounted(devs, 1024, "ext4")
-        ck_dev, ck = _mounted(devs, 1536, "ext4")  # two saves of 0.32 GiB, and room for one more
-        # the swap files kept, and two saves of them, counted as copies (the clones share)
+        ck_dev, ck = _mounted(devs, 1536, "ext4")  # three saves of 0.32 GiB, and room for one more
+        # the swap files kept, and three saves of them, counted as copies (the clones share)
         xfs_dev, xfs = _mounted(devs, 2048, "xfs")
         tmp = devs.tmp
         for sub in ("off", "off2"):  # each run's offload folder on the one XFS volume
@@ -60,13 +61,13 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         aio = ("--checkpoint-copy", "aio")
         reflink = ("--checkpoint-copy", "reflink", "--force")  # checkpoints on the offload
         doc = {
-            "aio": _run(tmp / "aio", off, "--steps", "2", "--checkpoint-every", "1",
+            "aio": _run(tmp / "aio", off, "--steps", "3", "--checkpoint-every", "1",
                         "--checkpoint-dir", str(ck / "ck"), *aio),
-            "aio_resumed": _run(tmp / "aio-resumed", off, "--steps", "1",
+            "aio_resumed": _run(tmp / "aio-resumed", off, "--steps", "2",
                                 "--resume-from", str(ck / "ck" / "step1"), *aio),
-            "reflink": _run(tmp / "reflink", xfs / "off", "--steps", "2", "--checkpoint-every", "1",
+            "reflink": _run(tmp / "reflink", xfs / "off", "--steps", "3", "--checkpoint-every", "1",
                             "--checkpoint-dir", str(xfs / "ck"), "--keep-swap", *reflink),
-            "reflink_resumed": _run(tmp / "reflink-resumed", xfs / "off2", "--steps", "1",
+            "reflink_resumed": _run(tmp / "reflink-resumed", xfs / "off2", "--steps", "2",
                                     "--resume-from", str(xfs / "ck" / "step1"), *reflink),
         }  # fmt: skip
         yield {**doc, "ck": ck, "off": off, "xfs": xfs, "devs": (off_dev, ck_dev, xfs_dev)}
@@ -84,7 +85,7 @@ def test_each_save_is_copied_by_iotune_to_the_byte(copies: dict[str, Any], copy:
     n_s = doc["estimate"]["swapped"]["n_s"]
     folder = (copies["ck"] if copy == "aio" else copies["xfs"]) / "ck"
     saves = _saves(doc)
-    assert [s["tag"] for s in saves] == ["step1", "step2"]
+    assert [s["tag"] for s in saves] == ["step1", "step2", "step3"]
     for s in saves:
         assert s["copy"] == copy
         (rec,) = s["swap_copy"]  # one rank: one swap folder copied
@@ -123,7 +124,7 @@ def test_a_clone_shares_the_swap_files_extents(copies: dict[str, Any]) -> None:
     """The last save's clone and the swap files it was taken from (kept, not written
     since) share their extents: the clone took no space of its own (XFS, FIEMAP's shared
     flag by filefrag)."""
-    ck = copies["xfs"] / "ck" / "step2" / "offloaded_tensors" / "rank00"
+    ck = copies["xfs"] / "ck" / "step3" / "offloaded_tensors" / "rank00"
     files = sorted(f for f in ck.rglob("*") if f.is_file() and f.stat().st_size)
     assert files
     for f in files:
@@ -137,13 +138,36 @@ def test_a_clone_shares_the_swap_files_extents(copies: dict[str, Any]) -> None:
 def test_a_run_resumed_through_the_copy_continues_the_loss(
     copies: dict[str, Any], copy: str
 ) -> None:
+    """Both steps the two runs trained, to the bit (one CPU, the same batches): the first
+    resumed step's loss shows the weights came back, the second's Adam's moments and step
+    count, which DeepSpeed's load of an NVMe-offloaded optimizer leaves out and iotune puts
+    back (iotune.workers.checkpoints.restore_swapped_adam: the init record's count)."""
     doc = copies[f"{copy}_resumed"]
     assert doc["resumed_at"] == 1
-    assert doc["resume_check"]["ok"] is True, doc["resume_check"]
+    check = doc["resume_check"]
+    assert check["ok"] is True and check["rel_diff"] == 0.0, check
+    assert [s["at_step"] for s in check["steps"]] == [2, 3], check
+    saving = {e["step"]: e["loss"] for e in copies[copy]["events"] if e["event"] == "step"}
+    resumed = {e["global_step"]: e["loss"] for e in doc["events"] if e["event"] == "step"}
+    assert resumed == {2: saving[2], 3: saving[3]}, (resumed, saving)
     init = next(e for e in doc["events"] if e["event"] == "init")
+    assert init["adam_restored"] >= 1, init
     (rec,) = init["resume_copy"]
     n_s = doc["estimate"]["swapped"]["n_s"]
     assert rec["copy"] == copy and rec["bytes"] == 12 * n_s
+    # the resume's initialisation and first step on the offload volume, by hand: a fresh
+    # start's (4N read, 8N written), the copy back (12N written; a clone none), DeepSpeed's
+    # reload of the master (4N, 4N) and a first step that reads Adam's moments back (a
+    # steady step's 12N + 4N_g each way); the drives against it, as traced
+    n_g = doc["estimate"]["swapped"]["n_g"]
+    copied = 0 if copy == "reflink" else 12 * n_s
+    want = (20 * n_s + 4 * n_g, 24 * n_s + copied + 4 * n_g)
+    est = next(r for r in doc["estimate_table"] if r["case"] == "estimate: init + first step")
+    assert (est["read_bytes"], est["write_bytes"]) == want, (est, want)
+    got = next(r for r in doc["table"] if r["case"] == "init + first step")
+    assert want[0] <= got["read_bytes"] <= want[0] + 64 * KIB, (got, want)
+    assert abs(got["write_bytes"] - want[1]) <= 256 * KIB, (got, want)
+    assert any(n.startswith("resumed: the estimate's initialisation") for n in doc["notes"])
     assert rec["source"].endswith("step1/offloaded_tensors/rank00")
 
 

@@ -359,9 +359,63 @@ def test_a_resumed_step_is_checked_against_the_saving_runs_loss(tmp_path: Path) 
     with pytest.raises(RunFails, match="does not continue its loss"):
         steps.add(3, 12.0, events)
     assert [e["event"] for e in events.got] == ["resume_check"]
-    # only rank 0 checks, and only the first step after the save
+    # only rank 0 checks
     StepLosses(spec, 1, 2, "fp32").add(3, 12.0, events)
     assert len(events.got) == 1
+
+
+def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) -> None:
+    """The first resumed step's loss depends on the weights alone; the second on the update
+    the first made, so on Adam's moments and step count: a resume that lost them passes the
+    first check and fails the second. Checked against the saving run's losses as they were
+    when the run resumed, though its own ledger in the same folder replaces them."""
+    from iotune.train.checkpoint import resume_checks, resume_note
+    from iotune.workers.checkpoints import LossLedger, RunFails, StepLosses
+
+    class Events:
+        def __init__(self) -> None:
+            self.got: list[dict[str, Any]] = []
+
+        def emit(self, rec: dict[str, Any]) -> None:
+            self.got.append(rec)
+
+    ck = tmp_path / "ck"
+    saving = LossLedger(ck, None, 0)
+    for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0), (4, 9.5)):
+        saving.add(step, loss)
+    resume = {"dir": str(ck), "tag": "step2"}
+    # resumed into the same folder: its ledger replaces steps 3 and 4 as it goes
+    spec = {"resume": resume, "checkpoint": {"dir": str(ck)}}
+    events = Events()
+    steps = StepLosses(spec, 0, 2, "fp32")
+    for step, loss in ((3, 10.0), (4, 9.5), (5, 9.25)):
+        steps.add(step, loss, events)
+    assert [(e["at_step"], e["ok"]) for e in events.got] == [(3, True), (4, True)]
+    one = resume_checks(events.got)
+    assert one is not None and one["ok"] is True and one["rel_diff"] == 0.0
+    assert [s["at_step"] for s in one["steps"]] == [3, 4]
+    assert resume_note(one) == (
+        "resumed: steps 3-4's losses continue the saving run's (largest relative difference "
+        "0, at most 0.0001)"
+    )
+    # Adam's state lost: the first step is the saving run's, the second is not
+    saving = LossLedger(tmp_path / "ck2", None, 0)
+    for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0), (4, 9.5)):
+        saving.add(step, loss)
+    spec = {"resume": {"dir": str(tmp_path / "ck2"), "tag": "step2"}}
+    events = Events()
+    steps = StepLosses(spec, 0, 2, "fp32")
+    steps.add(3, 10.0, events)
+    with pytest.raises(RunFails, match=r"step 4 gave 9\.52000, the saving run 9\.50000"):
+        steps.add(4, 9.52, events)
+    bad = resume_checks(events.got)
+    assert bad is not None and bad["ok"] is False and bad["at_step"] == 4
+    assert resume_note(bad) == "resumed: step 4's loss 9.52000 is not the saving run's 9.50000"
+    # only the first step overlaps: the note says what that does not check
+    only = resume_checks(events.got[:1])
+    assert only is not None and only["ok"] is True
+    assert "not the optimizer's state" in resume_note(only)
+    assert resume_checks([{"event": "step", "step": 3}]) is None
 
 
 @pytest.mark.parametrize("command", [["run", "tiny_opt_nvme"], ["trace", "--run", "tiny_opt_nvme"]])

@@ -803,3 +803,43 @@ def test_the_reduce_bucket_is_the_configs_or_deepspeeds_default() -> None:
         assert estimate(p, cfg).reduce_bucket == asked
     cfg["zero_optimization"]["reduce_bucket_size"] = 0
     assert estimate(p, cfg).reduce_bucket == 1
+
+
+def test_a_resumed_runs_initialisation_and_first_step_by_hand() -> None:
+    """A resume of an NVMe-offloaded optimizer (iotune.model.estimate.resumed_init_first): a
+    fresh start's initialisation (4N read, 8N written), the save's swap files copied back
+    (12N written; a clone none), DeepSpeed's reload of the fp32 master (4N read and written),
+    and a first step that swaps Adam's moments in as a steady one does."""
+    from iotune.model.estimate import resumed_init_first
+
+    n = up(2_000_000)  # one tensor of 2e6 elements: its master's file
+    e = estimate(_preset(_model(2_000_000)), _cfg(offload_optimizer=NVME))
+    assert e.init == IoVolume(4 * n, 8 * n)
+    steady = _opt(n, down(2_000_000))[1]
+    assert resumed_init_first(e, "aio", False) == IoVolume(8 * n, 24 * n) + steady
+    assert resumed_init_first(e, "deepspeed", False) == IoVolume(8 * n, 24 * n) + steady
+    # cloned: no bytes copied back, from the offload volume's own file system or not
+    assert resumed_init_first(e, "reflink", True) == IoVolume(8 * n, 12 * n) + steady
+    assert resumed_init_first(e, "reflink", False) == IoVolume(8 * n, 12 * n) + steady
+    # the copy's reads on the offload drives themselves: not modelled
+    assert resumed_init_first(e, "aio", True) is None
+    # two ranks on the node: twice one rank's
+    two = estimate(_preset(_model(2_000_000), ranks=2), _cfg(offload_optimizer=NVME))
+    one = resumed_init_first(two, "aio", False)
+    assert one is not None and two.per_rank(one) == IoVolume(8, 24) * up(1_000_000) + IoVolume(
+        12 * up(1_000_000) + 4 * down(1_000_000), 12 * up(1_000_000) + 4 * down(1_000_000)
+    )
+    # not modelled: the parameters on NVMe too, an optimizer in RAM
+    both = estimate(
+        _preset(_model(2_000_000), params="nvme"),
+        _cfg(offload_optimizer=NVME, offload_param=NVME),
+    )
+    assert resumed_init_first(both, "aio", False) is None
+    ram = estimate(_preset(_model(2_000_000), optimizer="cpu"), _cfg())
+    assert resumed_init_first(ram, "aio", False) is None
+    # nor ZenFlow, whose updates come every few steps
+    zen = estimate(
+        _preset(_model(2_000_000), zenflow=True),
+        _cfg(offload_optimizer=NVME, zenflow={"update_interval": 4}),
+    )
+    assert zen.update_interval == 4 and resumed_init_first(zen, "aio", False) is None

@@ -456,3 +456,22 @@ def test_more_ranks_than_gpus_is_one_line_naming_where_the_ranks_came_from(
     four = Gpus("NVIDIA H200", 140 * 2**30, 4, (0, 0, 1, 1))
     done = prepare(RunRequest(p, tmp_path / "r", "diskstats", gpu=four, launch=hosts))
     assert done.res.gpu_count == 4
+
+
+def test_a_resumes_checks_stay_one_a_step() -> None:
+    """Rank 0 checks each resumed step the saving run also trained: one event a step, none
+    with a ``step`` of its own (the run's step rows are the events that have one); merged,
+    they stay apart, and beside the ranks' step records."""
+    from iotune.train.ranks import merge_ranks
+
+    recs = [
+        {"event": "resume_check", "at_step": 3, "loss": 9.0, "ok": True, "rank": 0},
+        {"event": "resume_check", "at_step": 4, "loss": 8.5, "ok": False, "rank": 0},
+        {"event": "step", "step": 1, "loss": 9.0, "step_s": 1.0, "rank": 0},
+        {"event": "step", "step": 1, "loss": 9.0, "step_s": 2.0, "rank": 1},
+    ]
+    merged = merge_ranks(recs)
+    checks = [r for r in merged if r["event"] == "resume_check"]
+    assert [(c["at_step"], c["loss"], c["ok"]) for c in checks] == [(3, 9.0, True), (4, 8.5, False)]
+    (step,) = [r for r in merged if r["event"] == "step"]
+    assert step["step_s"] == 2.0 and len(step["ranks"]) == 2
