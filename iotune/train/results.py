@@ -166,8 +166,8 @@ def _resumed_estimate(
     if not init or not init.get("resumed_at") or prep.swap_dir is None or prep.resume is None:
         return None
     kinds = {str(c.get("copy")) for c in init.get("resume_copy") or []} or {"deepspeed"}
-    if len(kinds) != 1 or init.get("adam_restored") is None:
-        return None
+    if len(kinds) != 1 or not init.get("adam_restored"):
+        return None  # no Adam state in the save: its first step is a fresh start's
     try:
         same = os.stat(prep.resume[0]).st_dev == os.stat(prep.swap_dir).st_dev
     except OSError:

@@ -88,8 +88,8 @@ class StepLosses:
         )
 
     def add(self, global_step: int, loss: float, events: _Events) -> None:
-        if self.ledger is not None:
-            self.ledger.add(global_step, loss)
+        # checked before the ledger takes it: a step that fails is not written over the
+        # saving run's loss for it
         if self.resume is not None and (
             global_step == self.resumed + 1 or str(global_step) in self.expected
         ):
@@ -97,6 +97,8 @@ class StepLosses:
             events.emit(check)
             if check["ok"] is False:
                 raise RunFails(check["message"])
+        if self.ledger is not None:
+            self.ledger.add(global_step, loss)
 
 
 def resume_check(
@@ -142,11 +144,15 @@ def restore_swapped_adam(engine: Any, load_dir: str, tag: str | None = None) -> 
     ``zero_nvme_offload_optimizer()``). The master reaches the model; the moments and the
     step count do not: CPU Adam starts over at the next step (zero moments, step 1) and
     overwrites the copied moment files, so the resumed run's second step is not the saving
-    run's. Here each sub-group gets its saved state back: the step count from the
-    checkpoint's optimizer states (``*_optim_states.pt``), and each moment kept on NVMe
-    registered with the swapper as an empty tensor named as its file (the swapper's
-    ``state_name-ds_id``), so that the next swap-in reads it from the copied file; no
-    moment is held in memory here. *tag* as given to ``load_checkpoint`` (None: the one
+    run's. The skipped load also puts back each parameter group's settings (a scheduler's
+    lr) and the fp32 master of sub-groups too small to swap (kept in memory, saved in the
+    pickle). Here all of it comes back from the checkpoint's optimizer states
+    (``*_optim_states.pt``): the groups' settings, each small sub-group's master (and the
+    model's weights from it, as DeepSpeed's reset does), each sub-group's step count, and
+    each moment kept on NVMe registered with the swapper as an empty tensor named as its
+    file (the swapper's ``state_name-ds_id``), so that the next swap-in reads it from the
+    copied file; no moment of those is held in memory here. A checkpoint whose sub-groups
+    are not this run's is refused in one line (RunFails). *tag* as given to ``load_checkpoint`` (None: the one
     *load_dir*'s ``latest`` names). The number of sub-groups restored; None where the
     optimizer is not on NVMe (DeepSpeed loads its state itself)."""
     import torch
@@ -157,24 +163,40 @@ def restore_swapped_adam(engine: Any, load_dir: str, tag: str | None = None) -> 
         return None
     if tag is None:
         tag = (Path(load_dir) / "latest").read_text().strip()
-    saved = torch.load(
+    whole = torch.load(
         engine._get_zero_ckpt_name(load_dir, tag), map_location="cpu", weights_only=False
-    )["optimizer_state_dict"]["optimizer_state_dict"]
+    )["optimizer_state_dict"]
+    saved, flat = whole["optimizer_state_dict"], whole.get("fp32_flat_groups") or []
     inner = opt.optimizer
     n = 0
     for g, group in enumerate(saved["param_groups"]):
+        # the group's settings as saved (a scheduler's lr among them): the load that is
+        # skipped is also the one that puts them back
+        inner.param_groups[g].update({k: v for k, v in group.items() if k != "params"})
         subs = [s for s in range(len(opt.fp16_groups)) if opt.sub_group_to_group_id[s] == g]
+        if len(subs) != len(group["params"]):
+            raise RunFails(
+                f"the checkpoint in {load_dir}/{tag} holds {len(group['params'])} optimizer "
+                f"sub-group(s) in parameter group {g}, this run {len(subs)}: it was saved by "
+                "another model, ZeRO sub_group_size or number of ranks"
+            )
         for sub, idx in zip(subs, group["params"], strict=True):
+            param = opt.fp32_partitioned_groups_flat[sub]
+            info = swapper.swap_params_info.get(param.ds_id)
+            if info is None and sub < len(flat) and flat[sub].numel() == param.numel():
+                # too small to swap: its fp32 master stayed in memory and was saved in the
+                # pickle, which the load skips; back, and into the model's weights
+                param.data.copy_(flat[sub])
+                opt._reassign_or_swap_out_partitioned_parameters(sub)
             state = saved["state"].get(idx)
             if not state:
                 continue  # no step taken before the save
-            param = opt.fp32_partitioned_groups_flat[sub]
-            info = swapper.swap_params_info.get(param.ds_id)
             kept: dict[str, Any] = {}
             on_nvme = []
             for name, value in state.items():
-                if info is not None and torch.is_tensor(value) and value.numel() == 0:
-                    # swapped out when saved: its bytes are in the copied file
+                # swapped out when saved: empty in the pickle (the pipelined swapper leaves
+                # its reused buffer there), its bytes in the copied file
+                if info is not None and torch.is_tensor(value) and value.dim() > 0:
                     t: Any = torch.empty(0, dtype=value.dtype)
                     t.ds_id = f"{name}-{param.ds_id}"  # the swapper's name for its file
                     on_nvme.append(t)
@@ -203,7 +225,8 @@ def resume(
     with copies(copy, aio) as made:
         _path, client = engine.load_checkpoint(at["dir"], tag=at["tag"])
     step = int((client or {}).get(STEP_KEY, 0))
-    return step, list(made), restore_swapped_adam(engine, at["dir"], str(at["tag"]))
+    tag = None if at.get("tag") is None else str(at["tag"])
+    return step, list(made), restore_swapped_adam(engine, at["dir"], tag)
 
 
 def save_checkpoint(

@@ -370,7 +370,7 @@ def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) ->
     first check and fails the second. Checked against the saving run's losses as they were
     when the run resumed, though its own ledger in the same folder replaces them."""
     from iotune.train.checkpoint import resume_checks, resume_note
-    from iotune.workers.checkpoints import LossLedger, RunFails, StepLosses
+    from iotune.workers.checkpoints import LOSSES, LossLedger, RunFails, StepLosses
 
     class Events:
         def __init__(self) -> None:
@@ -410,6 +410,14 @@ def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) ->
         steps.add(4, 9.52, events)
     bad = resume_checks(events.got)
     assert bad is not None and bad["ok"] is False and bad["at_step"] == 4
+    # resumed into the saving run's own folder: the step that fails is not written over the
+    # saving run's loss for it, so a second try is checked against the same losses
+    again = StepLosses({**spec, "checkpoint": {"dir": str(tmp_path / "ck2")}}, 0, 2, "fp32")
+    again.add(3, 10.0, Events())
+    with pytest.raises(RunFails):
+        again.add(4, 9.52, Events())
+    kept = json.loads((tmp_path / "ck2" / LOSSES).read_text())["losses"]
+    assert kept["3"] == 10.0 and kept.get("4") != 9.52, kept
     assert resume_note(bad) == "resumed: step 4's loss 9.52000 is not the saving run's 9.50000"
     # only the first step overlaps: the note says what that does not check
     only = resume_checks(events.got[:1])
