@@ -242,7 +242,8 @@ def build_result(
             "swap files copied back, DeepSpeed's reload of the fp32 master, Adam's moments read "
             "back at the first step)"
         )
-    elif init and init.get("resumed_at"):
+    elif init and init.get("resumed_at") and est.swapped.n_s:
+        # (an optimizer in RAM has no swap files to copy back: DeepSpeed loads its state)
         req.notes.append(resume_io_note(init.get("resume_copy") or []))
     est_rows = [
         _row(

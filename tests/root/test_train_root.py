@@ -386,6 +386,25 @@ def test_ram_offload_run_touches_no_drive(tmp_path: Path, plain_workers: None) -
     _peak_rss_matches_the_estimate(doc)
 
 
+def test_a_ram_optimizers_resume_says_nothing_of_swap_files(
+    tmp_path: Path, plain_workers: None
+) -> None:
+    """With the optimizer in host RAM DeepSpeed loads its state itself: the resumed run's
+    step is the saving run's, nothing is put back by iotune (adam_restored None), and no
+    note speaks of swap files copied back or of a resume's I/O."""
+    ck = tmp_path / "ck"
+    iotune_json("run", "tiny_opt_ram", "--steps", "2", "--checkpoint-every", "1",
+                "--checkpoint-dir", str(ck), "--out", str(tmp_path / "s"))  # fmt: skip
+    doc = iotune_json("run", "tiny_opt_ram", "--steps", "1", "--resume-from", str(ck / "step1"),
+                      "--out", str(tmp_path / "r"))  # fmt: skip
+    assert doc["exit_code"] == 0 and doc["resumed_at"] == 1
+    assert doc["resume_check"]["ok"] is True and doc["resume_check"]["rel_diff"] == 0.0
+    init = next(e for e in doc["events"] if e["event"] == "init")
+    assert init["adam_restored"] is None and init["resume_copy"] == []
+    notes = [n for n in doc["notes"] if n.startswith("resumed")]
+    assert len(notes) == 1 and notes[0].startswith("resumed: step 2's loss"), doc["notes"]
+
+
 def test_every_strategy_config_is_read_by_deepspeed(tmp_path: Path) -> None:
     """DeepSpeed's own readers (get_aio_config, DeepSpeedZeroConfig with ZenFlow) accept the
     generated config of every strategy, and read the aio block as written."""
