@@ -48,13 +48,14 @@ def _read_losses(folder: Path) -> dict[str, float]:
 class LossLedger:
     """The losses of a run that saves checkpoints, by global step, in LOSSES beside its tags
     (written anew after each step). A run resumed from a save in the same folder keeps the
-    steps up to that save (its own past) and replaces the later ones (another line of
-    training from there)."""
+    saving run's losses and writes its own over them step by step: each of its steps that
+    the saving run trained is checked against them first and the run stops at the first
+    that differs (StepLosses), so what it writes is the same line of training, and a resume
+    that failed leaves the saving run's later losses for the next try."""
 
-    def __init__(self, folder: Path, resumed_from: Path | None, start: int) -> None:
+    def __init__(self, folder: Path, resumed_from: Path | None) -> None:
         self.path = folder / LOSSES
-        old = _read_losses(folder) if resumed_from == folder else {}
-        self.losses = {k: v for k, v in old.items() if int(k) <= start}
+        self.losses = _read_losses(folder) if resumed_from == folder else {}
 
     def add(self, global_step: int, loss: float) -> None:
         self.losses[str(global_step)] = loss
@@ -75,13 +76,11 @@ class StepLosses:
         self.resume = resume if resumed and rank == 0 else None
         self.resumed, self.dtype = resumed, dtype
         # the saving run's losses, read before this run's own ledger (in the same folder)
-        # replaces the steps after the save
+        # writes over the steps after the save
         self.expected = _read_losses(Path(resume["dir"])) if resume and self.resume else {}
         self.ledger = (
             LossLedger(
-                Path(ck.get("persist") or ck["dir"]),
-                Path(resume["dir"]) if resume else None,
-                resumed,
+                Path(ck.get("persist") or ck["dir"]), Path(resume["dir"]) if resume else None
             )
             if ck and rank == 0
             else None

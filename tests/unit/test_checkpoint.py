@@ -317,15 +317,15 @@ def test_a_resumed_step_is_checked_against_the_saving_runs_loss(tmp_path: Path) 
     from iotune.workers.checkpoints import LOSSES, LossLedger, StepLosses, resume_check
 
     ck = tmp_path / "ck"
-    saving = LossLedger(ck, None, 0)
+    saving = LossLedger(ck, None)
     for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0)):
         saving.add(step, loss)
-    # a run resumed from step 2 of the same folder keeps steps 1 and 2, replaces the rest
-    again = LossLedger(ck, ck, 2)
+    # a run resumed from step 2 of the same folder writes its own steps over the saving run's
+    again = LossLedger(ck, ck)
     again.add(3, 9.75)
     assert json.loads((ck / LOSSES).read_text()) == {"losses": {"1": 10.5, "2": 10.25, "3": 9.75}}
     # elsewhere: a ledger of its own
-    assert LossLedger(tmp_path / "other", ck, 2).losses == {}
+    assert LossLedger(tmp_path / "other", ck).losses == {}
     resume = {"dir": str(ck), "tag": "step2"}
     ok = resume_check(resume, 3, 9.7500004, "fp32")
     assert ok["ok"] is True and ok["saved_run_loss"] == 9.75 and ok["rel_diff"] < 1e-6
@@ -380,7 +380,7 @@ def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) ->
             self.got.append(rec)
 
     ck = tmp_path / "ck"
-    saving = LossLedger(ck, None, 0)
+    saving = LossLedger(ck, None)
     for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0), (4, 9.5)):
         saving.add(step, loss)
     resume = {"dir": str(ck), "tag": "step2"}
@@ -399,7 +399,7 @@ def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) ->
         "0, at most 0.0001)"
     )
     # Adam's state lost: the first step is the saving run's, the second is not
-    saving = LossLedger(tmp_path / "ck2", None, 0)
+    saving = LossLedger(tmp_path / "ck2", None)
     for step, loss in ((1, 10.5), (2, 10.25), (3, 10.0), (4, 9.5)):
         saving.add(step, loss)
     spec = {"resume": {"dir": str(tmp_path / "ck2"), "tag": "step2"}}
@@ -417,7 +417,9 @@ def test_every_resumed_step_the_saving_run_trained_is_checked(tmp_path: Path) ->
     with pytest.raises(RunFails):
         again.add(4, 9.52, Events())
     kept = json.loads((tmp_path / "ck2" / LOSSES).read_text())["losses"]
-    assert kept["3"] == 10.0 and kept.get("4") != 9.52, kept
+    # the failed step 4 is not written, and the saving run's own step 4 is still there for
+    # the next try
+    assert kept == {"1": 10.5, "2": 10.25, "3": 10.0, "4": 9.5}, kept
     assert resume_note(bad) == "resumed: step 4's loss 9.52000 is not the saving run's 9.50000"
     # only the first step overlaps: the note says what that does not check
     only = resume_checks(events.got[:1])
