@@ -31,23 +31,21 @@ export TORCH_EXTENSIONS_DIR=/tmp/tx PYTHONUNBUFFERED=1 DS_ACCELERATOR=cuda
 echo 512 > /sys/block/vda/queue/max_sectors_kb
 start=$SECONDS
 xfs=/mnt/iotune-xfs
-mount_xfs() {
-    mountpoint -q "$xfs" && return 0
-    mkdir -p /tmp/xfs "$xfs"
-    for d in .xfs/*.deb; do dpkg -x "$d" /tmp/xfs; done
-    export PATH="/tmp/xfs/sbin:/tmp/xfs/usr/sbin:$PATH"
-    export LD_LIBRARY_PATH="/tmp/xfs/usr/lib/x86_64-linux-gnu:/tmp/xfs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-    truncate -s 60G /var/tmp/xfs.img
-    dev=$(losetup --find --show --direct-io=on /var/tmp/xfs.img) || return 1
-    echo 512 > "/sys/block/${dev#/dev/}/queue/max_sectors_kb"
-    mkfs.xfs -q -f "$dev" && mount -o discard "$dev" "$xfs" || return 1
-    xfs_info "$xfs" | grep -o "reflink=[01]"
-}
 xfs_tools() {
     mkdir -p /tmp/xfs
     for d in .xfs/*.deb; do dpkg -x "$d" /tmp/xfs; done
     export PATH="/tmp/xfs/sbin:/tmp/xfs/usr/sbin:$PATH"
     export LD_LIBRARY_PATH="/tmp/xfs/usr/lib/x86_64-linux-gnu:/tmp/xfs/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+}
+mount_xfs() {
+    mountpoint -q "$xfs" && return 0
+    mkdir -p "$xfs"
+    xfs_tools
+    truncate -s 60G /var/tmp/xfs.img
+    dev=$(losetup --find --show --direct-io=on /var/tmp/xfs.img) || return 1
+    echo 512 > "/sys/block/${dev#/dev/}/queue/max_sectors_kb"
+    mkfs.xfs -q -f "$dev" && mount -o discard "$dev" "$xfs" || return 1
+    xfs_info "$xfs" | grep -o "reflink=[01]"
 }
 case "${1:?pairs, runs, persist or ram}" in
 pairs)

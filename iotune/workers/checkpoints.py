@@ -151,9 +151,10 @@ def restore_swapped_adam(engine: Any, load_dir: str, tag: str | None = None) -> 
     each moment kept on NVMe registered with the swapper as an empty tensor named as its
     file (the swapper's ``state_name-ds_id``), so that the next swap-in reads it from the
     copied file; no moment of those is held in memory here. A checkpoint whose sub-groups
-    are not this run's is refused in one line (RunFails). *tag* as given to ``load_checkpoint`` (None: the one
-    *load_dir*'s ``latest`` names). The number of sub-groups restored; None where the
-    optimizer is not on NVMe (DeepSpeed loads its state itself)."""
+    are not this run's is refused in one line (RunFails). *tag* as given to
+    ``load_checkpoint`` (None: the one *load_dir*'s ``latest`` names). The number of
+    sub-groups restored; None where the optimizer is not on NVMe (DeepSpeed loads its state
+    itself)."""
     import torch
 
     opt = engine.optimizer
@@ -202,7 +203,7 @@ def restore_swapped_adam(engine: Any, load_dir: str, tag: str | None = None) -> 
                     kept[name] = t
                 else:
                     kept[name] = value
-            if on_nvme and info is not None:
+            if on_nvme:  # (only a swapped sub-group's: info is its swap record)
                 info.tensors = info.tensors[:1]
                 info.add_state_tensors(on_nvme)
             inner.state[param] = kept
