@@ -7,6 +7,7 @@ ran in its session and the last lines of its log."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -15,6 +16,33 @@ from pathlib import Path
 
 #: seconds without any CPU used by a waited-on session before it is called a hang
 IDLE = 300.0
+
+
+def renice_session(sid: int, nice: int) -> None:
+    """Every process of session *sid* (its process group, started with
+    ``start_new_session=True``), and its autogroup, at CPU priority *nice*: under autogroup
+    scheduling the kernel weighs a session against the others by the group's nice alone.
+    Best effort: a priority is no test's result (gone, not allowed)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PGRP, sid, nice)
+    with contextlib.suppress(OSError):  # no such file where the kernel has no autogroups
+        Path(f"/proc/{sid}/autogroup").write_text(str(nice))
+
+
+def following(sid: int) -> Callable[[], None]:
+    """A call that puts session *sid* at the calling thread's CPU priority whenever that has
+    changed since its last call (and at its first): for a wait on a process that a thread
+    started at one priority and a test may raise to another meanwhile (tests/vm/guest.Early's
+    ``take``)."""
+    nice: int | None = None
+
+    def follow() -> None:
+        nonlocal nice
+        if nice != (now := os.getpriority(os.PRIO_PROCESS, 0)):
+            nice = now
+            renice_session(sid, now)
+
+    return follow
 
 
 def session_cpu(sid: int) -> tuple[float, list[str]]:

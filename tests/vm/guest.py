@@ -26,6 +26,8 @@ from pathlib import Path
 from threading import Event, Lock
 from typing import Generic, TypeVar
 
+from tests.progress import renice_session
+
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parent.parent
 T = TypeVar("T")
@@ -445,13 +447,8 @@ class Guest:
     def renice(self, nice: int) -> None:
         """Every process of the guest (vng, virtme-run, QEMU and all its threads), and its
         autogroup, at CPU priority *nice*."""
-        if self.proc is None:
-            return
-        # best effort: a priority is no test's result (gone, not allowed, rate-limited)
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PGRP, self.proc.pid, nice)
-        with contextlib.suppress(OSError):  # no such file where the kernel has no autogroups
-            Path(f"/proc/{self.proc.pid}/autogroup").write_text(str(nice))
+        if self.proc is not None:
+            renice_session(self.proc.pid, nice)
 
     def kill(self) -> None:
         """Kills the guest's whole process group (vng, virtme-run, QEMU), whatever is left."""

@@ -18,7 +18,6 @@ takes a lock file there).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from iotune.proc import worker_env
-from tests.progress import wait_busy
+from tests.progress import following, wait_busy
 
 OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
 
@@ -106,14 +105,20 @@ def build(top: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]
             start_new_session=True,
         )
     # its own session, so that its compilers' CPU can be counted, at the calling thread's
-    # priority (the set-up's nice 19): under autogroup scheduling a session is weighed by its
-    # group's nice alone, and the root tier's zygote builds the host's ops at the same time
-    with contextlib.suppress(OSError):  # no such file where the kernel has no autogroups
-        Path(f"/proc/{proc.pid}/autogroup").write_text(str(os.getpriority(os.PRIO_PROCESS, 0)))
+    # priority, which it follows while it runs: the set-up's nice 19 until a test takes the
+    # set-up (tests/vm/guest.Early), then the tests' or the study's. Left at 19, a build that
+    # has only DeepSpeed's import and ninja's checks to do (its objects in ccache) got about
+    # 1% of a core beside the root tier, and the study's lab booted 20 minutes late
+    follow = following(proc.pid)
+
+    def built() -> bool:
+        follow()
+        return proc.poll() is not None
+
     # minutes where the compiler cache is cold: waited on while its compilers work, not
     # against a clock
     try:
-        wait_busy(proc, lambda: proc.poll() is not None, "the guest's DeepSpeed op build", log)
+        wait_busy(proc, built, "the guest's DeepSpeed op build", log)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
