@@ -386,9 +386,7 @@ def test_ram_offload_run_touches_no_drive(tmp_path: Path, plain_workers: None) -
     _peak_rss_matches_the_estimate(doc)
 
 
-def test_a_ram_optimizers_resume_says_nothing_of_swap_files(
-    tmp_path: Path, plain_workers: None
-) -> None:
+def test_a_ram_optimizers_resume_says_nothing_of_swap_files(tmp_path: Path) -> None:
     """With the optimizer in host RAM DeepSpeed loads its state itself: the resumed run's
     step is the saving run's, nothing is put back by iotune (adam_restored None), and no
     note speaks of swap files copied back or of a resume's I/O."""

@@ -36,3 +36,15 @@ def test_the_vm_tiers_two_guests_are_given_one_link(
         t.join()
     assert len(got) == 8 and all(x is got[0] for x in got)
     assert [p.name for p in tmp_path.iterdir()] == [got[0].folder.name]
+
+
+def test_a_guest_reads_the_tsc_only_where_the_host_does(tmp_path: Path) -> None:
+    """tests/vm/guest.py clock_options: the TSC for the guest where the host's own clock is
+    the TSC; the guest's own choice where the host's is another, or cannot be read."""
+    from tests.vm.guest import clock_options
+
+    (tmp_path / "current_clocksource").write_text("tsc\n")
+    assert clock_options(tmp_path) == ("clocksource=tsc", "tsc=reliable")
+    (tmp_path / "current_clocksource").write_text("hpet\n")
+    assert clock_options(tmp_path) == ()
+    assert clock_options(tmp_path / "none") == ()

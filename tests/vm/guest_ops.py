@@ -53,6 +53,15 @@ def get_cpu_info():
 '''
 
 
+#: torch's CPU kernels for the guest's processes: the baseline (SSE4.2) ones, not AVX2. QEMU's
+#: TCG runs the AVX2 and FMA kernels torch and MKL pick for ``-cpu max`` through slow helpers,
+#: and their second OpenMP thread spins: in one guest on a quiet host, the lab's model's
+#: forward and backward (hidden 256, vocab 4096, 2 tokens) took 1.03 s a step and 1.93 s of
+#: CPU with AVX2, 0.57 s and 1.14 s of CPU with these (benchmarks/RESULTS.md, 2026-11-30).
+#: DeepSpeed's ops keep their AVX2 build (CXX, CPUINFO above)
+TORCH_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+
+
 def default_dir() -> Path:
     return Path(sys.prefix) / "var" / "vm-guest-ops"
 

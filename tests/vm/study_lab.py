@@ -153,7 +153,7 @@ def bring_up(
             raise RuntimeError("the study's lab was stopped while it came up")
 
     top = guest_ops.default_dir()
-    env = {**guest_ops.build(top, environ), "IOTUNE_ZYGOTE": ZYGOTE}
+    env = {**guest_ops.build(top, environ), **guest_ops.TORCH_ENV, "IOTUNE_ZYGOTE": ZYGOTE}
     go_on()
     workdir = Path(tempfile.mkdtemp(prefix="iotune-study-vm-"))
     guest = Guest(

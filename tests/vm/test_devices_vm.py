@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +88,28 @@ def test_each_drive_shows_its_health_log_and_it_counts_what_was_written(vm: Sess
     grew = h1["data_written_bytes"] - h0["data_written_bytes"]
     assert abs(grew - 16 * 2**20) <= 512_000, grew
     assert vm.iotune_json("devices", vm.dev("IOT0"))["devices"][0]["in_use"] == []
+
+
+def test_the_guests_clock_is_the_hosts_tsc_where_the_hosts_is(vm: Session) -> None:
+    """The guest's kernel reads time from the TSC where the host does (tests/vm/guest.py
+    clock_options: each HPET read is an emulated register), and its clock keeps the host's
+    pace: ten seconds of the host's are ten of the guest's."""
+    host = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    code = (
+        "import time; print(open('/sys/devices/system/clocksource/clocksource0/"
+        "current_clocksource').read().strip(), time.monotonic())"
+    )
+    ta = time.monotonic()
+    r = vm.guest.run([sys.executable, "-c", code]).check()
+    t0 = time.monotonic()
+    mine, g0 = r.stdout.split()
+    want = "tsc" if host.read_text().strip() == "tsc" else mine
+    assert mine == want, (mine, host.read_text())
+    time.sleep(10)
+    t1 = time.monotonic()
+    g1 = float(vm.guest.run([sys.executable, "-c", code]).check().stdout.split()[1])
+    t2 = time.monotonic()
+    # the guest read its clock between ta and t0, then between t1 and t2 (the host's): its
+    # interval lies within those, give or take 2% of rate (the TSC's calibration at boot)
+    dg = g1 - float(g0)
+    assert 0.98 * (t1 - t0) <= dg <= 1.02 * (t2 - ta), (dg, t1 - t0, t2 - ta)

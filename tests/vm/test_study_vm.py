@@ -83,6 +83,9 @@ def test_every_run_finished_on_its_volume(study: dict[str, Any], lab: Lab) -> No
             assert v["level"] == (None if len(want) == 1 else "raid0")
             if v["level"]:
                 assert v["chunk_bytes"] == 512 * 1024
+            # on torch's baseline kernels, as the lab's environment asks (guest_ops.TORCH_ENV)
+            ready = json.loads(Path(r["run_dir"], "steps.jsonl").read_text().splitlines()[0])
+            assert ready["event"] == "ready" and ready["cpu"]["cpu_capability"] == "DEFAULT"
 
 
 def _members_timed(name: str, doc: dict[str, Any], members: list[str]) -> None:
