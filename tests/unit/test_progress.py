@@ -56,10 +56,10 @@ def test_a_session_that_uses_no_cpu_is_a_hang_named_with_its_processes(tmp_path:
 
 def test_a_waited_on_session_follows_its_threads_priority() -> None:
     """A build started by a set-up at the lowest priority and waited on while a test raises
-    the set-up thread's (tests/vm/guest_ops.py): left behind, it got about 1% of a core
-    beside the root tier. Here the thread lowers its own priority (allowed without root), and
-    the session's process and its autogroup follow at the next call; the test's thread keeps
-    its own."""
+    the set-up thread's (tests/vm/guest_ops.py): left behind, a 4 s build beside two nice-0
+    loops had not ended after 90 s. Here the thread lowers its own priority (allowed without
+    root), and the session's process and its autogroup follow at the next call; the test's
+    thread keeps its own."""
     p = _start("import time; time.sleep(60)")
     seen: list[tuple[int, str]] = []
 

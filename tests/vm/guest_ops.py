@@ -115,9 +115,9 @@ def build(top: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]
         )
     # its own session, so that its compilers' CPU can be counted, at the calling thread's
     # priority, which it follows while it runs: the set-up's nice 19 until a test takes the
-    # set-up (tests/vm/guest.Early), then the tests' or the study's. Left at 19, a build that
-    # has only DeepSpeed's import and ninja's checks to do (its objects in ccache) got about
-    # 1% of a core beside the root tier, and the study's lab booted 20 minutes late
+    # set-up (tests/vm/guest.Early), then the tests' or the study's. Left at 19 beside two
+    # nice-0 loops, a build of 4 s (its objects in ccache) had not ended after 90 s; in a
+    # `.ci/run` the study's lab, which boots after it, used no CPU until 32 minutes in
     follow = following(proc.pid)
 
     def built() -> bool:
