@@ -11,7 +11,6 @@ import json
 import logging
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,12 +37,12 @@ from iotune.trace.outputs import (
 from iotune.trace.pathwatch import PathWatch
 from iotune.trace.request import TraceRequest
 from iotune.trace.targets import devno_of, kernel_dev
+from iotune.trace.wake import Wake
 from iotune.trace.workload import Terminated, raise_terminated, stop_child
 
 log = logging.getLogger("iotune.trace")
 
 EVENTS_ENV = "IOTUNE_EVENTS"  # a workload appends JSON lines {"event": ..., "step": n} here
-POLL_S = 0.05
 # a workload's event saying its own I/O starts now (imports, process start-up are done):
 # the per-step rows start there, the device totals still cover the whole trace
 READY = "ready"
@@ -82,7 +81,8 @@ class Tracer:
         self.start = 0.0
         self.exit_code: int | None = None
         self.interrupted: str | None = None
-        self.wake = threading.Event()  # set by a thread that wrote an event
+        #: the loop's sleep: set() by a thread that wrote an event (iotune/trace/wake.py)
+        self.wake = Wake()
         self.events_path = req.out / "events.jsonl"
         self.missed_start: dict[str, int] = {}
         self.missed_end: dict[str, int] = {}
@@ -171,7 +171,7 @@ class Tracer:
         if self._events is None:
             if not self.events_path.exists():
                 return []
-            # kept open: one read a poll (20 a second), not a stat, an open and a close
+            # kept open: one read a wake (a write to it, a sample), not a stat, an open and a close
             self._events = self.events_path.open("rb")
         self._events_buf += self._events.read()
         end = self._events_buf.rfind(b"\n") + 1
@@ -202,6 +202,7 @@ class Tracer:
             )
         req.out.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
+        self.wake.watch(self.events_path)
         old_term = signal.signal(signal.SIGTERM, raise_terminated)
         child: subprocess.Popen[bytes] | None = None
         owners_start: dict[tuple[int, int, int], tuple[int, int]] = {}
@@ -234,12 +235,14 @@ class Tracer:
                 )
                 if self.bpf is not None:
                     self.bpf.add_workload(child.pid)
+                self.wake.child(child.pid)
             next_tick = req.interval
             while True:
-                # a poll, or sooner where a thread of this process has written an event (the
-                # swap folder's watch of a user's script: iotune.train.swapwatch)
-                self.wake.wait(POLL_S)
-                self.wake.clear()
+                # until the next periodic sample, or sooner: an event written (by the workload,
+                # or by a thread of this process: the swap folder's watch of a user's
+                # script, iotune.train.swapwatch), the workload's end
+                due = next_tick if req.duration is None else min(next_tick, req.duration)
+                self.wake.wait(due - (time.monotonic() - self.start))
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
                     label = str(ev.get("event", "event"))
@@ -287,6 +290,7 @@ class Tracer:
             if self._events is not None:
                 self._events.close()
                 self._events = None
+            self.wake.close()
             if self.bpf is not None:
                 # read after the last snapshot (and before it at the start): the window's
                 # misses are bounded from above, never missed themselves

@@ -149,14 +149,15 @@ class Observer:
         return self.watch.overflowed if self.watch is not None else False
 
     def _loop(self) -> None:
-        from iotune.train.swapwatch import Inotify
+        from iotune.trace.wake import Inotify
+        from iotune.train.swapwatch import WATCH_MASK
 
         # woken by the kernel as a report is renamed into place (the hook writes each whole,
         # then renames it), so an idle trace costs nothing; a look every second regardless
         ino: Inotify | None = None
         try:
             made = Inotify()
-            if made.add(self.learn) is None:
+            if made.add(self.learn, WATCH_MASK) is None:
                 made.close()
             else:
                 ino = made

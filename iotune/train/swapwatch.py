@@ -37,40 +37,36 @@ with the optimizer state alone on NVMe) counts in the step before.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import os
 import select
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from iotune.errors import IotuneError, UsageError
+from iotune.errors import UsageError
+from iotune.trace.wake import (
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_OPEN,
+    IN_Q_OVERFLOW,
+    Inotify,
+)
 
-#: inotify(7)
-IN_CLOSE_WRITE = 0x008
-IN_OPEN = 0x020
-IN_MOVED_FROM = 0x040
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_ISDIR = 0x40000000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
 #: IN_OPEN is asked for, not used: the kernel merges an event with the unread one before it
 #: when both are the same (fs/notify/inotify/inotify_fsnotify.c), so two writes of one file
 #: in a row (initialisation's two rounds of one sub-group) would read as one; an open between
 #: the two closes keeps them apart
-_MASK = (
+WATCH_MASK = (
     IN_CLOSE_WRITE | IN_OPEN | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF
 )
-_EVENT = struct.Struct("iIII")
 
 #: rounds of writes of every state file inside deepspeed.initialize (module docstring)
 INIT_ROUNDS = 2
@@ -108,48 +104,6 @@ def _entries(path: Path, *, dirs: bool) -> list[os.DirEntry[str]]:
         return [e for e in os.scandir(path) if (e.is_dir() if dirs else e.is_file())]
     except OSError:
         return []
-
-
-class Inotify:
-    """The kernel's inotify through libc: watches and their events, nothing more."""
-
-    def __init__(self) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        self._add = libc.inotify_add_watch
-        self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        self.fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if self.fd < 0:
-            err = ctypes.get_errno()
-            raise IotuneError(
-                f"inotify is not available: {os.strerror(err)}",
-                hint="the swap-folder step watch needs inotify (fs.inotify.max_user_instances)",
-            )
-
-    def add(self, path: Path) -> int | None:
-        """Watch a folder; None when it is gone (or cannot be watched)."""
-        wd = int(self._add(self.fd, os.fsencode(path), _MASK))
-        return wd if wd >= 0 else None
-
-    def read(self, timeout: float) -> list[tuple[int, int, str]]:
-        """The events queued within *timeout* seconds: (watch, mask, name)."""
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return []
-        out: list[tuple[int, int, str]] = []
-        while True:
-            try:
-                buf = os.read(self.fd, 65536)
-            except BlockingIOError:
-                return out
-            off = 0
-            while off < len(buf):
-                wd, mask, _cookie, n = _EVENT.unpack_from(buf, off)
-                name = buf[off + _EVENT.size : off + _EVENT.size + n].rstrip(b"\0")
-                out.append((wd, mask, os.fsdecode(name)))
-                off += _EVENT.size + n
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 @dataclass
@@ -312,7 +266,7 @@ class StepWatch:
         one that was there before, they are an earlier run's and count for nothing."""
         if not self._wanted(d):
             return
-        wd = self._ino.add(d)
+        wd = self._ino.add(d, WATCH_MASK)
         if wd is None:
             return
         self._dirs[wd] = d
