@@ -58,22 +58,14 @@ def get_cpu_info():
 #: and their second OpenMP thread spins: in one guest on a quiet host, the lab's model's
 #: forward and backward (hidden 256, vocab 4096, 2 tokens) took 1.03 s a step and 1.93 s of
 #: CPU with AVX2, 0.57 s and 1.14 s of CPU with these (benchmarks/RESULTS.md, 2026-11-30).
-#: DeepSpeed's ops keep their AVX2 build (CXX, CPUINFO above). And torch's compiler off:
-#: nothing the lab runs compiles, but DeepSpeed's Muon optimizer, which deepspeed.initialize
-#: imports (and the zygote with it, iotune/workers/zygote.py), wraps functions in
-#: torch.compile as it is imported, and that imports the inductor: 1.2 to 1.6 s of the 6.3 to
-#: 7.6 s the zygote's imports take on this host, a fifth of them, 0.01 s with it off. And
-#: torch's OpenMP threads asleep as soon as they wait (OMP_WAIT_POLICY=PASSIVE): they spin
-#: for a while first otherwise, an emulated loop that takes a host CPU's time. Both, with
-#: the tracer that sleeps between samples (iotune/trace/wake.py), in the lab alone on a quiet
-#: host: its bring-up 382 host CPU s against 424, the study 476 against 652; the training
-#: workers' own CPU in the guest 176 s against 243 (benchmarks/RESULTS.md, 2026-11-30)
-TORCH_ENV = {
-    "ATEN_CPU_CAPABILITY": "default",
-    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-    "TORCHDYNAMO_DISABLE": "1",
-    "OMP_WAIT_POLICY": "PASSIVE",
-}
+#: DeepSpeed's ops keep their AVX2 build (CXX, CPUINFO above). Tried and not kept: torch's
+#: compiler off (TORCHDYNAMO_DISABLE) and passive OpenMP threads (OMP_WAIT_POLICY=PASSIVE).
+#: With the tracer asleep between samples they cut the lab's host CPU to the study's end from
+#: 1,229 to 971 s, but in a `.ci/run` with all three the study's 4-drive step with the
+#: parameters on NVMe ran 9.02 s against its prediction of 10.49 s (+16.2%, past the test's
+#: 15%; +4.8 to +10.5% in the three runs before). Which of the three moved it was not
+#: separated (benchmarks/RESULTS.md, 2026-11-30)
+TORCH_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 
 
 def default_dir() -> Path:
