@@ -128,7 +128,9 @@ class Wake:
         and dropped (the loop looks at everything after each wake)."""
         if not self.woken_by_kernel:
             timeout = min(timeout, POLL_S)
-        fds = [self._r, *(f for f in (self._pidfd,) if f is not None)]
+        fds = [self._r]
+        if self._pidfd is not None:
+            fds.append(self._pidfd)
         if self._ino is not None:
             fds.append(self._ino.fd)
         ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
