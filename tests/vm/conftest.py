@@ -35,8 +35,9 @@ from tests.vm.study_lab import (
     LostMember,
     bring_up,
     lose_a_member,
-    run_all,
+    plans_of,
     summary,
+    sweeps_and_study,
 )
 
 KEEP = "these bytes must survive every refusal\n"
@@ -178,11 +179,13 @@ class _StudyBeside:
 
 
 RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs", "fabric_runs"}
-#: the study's runs on the lab, one after the other on a thread of their own, each a
-#: fixture's value: the sweeps and the study (study_lab.run_all), the checkpoints
-#: (checkpoint_lab.run_checkpoints), a member lost mid-study (study_lab.lose_a_member), which
-#: breaks raid0x2; and beside these two, once the study is done, NVMe/TCP under training
-#: (fabric_lab.run_fabric)
+#: the study's runs on the lab: the sweeps and the study (study_lab.sweeps_and_study), then
+#: the checkpoints (checkpoint_lab.run_checkpoints, on CK_OFFLOAD), one after the other on a
+#: thread of their own; and beside the checkpoints, once the study is done, each through an
+#: agent of the lab's own: the planner's answers (study_lab.plans_of, with the sweeps and the
+#: study the value of the fixture lab_runs), and NVMe/TCP under training
+#: (fabric_lab.run_fabric) followed by a member lost mid-study (study_lab.lose_a_member),
+#: which breaks raid0x2. None of these is timed, and each has drives of its own
 RUNS: dict[str, Future[Any]] = {}
 #: each of those runs' start and end (time.monotonic), and how long the tests waited on it
 RUN_TIMES: dict[str, list[float]] = {}
@@ -207,21 +210,26 @@ def _start_runs(lost: bool = False) -> None:
         if early.cancel.is_set():
             raise RuntimeError("the study's lab was stopped before its runs")
 
-    def study() -> LabRuns:
-        return run_all(early.take(nice=STUDY_NICE), go_on)
+    def study() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        return sweeps_and_study(early.take(nice=STUDY_NICE), go_on)
+
+    def plans() -> LabRuns:
+        done = RUNS["study"].result()
+        go_on()
+        return plans_of(early.take().beside("plans"), *done)
 
     def lose() -> LostMember:
-        RUNS["lab_runs"].result()  # the study first: what fails there fails this too
+        RUNS["study"].result()  # the study first: what fails there fails this too
         go_on()
-        return lose_a_member(early.take(), go_on)
+        return lose_a_member(early.take().beside(), go_on)
 
     def saves() -> CheckpointRuns:
-        RUNS["lab_runs"].result()
+        RUNS["study"].result()
         go_on()
         return run_checkpoints(early.take(), go_on)
 
     def fabric() -> FabricRuns:
-        RUNS["lab_runs"].result()
+        RUNS["study"].result()
         go_on()
         # the target: the session guest, the other end of the link
         target: Session = _early["vm"].take()
@@ -241,16 +249,18 @@ def _start_runs(lost: bool = False) -> None:
         return go
 
     pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
-    RUNS["lab_runs"] = pool.submit(timed("lab_runs", study))
-    # before the member lost, which breaks raid0x2, the checkpoints' offload volume
+    RUNS["study"] = pool.submit(timed("study", study))
+    planner = ThreadPoolExecutor(1, "plans")
+    RUNS["lab_runs"] = planner.submit(timed("lab_runs", plans))
+    planner.shutdown(wait=False)
     if "checkpoint_runs" in _wanted:
         RUNS["checkpoint_runs"] = pool.submit(timed("checkpoint_runs", saves))
-    if lost or "lost_member" in _wanted:
-        RUNS["lost_member"] = pool.submit(timed("lost_member", lose))
+    side = ThreadPoolExecutor(1, "side-runs")
     if "fabric_runs" in _wanted:
-        side = ThreadPoolExecutor(1, "fabric-runs")
         RUNS["fabric_runs"] = side.submit(timed("fabric_runs", fabric))
-        side.shutdown(wait=False)
+    if lost or "lost_member" in _wanted:
+        RUNS["lost_member"] = side.submit(timed("lost_member", lose))
+    side.shutdown(wait=False)
     pool.shutdown(wait=False)
 
 

@@ -31,6 +31,9 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
+#: the volume the checkpointed runs offload to once the study is done: the RAID0 of four, as
+#: the member lost (lose_a_member) breaks the RAID0 of two beside them
+CK_OFFLOAD = "raid0x4"
 #: each RAID6 member's size. The array's initial resync reads every member and computes both
 #: parities on the guest's emulated CPU, beside the zygote's imports; but at 256 MiB (512 MiB
 #: of data) mkfs.xfs refuses the array: with the stripe's alignment its log would be under
@@ -46,6 +49,8 @@ DRIVES = [
     *(Drive(s, size_mib=512 if s == "LW1" else LW_MIB) for s in LW_SERIALS),
 ]
 ZYGOTE = "/tmp/iotune-zygote.sock"
+#: the lab's agents beside its first (Lab.beside)
+AGENTS = ("side", "plans")
 BIN = Path(sys.executable).parent
 #: the CPU priority of the lab once its study runs: above the tests that run beside it, so
 #: that its steps' emulated CPU (a few per cent of a step that waits on the drives) is not
@@ -112,15 +117,15 @@ class Lab:
     def share(self) -> Path:
         return self.guest.share
 
-    #: a second agent of the guest (Guest.agent), started with the lab
-    side: Guest | None = None
+    #: the guest's other agents (Guest.agent) by name, started with the lab
+    agents: dict[str, Guest] = field(default_factory=dict)
 
-    def beside(self) -> Lab:
-        """The same lab through its second agent: commands sent through it run beside
-        those sent through this one."""
-        if self.side is None:
-            raise RuntimeError("the lab has no second agent")
-        return Lab(self.side, self.env, self.names)
+    def beside(self, agent: str = "side") -> Lab:
+        """The same lab through its agent *agent*: commands sent through it run beside
+        those sent through this one, and through the others."""
+        if agent not in self.agents:
+            raise RuntimeError(f"the lab has no agent {agent!r}")
+        return Lab(self.agents[agent], self.env, self.names)
 
     def iotune(self, *args: str, timeout: float = 600.0) -> Result:
         return self.guest.run([str(BIN / "iotune"), *args], timeout=timeout, env=self.env)
@@ -175,8 +180,9 @@ def bring_up(
     go_on()
     if link:
         link.up(guest, 2)
-    # a second agent now, while the first is free to start it (tests/vm/fabric_lab.py)
-    lab = Lab(guest, env, side=guest.agent("side"))
+    # the other agents now, while the first is free to start them: the fabric's and the
+    # member lost's (tests/vm/conftest.py), and the planner's (plans_of)
+    lab = Lab(guest, env, agents={a: guest.agent(a) for a in AGENTS})
     # the zygote imports torch, DeepSpeed and transformers once (minutes of emulated
     # CPU); every training and AIO worker forks from it. The volumes are built meanwhile.
     log = guest.share / "zygote.log"
@@ -268,14 +274,28 @@ def summary(runs: LabRuns) -> list[str]:
     return lines
 
 
-def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
-    """The study's sweeps, the study itself (minutes, mostly waiting on the throttled
-    drives), then the planner's answers from them; *go_on* raises to stop between them."""
+def sweeps_and_study(
+    lab: Lab, go_on: Callable[[], None] = lambda: None
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The study's sweeps, then the study itself (minutes, mostly waiting on the throttled
+    drives); *go_on* raises to stop between them."""
     sweeps = _sweeps(lab)
     go_on()
-    study = _study(lab)
-    go_on()
+    return sweeps, _study(lab)
+
+
+def plans_of(lab: Lab, sweeps: dict[str, dict[str, Any]], study: dict[str, Any]) -> LabRuns:
+    """The planner's answers from the sweeps and the study: a minute of the guest's CPU and
+    no drive, which can go on beside what uses the lab after the study (through its agent
+    ``plans``, tests/vm/conftest.py)."""
     return LabRuns(sweeps, study, _plans(lab, study), *_plans_before_purchase(lab, study))
+
+
+def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
+    """The study's sweeps and the study, then the planner's answers from them."""
+    sweeps, study = sweeps_and_study(lab, go_on)
+    go_on()
+    return plans_of(lab, sweeps, study)
 
 
 def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -288,7 +308,8 @@ def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any
             "estimate",
             f"tiny_{s}",
             *SET_ARGS,
-            *("--aio-config", str(lab.share / "sweep-single")),
+            # the single drive's sweep, beside the study's folder (lab.share is the agent's)
+            *("--aio-config", str(Path(study["dir"]).parent / "sweep-single")),
             *("--baseline", ram["run_dir"]),
             *("--drives", "1,2,4"),
         )
@@ -385,15 +406,16 @@ def _study(lab: Lab) -> dict[str, Any]:
 class LostMember:
     #: the drive unplugged from raid0x2
     drive: str
-    #: the faulty study's run records: raid0x2's, then raid0x4's
+    #: the faulty study's run records: raid0x2's, then the single drive's
     runs: list[dict[str, Any]]
 
 
 def lose_a_member(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LostMember:
     """After the study, as it breaks raid0x2: a study of tiny_opt_nvme on raid0x2 and
-    raid0x4, two steps each, whose run on raid0x2 loses one of the array's drives once it
+    single, two steps each, whose run on raid0x2 loses one of the array's drives once it
     has initialised (UNPLUG, inside the guest); until both runs are recorded, the guest
-    dies or *go_on* raises."""
+    dies or *go_on* raises. Neither volume is CK_OFFLOAD, whose checkpointed runs go on
+    beside it (tests/vm/conftest.py)."""
     proc = lab.guest.proc
     d = lab.share / "faulty"
     log = lab.share / "faulty.log"
@@ -401,7 +423,7 @@ def lose_a_member(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LostMem
         [
             str(BIN / "iotune"),
             *("study", "--presets", "tiny_opt_nvme", "--steps", "2", *SET_ARGS),
-            *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "raid0x4=/tmp/raid0x4"),
+            *("--volume", "raid0x2=/tmp/raid0x2", "--volume", "single=/tmp/single"),
             *("--out", str(d)),
         ],
         log,

@@ -1,5 +1,5 @@
 """The study's second volume, in the lab's guest (tests/vm/checkpoint_lab.py): checkpoints of a
-ZeRO-3 run that offloads to a RAID0 of two, saved to a RAID6 of four built by `iotune raid
+ZeRO-3 run that offloads to a RAID0 of four, saved to a RAID6 of four built by `iotune raid
 create`, traced on both arrays' members by the real eBPF program: by DeepSpeed's copytree, by
 iotune's aio copy, and as snapshots on the RAID0 persisted to the RAID6 beside the training.
 Each save's copy is the I/O model's to the byte; the RAID6's members write what full stripes
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, PERSISTED, WRITERS, CheckpointRuns
-from tests.vm.study_lab import VOLUMES, Lab
+from tests.vm.study_lab import CK_OFFLOAD, VOLUMES, Lab
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -49,7 +49,7 @@ def test_each_save_is_a_snapshot_on_the_raid0_persisted_whole_to_the_raid6(
     volume is traced apart, and its members wrote at least that."""
     n_s = saving["estimate"]["swapped"]["n_s"]
     ck = saving["checkpoints"]
-    raid0 = sorted(lab.names[s] for s in VOLUMES["raid0x2"])
+    raid0 = sorted(lab.names[s] for s in VOLUMES[CK_OFFLOAD])
     assert ck["copy"] == "reflink"
     assert sorted(ck["offload_drives"]) == raid0 == sorted(ck["checkpoint_drives"]), ck
     assert len(ck["persist_drives"]) == 4 and not set(ck["persist_drives"]) & set(raid0), ck
@@ -201,7 +201,7 @@ def test_two_ranks_save_once_and_the_raid6_writes_full_stripes_of_it(
     doc = checkpoint_runs.ranks
     assert doc["ranks"] == 2 and doc["steps_done"] == 1, doc.get("error")
     ck = doc["checkpoints"]
-    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES["raid0x2"])
+    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES[CK_OFFLOAD])
     assert len(ck["checkpoint_drives"]) == 4
     (s,) = ck["saves"]
     # the tag folder's files, summed in the guest: the save, once

@@ -286,15 +286,15 @@ def test_a_member_lost_mid_study_fails_its_run_by_name_and_the_study_goes_on(
     """After the study, as it breaks raid0x2 (study_lab.lose_a_member): a study of two runs
     of two steps, the first on raid0x2, loses one of that array's drives (its NVMe
     controller unplugged from the guest's PCI bus) once the run has initialised. That run
-    fails naming the drive and the broken array; the study goes on and the run on raid0x4
-    succeeds.
+    fails naming the drive and the broken array; the study goes on and the run on the
+    single drive succeeds.
 
     The unplug happens inside the guest while the run is stopped (SIGSTOP as soon as its
     init record is written, SIGCONT once the drive is gone), so the run's first swapping
     meets the broken array however fast its steps are."""
     lost, runs = lost_member.drive, lost_member.runs
     by = {r["volume"]["name"]: r for r in runs}
-    bad, good = by["raid0x2"], by["raid0x4"]
+    bad, good = by["raid0x2"], by["single"]
     assert bad["status"] == "failed", bad
     assert f"drive {lost} is gone" in bad["error"] and "is broken" in bad["error"], bad
     assert any(lost in f for f in bad["faults"]), bad
