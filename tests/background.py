@@ -58,7 +58,7 @@ def _mutation() -> Command:
             str(TOP / "scripts" / "mutation.py"),
             "--min",
             "85",
-            "--half",
+            *("--sample", "147"),
             "--json",
             str(work / "mutation.json"),
         ],
