@@ -58,7 +58,7 @@ def _mutation() -> Command:
             str(TOP / "scripts" / "mutation.py"),
             "--min",
             "85",
-            *("--sample", "147"),
+            "--half",
             "--json",
             str(work / "mutation.json"),
         ],

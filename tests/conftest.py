@@ -87,17 +87,10 @@ def _group(item: pytest.Item) -> int:
     return 1 if item.get_closest_marker("beside_study") is not None else 0
 
 
-def _order(item: pytest.Item) -> tuple[int, int, int]:
+def _order(item: pytest.Item) -> tuple[int, int]:
     """By group; within one, a test that waits for a background command (tests/background.py)
-    last, so that the command has the whole group's time beside it; and beside the study,
-    the vm tier's tests of the session's guest first: once the study is done, its guest's
-    checkpoints and fabric take most of the host's CPU at nice -10, which left a guest of
-    nice 0 a tenth of a core, and its tests a tail of minutes on one core at the end
-    (benchmarks/RESULTS.md); the host's own tests use what the lab leaves, and the
-    background commands the rest."""
-    group = _group(item)
-    later = 0 if group == 1 and _tier(item) == "vm" else 1
-    return group, 1 if item.get_closest_marker("background") is not None else 0, later
+    last, so that the command has the whole group's time beside it."""
+    return _group(item), 1 if item.get_closest_marker("background") is not None else 0
 
 
 #: the background commands of the selected tests, until they start
