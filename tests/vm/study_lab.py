@@ -351,38 +351,28 @@ def sweep_args(target: str, out: Path) -> list[str]:
     ]
 
 
-#: the volumes' sweeps, a batch at a time (_sweeps): the RAID0 of 4 alone, then the other two
-#: side by side
-SWEEP_BATCHES = (("raid0x4",), ("single", "raid0x2"))
-
-
 def _sweeps(lab: Lab) -> dict[str, dict[str, Any]]:
-    """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The RAID0
-    of 4 is swept alone, as the study runs on it: beside the other two sweeps its rehearsal
-    read 7.3 MiB/s and wrote 7.0 of the drives' 8 (the guest's emulated CPU shared), and the
-    study's predictions there ran 6 to 10 points above the planner's from the single drive's
-    sweep in five runs (params_opt_nvme +12.1 to +25.6%, benchmarks/RESULTS.md). The other
-    two, whose drives are slower than that CPU, go side by side: each drive has its own
-    throttle, and the guest's CPU is idle while they wait."""
+    """sweep-aio on each volume at the presets' aio block, with the swap rehearsal. The
+    three run side by side: each volume has drives of its own, each drive its own throttle,
+    and the guest's CPU is idle while they wait."""
+    argvs = {
+        name: [
+            str(BIN / "iotune"),
+            "--json",
+            *sweep_args(f"/tmp/{name}", lab.share / f"sweep-{name}"),
+        ]
+        for name in VOLUMES
+    }
+    r = lab.guest.run(
+        [sys.executable, "-c", TOGETHER, json.dumps(list(argvs.values()))],
+        timeout=1800,
+        env=lab.env,
+    ).check()
     out = {}
-    for batch in SWEEP_BATCHES:
-        argvs = {
-            name: [
-                str(BIN / "iotune"),
-                "--json",
-                *sweep_args(f"/tmp/{name}", lab.share / f"sweep-{name}"),
-            ]
-            for name in batch
-        }
-        r = lab.guest.run(
-            [sys.executable, "-c", TOGETHER, json.dumps(list(argvs.values()))],
-            timeout=1800,
-            env=lab.env,
-        ).check()
-        for name, res in zip(argvs, json.loads(r.stdout), strict=True):
-            if res["rc"] != 0:
-                raise RuntimeError(f"sweep-aio on {name} failed: {res['stderr'][-3000:]}")
-            out[name] = json.loads(res["stdout"])
+    for name, res in zip(argvs, json.loads(r.stdout), strict=True):
+        if res["rc"] != 0:
+            raise RuntimeError(f"sweep-aio on {name} failed: {res['stderr'][-3000:]}")
+        out[name] = json.loads(res["stdout"])
     return out
 
 
