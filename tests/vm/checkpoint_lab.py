@@ -5,8 +5,8 @@ the member lost (study_lab.lose_a_member) breaks the RAID0 of two beside these r
 on the healthy array, one step of the study's cut tiny_opt_nvme saved by each of DeepSpeed's
 FastPersist writers (``fast``, its swap files copied by iotune's aio copy; ``decoupled``, by
 DeepSpeed's copytree: on the guest's CPU, their buffer locked by the aio op), and two ranks
-saving one step. Then one traced run saves after each of three steps as snapshots (``--checkpoint-copy
-reflink``, on the RAID0) persisted to the RAID6 beside the training
+saving one step. Then one traced run saves after each of three steps as snapshots
+(``--checkpoint-copy reflink``, on the RAID0) persisted to the RAID6 beside the training
 (``--checkpoint-persist``); while the second save's persist copies, one member of the RAID6
 is failed (``mdadm --fail``, in the guest, the copy's process held still meanwhile). Then a
 run resumes from that persisted save, on the degraded array. Last, two of its saves are
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.vm.powerloss_lab import PowerLoss, record_and_replay
-from tests.vm.study_lab import BIN, CK_OFFLOAD, CK_SERIALS, SET_ARGS, Lab
+from tests.vm.study_lab import BIN, CK_OFFLOAD_MOUNT, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
 #: DeepSpeed's writers other than torch.save, each saving one step on the healthy array with
@@ -32,10 +32,8 @@ CK_STEPS = 3
 WRITERS = {"fast": "aio", "decoupled": "deepspeed"}
 #: the save whose persist is being copied while a member fails
 FAILED_SAVE = 2
-#: the mount of the volume the checkpointed runs offload to
-OFFLOAD = f"/tmp/{CK_OFFLOAD}"
 #: the saving run's snapshots, on the RAID0 it offloads to, and their persist folder
-SNAPSHOTS, PERSISTED = f"{OFFLOAD}/snap", "/tmp/ckpt/ck"
+SNAPSHOTS, PERSISTED = f"{CK_OFFLOAD_MOUNT}/snap", "/tmp/ckpt/ck"
 #: the two-rank run's checkpoint folder, under the RAID6's mount
 RANKS_DIR = "ranks2"
 #: in the guest: the bytes of the files under a folder (argv[1])
@@ -142,7 +140,7 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
     argv = [
         str(BIN / "iotune"),
         *("--json", "trace", "--run", "tiny_opt_nvme", *SET_ARGS),
-        *("--nvme-path", OFFLOAD, "--steps", str(CK_STEPS)),
+        *("--nvme-path", CK_OFFLOAD_MOUNT, "--steps", str(CK_STEPS)),
         *("--checkpoint-every", "1", "--checkpoint-copy", "reflink"),
         *("--checkpoint-dir", SNAPSHOTS, "--checkpoint-persist", PERSISTED, "--out", str(out)),
     ]
@@ -159,7 +157,7 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
             "--run",
             "tiny_opt_nvme",
             *SET_ARGS,
-            *("--nvme-path", OFFLOAD, "--steps", "1", "--checkpoint-every", "1"),
+            *("--nvme-path", CK_OFFLOAD_MOUNT, "--steps", "1", "--checkpoint-every", "1"),
             *("--checkpoint-writer", w, "--checkpoint-copy", copy),
             *("--checkpoint-dir", f"/tmp/ckpt/{w}", "--out", str(lab.share / f"ckpt-{w}")),
             timeout=1500,
@@ -170,7 +168,7 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         "--run",
         "tiny_opt_nvme",
         *SET_ARGS,
-        *("--ranks", "2", "--nvme-path", OFFLOAD, "--steps", "1"),
+        *("--ranks", "2", "--nvme-path", CK_OFFLOAD_MOUNT, "--steps", "1"),
         *("--checkpoint-every", "1", "--checkpoint-dir", f"/tmp/ckpt/{RANKS_DIR}"),
         *("--out", str(lab.share / f"ckpt-{RANKS_DIR}")),
         timeout=1500,
@@ -210,7 +208,7 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         "--run",
         "tiny_opt_nvme",
         *SET_ARGS,
-        *("--nvme-path", OFFLOAD, "--steps", "1", "--checkpoint-copy", "aio"),
+        *("--nvme-path", CK_OFFLOAD_MOUNT, "--steps", "1", "--checkpoint-copy", "aio"),
         *("--resume-from", f"{PERSISTED}/step{FAILED_SAVE}", "--out", str(lab.share / "resumed")),
         timeout=1500,
     )

@@ -385,8 +385,8 @@ def lab() -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def lab_runs(lab: Lab) -> LabRuns:
-    """The study's sweeps and runs on the lab (study_lab.run_all), started beside the tests
-    marked ``beside_study`` (_StudyBeside) or now."""
+    """The study's sweeps and runs on the lab (study_lab.sweeps_and_study and plans_of),
+    started beside the tests marked ``beside_study`` (_StudyBeside) or now."""
     _start_runs()
     result: LabRuns = _result("lab_runs")
     return result

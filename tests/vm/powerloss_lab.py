@@ -26,9 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.logwrites import Replay, copy_into, points
-from tests.vm.study_lab import CK_OFFLOAD, LW_MIB, LW_SERIALS, SET_ARGS, ZYGOTE, Lab
-
-OFFLOAD = f"/tmp/{CK_OFFLOAD}"
+from tests.vm.study_lab import CK_OFFLOAD_MOUNT, LW_MIB, LW_SERIALS, SET_ARGS, ZYGOTE, Lab
 
 #: the mark set once the first save is persisted
 MARK = "saved1"
@@ -122,7 +120,7 @@ def record_and_replay(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Pow
         go_on()
         # the save as a snapshot on the offload volume, which the persist reads O_DIRECT
         # and removes once persisted
-        snap = f"{OFFLOAD}/lwsnap{i}"
+        snap = f"{CK_OFFLOAD_MOUNT}/lwsnap{i}"
         g.run(["mkdir", "-p", snap]).check()
         g.run(["cp", "-a", f"{persisted}/{tag}", snap], timeout=1200).check()
         copy = [sys.executable, "-m", "iotune.workers.zygote", "client", ZYGOTE]
@@ -167,7 +165,7 @@ def record_and_replay(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Pow
         "--run",
         "tiny_opt_nvme",
         *SET_ARGS,
-        *("--nvme-path", OFFLOAD, "--steps", "1", "--checkpoint-copy", "aio"),
+        *("--nvme-path", CK_OFFLOAD_MOUNT, "--steps", "1", "--checkpoint-copy", "aio"),
         *("--resume-from", f"/tmp/lwr/ck/{TAGS[0]}", "--out", str(lab.share / "powerloss")),
         timeout=1500,
     )

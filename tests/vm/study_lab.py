@@ -3,7 +3,8 @@ to the same bandwidth, a single drive, a RAID0 of 2 and a RAID0 of 4 built with 
 create` (and four more drives, a RAID6 for checkpoints: tests/vm/checkpoint_lab.py; and a
 NIC on the session's virtual network, whose other guest exports two drives over NVMe/TCP:
 tests/vm/fabric_lab.py), and a zygote that has imported torch, DeepSpeed and transformers
-once, for every training and AIO worker to fork from; and the study's sweeps and runs on it (``run_all``).
+once, for every training and AIO worker to fork from; and the study's sweeps and runs on it
+(``sweeps_and_study``, then ``plans_of``).
 Used by tests/vm/test_study_vm.py through the ``lab`` and ``lab_runs`` fixtures
 (tests/vm/conftest.py), which bring the lab up early and run the study beside the tests
 marked ``beside_study``."""
@@ -34,6 +35,7 @@ CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
 #: the volume the checkpointed runs offload to once the study is done: the RAID0 of four, as
 #: the member lost (lose_a_member) breaks the RAID0 of two beside them
 CK_OFFLOAD = "raid0x4"
+CK_OFFLOAD_MOUNT = f"/tmp/{CK_OFFLOAD}"
 #: each RAID6 member's size. The array's initial resync reads every member and computes both
 #: parities on the guest's emulated CPU, beside the zygote's imports; but at 256 MiB (512 MiB
 #: of data) mkfs.xfs refuses the array: with the stripe's alignment its log would be under
@@ -289,13 +291,6 @@ def plans_of(lab: Lab, sweeps: dict[str, dict[str, Any]], study: dict[str, Any])
     no drive, which can go on beside what uses the lab after the study (through its agent
     ``plans``, tests/vm/conftest.py)."""
     return LabRuns(sweeps, study, _plans(lab, study), *_plans_before_purchase(lab, study))
-
-
-def run_all(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LabRuns:
-    """The study's sweeps and the study, then the planner's answers from them."""
-    sweeps, study = sweeps_and_study(lab, go_on)
-    go_on()
-    return plans_of(lab, sweeps, study)
 
 
 def _plans(lab: Lab, study: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:

@@ -150,7 +150,7 @@ def test_arrays_move_the_model_exactly_spread_over_their_members(study: dict[str
 
 @pytest.fixture(scope="module")
 def plans(lab_runs: LabRuns) -> dict[str, dict[int, dict[str, Any]]]:
-    """The planner's answer per strategy for 1, 2 and 4 drives (study_lab.run_all)."""
+    """The planner's answer per strategy for 1, 2 and 4 drives (study_lab.plans_of)."""
     return lab_runs.plans
 
 
