@@ -26,7 +26,7 @@ from tests.vm import guest_ops
 from tests.vm.guest import Drive, Guest, Link, Result
 
 MIB = 2**20
-#: each drive's bandwidth, reads and writes together (QEMU's throttling.bps-total)
+#: each drive's bandwidth, reads and writes each (the guest's block layer: Guest.throttle)
 BPS = 2 * MIB
 VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST4", "ST5", "ST6")}
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
@@ -190,6 +190,9 @@ def bring_up(
     log = guest.share / "zygote.log"
     guest.spawn([sys.executable, "-m", "iotune.workers.zygote", "serve", ZYGOTE], log, env)
     guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid456"]).check()
+    # every process of the guest, the agents' and the zygote's with what they start, now
+    # meets the drives' bandwidth (BPS)
+    guest.throttle()
     lab.names = guest.by_serial()
     for name, members in VOLUMES.items():
         go_on()
@@ -221,7 +224,7 @@ class LabRuns:
     study: dict[str, Any]
     #: the planner's answer per strategy for 1, 2 and 4 drives, by drive count
     plans: dict[str, dict[int, dict[str, Any]]]
-    #: the same from the drives' datasheet (QEMU's throttle) and the single drive's NVMe run
+    #: the same from the drives' datasheet (their throttle) and the single drive's NVMe run
     #: alone, no sweep and no RAM run: the whole ``--drives`` document per strategy
     datasheet: dict[str, dict[str, Any]]
     #: the same from that run alone (no datasheet): endurance from the drive's health log
@@ -316,7 +319,7 @@ def _plans_before_purchase(
     lab: Lab, study: dict[str, Any]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], str]:
     """``iotune estimate --drives 1,2,4`` per strategy from what a buyer has: the drives'
-    datasheet (QEMU's throttle, as the key list) and one run on the single drive of the
+    datasheet (their throttle, as the key list) and one run on the single drive of the
     optimizer state on NVMe (no sweep, no RAM run); and from that run alone."""
     sheet, alone = {}, {}
     mib_s = BPS // MIB
