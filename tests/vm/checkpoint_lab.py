@@ -1,17 +1,17 @@
-"""The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives (``ckpt``,
-built with `iotune raid create --level 6`) for the checkpoints of a run that offloads to the
-lab's RAID0 of four (XFS, as `raid create` makes it), once the study is done and its drives'
-throttle lifted; the member lost (study_lab.lose_a_member) breaks the RAID0 of two beside these
-runs. First, on the healthy array, one step of the study's cut tiny_opt_nvme saved by each of
-DeepSpeed's FastPersist writers (``fast``, its swap files copied by iotune's aio copy;
-``decoupled``, by DeepSpeed's copytree: on the guest's CPU, their buffer locked by the aio op),
-and two ranks saving one step. Then one traced run saves after each of three steps as snapshots
+"""The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
+(``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
+offloads to the lab's RAID0 of four (XFS, as `raid create` makes it), once the study is done;
+the member lost (study_lab.lose_a_member) breaks the RAID0 of two beside these runs. First,
+on the healthy array, one step of the study's cut tiny_opt_nvme saved by each of DeepSpeed's
+FastPersist writers (``fast``, its swap files copied by iotune's aio copy; ``decoupled``, by
+DeepSpeed's copytree: on the guest's CPU, their buffer locked by the aio op), and two ranks
+saving one step. Then one traced run saves after each of three steps as snapshots
 (``--checkpoint-copy reflink``, on the RAID0) persisted to the RAID6 beside the training
-(``--checkpoint-persist``); while the second save's persist copies, one member of the RAID6 is
-failed (``mdadm --fail``, in the guest, the copy's process held still meanwhile). Then a run
-resumes from that persisted save, on the degraded array. Last, two of its saves are persisted
-again with every write recorded, and replayed to each point power could be lost at
-(tests/vm/powerloss_lab.py)."""
+(``--checkpoint-persist``); while the second save's persist copies, one member of the RAID6
+is failed (``mdadm --fail``, in the guest, the copy's process held still meanwhile). Then a
+run resumes from that persisted save, on the degraded array. Last, two of its saves are
+persisted again with every write recorded, and replayed to each point power could be lost
+at (tests/vm/powerloss_lab.py)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.vm.powerloss_lab import PowerLoss, record_and_replay
-from tests.vm.study_lab import (
-    BIN,
-    CK_OFFLOAD,
-    CK_OFFLOAD_MOUNT,
-    CK_SERIALS,
-    SET_ARGS,
-    VOLUMES,
-    Lab,
-)
+from tests.vm.study_lab import BIN, CK_OFFLOAD_MOUNT, CK_SERIALS, SET_ARGS, Lab
 
 CK_STEPS = 3
 #: DeepSpeed's writers other than torch.save, each saving one step on the healthy array with
@@ -152,10 +144,6 @@ def run_checkpoints(lab: Lab, go_on: Callable[[], None] = lambda: None) -> Check
         *("--checkpoint-every", "1", "--checkpoint-copy", "reflink"),
         *("--checkpoint-dir", SNAPSHOTS, "--checkpoint-persist", PERSISTED, "--out", str(out)),
     ]
-    # the study done, its RAID0 of four at its drives' own speed: nothing here is timed against
-    # a bandwidth, and throttled these runs' swaps and saves took 564 s against 388 s under
-    # QEMU's throttle, the lab's longest part after the study (benchmarks/RESULTS.md, 2026-12-01)
-    lab.guest.throttle({s: 0 for s in VOLUMES[CK_OFFLOAD]})
     # the array's initial resync done: what its members do from here is the saves'
     lab.guest.run(["mdadm", "--wait", "/dev/md/ckpt"], timeout=1200)
     idle = lab.iotune_json("raid", "status", "ckpt")["arrays"][0]

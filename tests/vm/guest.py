@@ -153,7 +153,7 @@ class Result:
         return self
 
 
-#: in the guest: each drive named in argv[1] ({serial: bytes/s, 0: none}) throttled by the block
+#: in the guest: each drive named in argv[1] ({serial: bytes/s}) throttled by the block
 #: layer (cgroup v2's io.max, rbps and wbps) for every process of the guest, all moved into
 #: one cgroup, whose children stay in it; prints how many processes it moved. Not QEMU's
 #: throttle (``throttling.bps-total``): its leaky bucket passes a request whenever its level
@@ -183,9 +183,8 @@ missing = sorted(set(limits) - set(found))
 if missing:
     sys.exit(f"no drive with serial {missing}")
 for serial, dev in sorted(found.items()):
-    bps = limits[serial] or "max"
     with open(cg + "/io.max", "w") as f:
-        f.write(f"{dev} rbps={bps} wbps={bps}")
+        f.write(f"{dev} rbps={limits[serial]} wbps={limits[serial]}")
 moved = 0
 for pid in os.listdir("/proc"):
     if pid.isdigit():
@@ -495,13 +494,11 @@ class Guest:
         pairs = [line.split() for line in out.stdout.splitlines() if line.strip()]
         return {serial: name for name, serial in pairs}
 
-    def throttle(self, limits: dict[str, int] | None = None) -> None:
+    def throttle(self) -> None:
         """Each drive with a ``bps`` at that many bytes a second, reads and writes each, for
         every process of the guest now and every one they start (THROTTLE); once the nvme
-        driver has found the drives. *limits* ({serial: bytes/s, 0 for none}) sets those
-        drives' limits instead, later."""
-        if limits is None:
-            limits = {d.serial: d.bps for d in self.drives if d.bps}
+        driver has found the drives."""
+        limits = {d.serial: d.bps for d in self.drives if d.bps}
         if limits:
             self.run([sys.executable, "-c", THROTTLE, json.dumps(limits)]).check()
 

@@ -33,8 +33,7 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
 #: the volume the checkpointed runs offload to once the study is done: the RAID0 of four, as
-#: the member lost (lose_a_member) breaks the RAID0 of two beside them; its drives' throttle is
-#: lifted for them (tests/vm/checkpoint_lab.py)
+#: the member lost (lose_a_member) breaks the RAID0 of two beside them
 CK_OFFLOAD = "raid0x4"
 CK_OFFLOAD_MOUNT = f"/tmp/{CK_OFFLOAD}"
 #: each RAID6 member's size. The array's initial resync reads every member and computes both
