@@ -153,19 +153,20 @@ class Result:
         return self
 
 
-#: in the guest: each drive named in argv[1] ({serial: bytes/s}) throttled by the block
-#: layer (cgroup v2's io.max, rbps and wbps) for every process of the guest, all moved into
-#: one cgroup, whose children stay in it; prints how many processes it moved. Not QEMU's
-#: throttle (``throttling.bps-total``): its leaky bucket passes a request whenever its level
-#: is under a tenth of a second's bytes, so after each idle spell a drive at 2 MiB/s takes its
-#: first 512 KiB request at once and its second 0.15 s later. On the study's RAID0 of four,
-#: a step's short phases (the parameters' fetches, one request per drive; the gradients' and
+#: in the guest: each disk named in argv[1] ({name: bytes/s}, name as in /sys/block)
+#: throttled by the block layer (cgroup v2's io.max, rbps and wbps) for every process of the
+#: guest, all moved into one cgroup, whose children stay in it. Not QEMU's throttle
+#: (``throttling.bps-total``): its leaky bucket passes a request whenever its level is under
+#: a tenth of a second's bytes, so after each idle spell a drive at 2 MiB/s takes its first
+#: 512 KiB request at once and its second 0.15 s later. On the study's RAID0 of four, a
+#: step's short phases (the parameters' fetches, one request per drive; the gradients' and
 #: the updated parameters' writes, two) then took little more than nothing, and the step with
-#: the parameters on NVMe ran 12 to 26% under the sum of its parts (benchmarks/RESULTS.md,
-#: 2026-12-01). The block layer charges a request before it goes: the first after an idle
-#: spell waits for its bytes less one slice's (100 ms) worth.
+#: the parameters on NVMe ran 12 to 26% under the sum of its parts. The block layer charges a
+#: request before it goes: at 2 MiB/s, after a second idle, one 512 KiB O_DIRECT write took
+#: 0.276 s and eight 2.003 s, against QEMU's 0.017 and 1.653 s (benchmarks/RESULTS.md,
+#: 2026-12-01).
 THROTTLE = """
-import glob, json, os, subprocess, sys
+import json, os, subprocess, sys
 limits = json.loads(sys.argv[1])
 root = "/sys/fs/cgroup"
 if not os.path.exists(root + "/cgroup.controllers"):
@@ -174,27 +175,17 @@ with open(root + "/cgroup.subtree_control", "w") as f:
     f.write("+io")
 cg = root + "/iotune-drives"
 os.makedirs(cg, exist_ok=True)
-found = {}
-for d in glob.glob("/sys/block/nvme*"):
-    serial = open(d + "/device/serial").read().strip()
-    if serial in limits:
-        found[serial] = open(d + "/dev").read().strip()
-missing = sorted(set(limits) - set(found))
-if missing:
-    sys.exit(f"no drive with serial {missing}")
-for serial, dev in sorted(found.items()):
+for name, bps in sorted(limits.items()):
+    dev = open(f"/sys/block/{name}/dev").read().strip()
     with open(cg + "/io.max", "w") as f:
-        f.write(f"{dev} rbps={limits[serial]} wbps={limits[serial]}")
-moved = 0
+        f.write(f"{dev} rbps={bps} wbps={bps}")
 for pid in os.listdir("/proc"):
     if pid.isdigit():
         try:
             with open(cg + "/cgroup.procs", "w") as f:
                 f.write(pid)
-            moved += 1
         except OSError:
             pass  # a kernel thread, or a process gone meanwhile
-print(moved)
 """
 #: the mount tags of the folders the agent mounts again with a cache (cached_folders)
 CACHED_TAG = "iotune-ro{}"
@@ -494,11 +485,11 @@ class Guest:
         pairs = [line.split() for line in out.stdout.splitlines() if line.strip()]
         return {serial: name for name, serial in pairs}
 
-    def throttle(self) -> None:
+    def throttle(self, names: dict[str, str]) -> None:
         """Each drive with a ``bps`` at that many bytes a second, reads and writes each, for
-        every process of the guest now and every one they start (THROTTLE); once the nvme
-        driver has found the drives."""
-        limits = {d.serial: d.bps for d in self.drives if d.bps}
+        every process of the guest now and every one they start (THROTTLE); *names*: each
+        drive's disk by serial (by_serial), once the nvme driver has found the drives."""
+        limits = {names[d.serial]: d.bps for d in self.drives if d.bps}
         if limits:
             self.run([sys.executable, "-c", THROTTLE, json.dumps(limits)]).check()
 

@@ -190,10 +190,10 @@ def bring_up(
     log = guest.share / "zygote.log"
     guest.spawn([sys.executable, "-m", "iotune.workers.zygote", "serve", ZYGOTE], log, env)
     guest.run(["modprobe", "-a", "nvme", "md_mod", "raid0", "raid456"]).check()
+    lab.names = guest.by_serial()
     # every process of the guest, the agents' and the zygote's with what they start, now
     # meets the drives' bandwidth (BPS)
-    guest.throttle()
-    lab.names = guest.by_serial()
+    guest.throttle(lab.names)
     for name, members in VOLUMES.items():
         go_on()
         devs = [f"/dev/{lab.names[s]}" for s in members]

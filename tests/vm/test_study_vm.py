@@ -5,11 +5,12 @@ the three volumes (ZeRO-3 training traced per member), `iotune report`, and the 
 planner (`iotune estimate --drives`) from the single drive's sweep.
 
 Every drive is throttled to the same bandwidth (the guest's block layer: Guest.throttle),
-so a RAID0 of K drives is K times one drive, and the CPU presets' steps wait on their drives. The guest's CPU is emulated
-(TCG): its forward, backward and CPU Adam are slow, so the model is cut (``--set``) to one
-small layer, a small vocabulary and two tokens (1.8M parameters, about 25 MiB swapped each
-way per step), and the drives to 2 MiB/s, so that waiting on the drives is most of the
-step on one, two and four drives. The sweeps rehearse that same model's swapping.
+so a RAID0 of K drives is K times one drive, and the CPU presets' steps wait on their
+drives. The guest's CPU is emulated (TCG): its forward, backward and CPU Adam are slow, so
+the model is cut (``--set``) to one small layer, a small vocabulary and two tokens (1.8M
+parameters, about 25 MiB swapped each way per step), and the drives to 2 MiB/s, so that
+waiting on the drives is most of the step on one, two and four drives. The sweeps rehearse
+that same model's swapping.
 """
 
 from __future__ import annotations
