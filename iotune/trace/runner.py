@@ -75,6 +75,8 @@ class Tracer:
         self.names = names
         self.devs = {n: kernel_dev(*devno_of(self.tree, n)) for n in names}
         self.samples: list[Sample] = []
+        #: each process's bios (MapReader.owners) in the "start" and "end" samples' snapshots
+        self.owners_at: dict[str, dict[tuple[int, int, int], tuple[int, int]]] = {}
         self.bpf: Any = None
         self.probes: str | None = None  # the tracer's kind of programs: tp_btf or tracepoint
         self.probes_fallback: str | None = None  # why classic ones where BTF ones were wanted
@@ -100,26 +102,28 @@ class Tracer:
     def _counts(self) -> dict[tuple[int, int, int], int]:
         return self.bpf.counts() if self.bpf is not None else {}
 
-    def _snapshot(self, tries: int) -> tuple[Any, ...]:
-        """Traced counters, diskstats and in-flight counts as of one moment.
+    def _snapshot(self, tries: int, owners: bool = False) -> tuple[Any, ...]:
+        """Counters, diskstats, in-flight counts (and *owners*: each process's bios) at once.
 
         The kernel's counters and the tracer's maps cannot be read atomically together, so
         read the tracer's, the kernel's twice, and the tracer's again: when nothing moved in
         between, all of them describe the same set of issued and completed requests. A
-        request completing mid-read moves them and the read is repeated."""
+        request completing (or a bio submitted) mid-read moves them and the read is repeated."""
         names = self.names
         for _ in range(tries):
+            o1 = self.bpf.owners() if owners and self.bpf is not None else {}
             c1, d1 = self._counts(), self._done()
             stats = {n: read_stat(self.tree, n) for n in names}
             infl = {n: read_inflight(self.tree, n) for n in names}
             again = {n: read_stat(self.tree, n) for n in names}
             infl2 = {n: read_inflight(self.tree, n) for n in names}
             c2, d2 = self._counts(), self._done()
-            if c1 == c2 and d1 == d2 and stats == again and infl == infl2:
-                return c1, d1, stats, infl, True
+            o2 = self.bpf.owners() if owners and self.bpf is not None else {}
+            if c1 == c2 and d1 == d2 and stats == again and infl == infl2 and o1 == o2:
+                return c1, d1, stats, infl, o1, True
             if self.bpf is None and stats == again:
-                return c1, d1, stats, infl, True
-        return c2, d2, again, infl2, False
+                return c1, d1, stats, infl, o1, True
+        return c2, d2, again, infl2, o2, False
 
     def _done(self) -> dict[tuple[int, int], tuple[int, int]]:
         return self.bpf.done() if self.bpf is not None else {}
@@ -128,7 +132,11 @@ class Tracer:
         # the first and last samples carry the cross-check, and "ready" starts the workload's
         # own window: insist on a consistent read there
         ends = label in ("start", "end", READY)
-        counts, done, stats, inflight, settled = self._snapshot(SNAPSHOT_TRIES if ends else 3)
+        # at the ends, each process's bios in the requests' window (the other I/O's figures)
+        snap = self._snapshot(SNAPSHOT_TRIES if ends else 3, owners=label in ("start", "end"))
+        counts, done, stats, inflight, owners, settled = snap
+        if label in ("start", "end"):
+            self.owners_at[label] = owners
         if ends and not settled:
             log.warning(
                 "the drives never paused at the %s of the trace: the check is approximate", label
@@ -205,7 +213,6 @@ class Tracer:
         self.wake.watch(self.events_path)
         old_term = signal.signal(signal.SIGTERM, raise_terminated)
         child: subprocess.Popen[bytes] | None = None
-        owners_start: dict[tuple[int, int, int], tuple[int, int]] = {}
         try:
             if traces_requests(req.backend):
                 # bios are attributed to submitters when there is a workload to tell apart
@@ -222,9 +229,6 @@ class Tracer:
             cpu0 = time.process_time()
             self.start = time.monotonic()
             self.sample("start")
-            # the bios each process submitted before the first sample are not the window's:
-            # counted from attach, they are taken off at the end, as the requests are
-            owners_start = self.bpf.owners() if self.bpf is not None else {}
             if req.command:
                 self._acks = AckSender()
                 child = proc.spawn(
@@ -245,10 +249,9 @@ class Tracer:
                 self.wake.wait(due - (time.monotonic() - self.start))
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
-                    label = str(ev.get("event", "event"))
-                    if "step" in ev:
-                        label += f":{ev['step']}"
-                    self.sample(label)
+                    self.sample(
+                        str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
+                    )
                     if ev.get("ack") and self._acks is not None:
                         self._acks.ack()  # the workload goes on from here
                 if child is not None and child.poll() is not None:
@@ -298,8 +301,10 @@ class Tracer:
                 self.bpf_time = bpf_time(self.bpf.programs())
             hist = self.bpf.hist() if self.bpf is not None else {}
             dropped = self.bpf.dropped() if self.bpf is not None else (0, 0, 0, 0)
+            # the bios before the first sample are not the window's: taken off, as requests are
+            at = self.owners_at
             owners = (
-                (model.owners_since(self.bpf.owners(), owners_start), self.bpf.comms())
+                (model.owners_since(at.get("end", {}), at.get("start", {})), self.bpf.comms())
                 if self.bpf is not None
                 else ({}, {})
             )
