@@ -252,8 +252,8 @@ class Tracer:
                     self.sample(
                         str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
                     )
-                    if ev.get("ack") and self._acks is not None:
-                        self._acks.ack()  # the workload goes on from here
+                    if isinstance(ev.get("ack"), int) and self._acks is not None:
+                        self._acks.ack(ev["ack"])  # that rank goes on from here
                 if child is not None and child.poll() is not None:
                     self.exit_code = child.returncode
                     break

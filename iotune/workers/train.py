@@ -153,8 +153,8 @@ class Events:
         traced = os.environ.get("IOTUNE_EVENTS")
         self.traced = Path(traced) if traced else None
         self.tag = {"rank": rank, "node": node}
-        # a single process waits after each event until the tracer has sampled it
-        # (iotune/trace/acks.py)
+        # each rank waits after each event until the tracer has sampled it, through a FIFO
+        # of its own (iotune/trace/acks.py)
         self.acks = AckWaiter.from_env() if self.traced else None
 
     def emit(self, rec: dict[str, Any]) -> None:
@@ -163,7 +163,7 @@ class Events:
         if self.traced is None:
             return
         acks = self.acks if self.acks is not None and self.acks.active else None
-        _append(self.traced, rec if acks is None else {**rec, "ack": True})
+        _append(self.traced, rec if acks is None else {**rec, "ack": acks.local_rank})
         if acks is not None:
             acks.wait()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.trace.acks import ACK_ENV, AckSender, AckWaiter
+from iotune.trace.acks import ACK_ENV, LOCAL_RANKS, AckSender, AckWaiter
 from iotune.workers.train import Events
 
 #: a worker: two events, each written to the events file and waited for
@@ -38,13 +38,16 @@ def _first_event(events: Path, p: subprocess.Popen[str]) -> None:
         time.sleep(0.02)
 
 
-def _waiting_worker(run_dir: Path, events: Path, acks: AckSender) -> subprocess.Popen[str]:
-    """WORKER traced with *acks*, once it has written its first event."""
+def _waiting_worker(
+    run_dir: Path, events: Path, acks: AckSender, rank: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """WORKER traced with *acks* (a rank of a multi-rank run with *rank*'s environment),
+    once it has written its first event."""
     p = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(run_dir)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env()},
+        env={**os.environ, "IOTUNE_EVENTS": str(events), **acks.env(), **(rank or {})},
     )
     try:
         _first_event(events, p)
@@ -83,10 +86,45 @@ def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path
     # the tracer's copy asks for the acknowledgement; the run's own record does not
     traced = [json.loads(x) for x in events.read_text().splitlines()]
     kept = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
-    assert [e.get("ack") for e in traced] == [True, True]
+    assert [e.get("ack") for e in traced] == [0, 0]  # local rank 0's FIFO
     assert all("ack" not in e for e in kept)
     assert [{k: v for k, v in e.items() if k != "ack"} for e in traced] == kept
     assert not acks.path.exists() and not acks.path.parent.exists()
+
+
+def test_each_rank_waits_for_its_own_acknowledgement(tmp_path: Path) -> None:
+    """Two ranks of one run, each with a FIFO of its own: the tracer's acknowledgement of one
+    rank's event lets that rank go on, never the other, whichever reads first."""
+    acks = AckSender()
+    for r in (0, 1):
+        (tmp_path / str(r)).mkdir()
+    ranks = [
+        _waiting_worker(
+            tmp_path / str(r),
+            tmp_path / f"events{r}.jsonl",
+            acks,
+            {"WORLD_SIZE": "2", "RANK": str(r), "LOCAL_RANK": str(r)},
+        )
+        for r in (0, 1)
+    ]
+    try:
+        assert [_line(p, 1.0) for p in ranks] == [None, None]  # both wait
+        acks.ack(1)
+        assert _line(ranks[1], 30) == "after 1"
+        assert _line(ranks[0], 1.0) is None  # rank 0's event is not acknowledged yet
+        acks.ack(0)
+        assert _line(ranks[0], 30) == "after 1"
+        for r, p in enumerate(ranks):
+            acks.ack(r)
+            assert _line(p, 30) == "after 2" and p.wait(timeout=30) == 0
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+        acks.close()
+    for r in (0, 1):
+        traced = [json.loads(x) for x in (tmp_path / f"events{r}.jsonl").read_text().splitlines()]
+        assert [e["ack"] for e in traced] == [r, r]  # each marked with its FIFO
 
 
 def test_a_worker_whose_tracer_is_gone_stops_waiting(tmp_path: Path) -> None:
@@ -103,7 +141,7 @@ def test_a_worker_whose_tracer_is_gone_stops_waiting(tmp_path: Path) -> None:
         p.kill()
         p.wait()
     # the second event asks for nothing: the worker no longer waits
-    assert [json.loads(x).get("ack") for x in events.read_text().splitlines()] == [True, None]
+    assert [json.loads(x).get("ack") for x in events.read_text().splitlines()] == [0, None]
 
 
 def test_a_worker_that_opens_the_fifo_after_its_tracer_has_gone_does_not_wait(
@@ -154,21 +192,21 @@ def test_a_killed_tracers_fifo_folder_is_removed_by_the_next_tracer(
             p.wait()
 
 
-@pytest.mark.parametrize("world_size", ["2", None])
+@pytest.mark.parametrize("local_rank", [str(LOCAL_RANKS), None])
 def test_who_does_not_wait(
-    world_size: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local_rank: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A rank of a multi-rank run (ranks would take each other's bytes), and a worker
-    traced without acknowledgements: each event is written and the worker goes on."""
+    """A rank beyond the FIFOs (LOCAL_RANKS of them), and a worker traced without
+    acknowledgements: each event is written and the worker goes on."""
     acks = AckSender()
     try:
         monkeypatch.setenv("IOTUNE_EVENTS", str(tmp_path / "events.jsonl"))
-        if world_size is None:
+        if local_rank is None:
             monkeypatch.delenv(ACK_ENV, raising=False)
-            monkeypatch.delenv("WORLD_SIZE", raising=False)
         else:
             monkeypatch.setenv(ACK_ENV, str(acks.path))
-            monkeypatch.setenv("WORLD_SIZE", world_size)
+            monkeypatch.setenv("WORLD_SIZE", str(LOCAL_RANKS + 1))
+            monkeypatch.setenv("LOCAL_RANK", local_rank)
         assert AckWaiter.from_env() is None
         Events(tmp_path, 0, "node").emit({"event": "step", "step": 1})  # nothing acknowledges it
         (line,) = (tmp_path / "events.jsonl").read_text().splitlines()
