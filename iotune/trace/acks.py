@@ -62,8 +62,10 @@ class AckSender:
     def env(self) -> dict[str, str]:
         return {ACK_ENV: str(self.path)}
 
-    def ack(self, local_rank: int = 0) -> None:
-        """The sample for one event of *local_rank*'s, acknowledged, is taken."""
+    def ack(self, mark: int = 0) -> None:
+        """The sample for one event marked ``"ack": mark`` is taken: *mark* a local rank, or
+        true (a workload of one process, documented in docs/commands/trace.md): rank 0."""
+        local_rank = 0 if mark is True else mark
         if 0 <= local_rank < len(self._fds):
             # a full pipe (64 KiB of acknowledgements no worker reads) takes no more
             with contextlib.suppress(BlockingIOError):

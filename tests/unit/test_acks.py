@@ -76,7 +76,7 @@ def test_a_worker_goes_on_after_each_event_only_once_it_is_acknowledged(tmp_path
         acks.ack()
         assert _line(p, 30) == "after 1"
         assert _line(p, 1.0) is None  # the second event waits for its own
-        acks.ack()
+        acks.ack(True)  # a workload's "ack": true (docs/commands/trace.md): local rank 0
         assert _line(p, 30) == "after 2"
         assert p.wait(timeout=30) == 0
     finally:
