@@ -923,3 +923,48 @@ def test_a_cgroup_the_kernel_does_not_take_is_one_line(
     for path, why in ((tmp_path, "Bad file descriptor"), (tmp_path / "gone", "No such file")):
         with pytest.raises(UsageError, match=f"not a cgroup v2 the kernel can filter by .*{why}"):
             _tracer(kind, kdev, only="cgroup", cgroup=str(path))
+
+
+#: a workload's process that marks one step event for acknowledgement (docs/commands/trace.md)
+#: and records whether the tracer's byte came, on its own FIFO, within a minute; argv: the
+#: file it records in. Without LOCAL_RANK it is a workload of one process ("ack": true)
+ACKED = """
+import json, os, select, sys
+rank = os.environ.get("LOCAL_RANK")
+fifo = os.environ["IOTUNE_EVENTS_ACK"] + ("" if rank in (None, "0") else f".{rank}")
+fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+with open(os.environ["IOTUNE_EVENTS"], "a") as fh:
+    mark = True if rank is None else int(rank)
+    fh.write(json.dumps({"event": "step", "step": 1, "ack": mark}) + "\\n")
+ready, _, _ = select.select([fd], [], [], 60)
+got = os.read(fd, 1) if ready else b"(none in 60 s)"
+open(sys.argv[1] + (rank or ""), "w").write("acked" if got == b"\\n" else f"not acked: {got!r}")
+"""
+#: two ranks of that workload, LOCAL_RANK 0 and 1, at once; argv: ACKED, the file's stem
+RANKS = """
+import os, subprocess, sys
+ps = [subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]],
+                       env={**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
+      for r in (0, 1)]
+sys.exit(max(p.wait() for p in ps))
+"""
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_workloads_marked_events_are_acknowledged_on_each_ranks_own_fifo(
+    ranks: int, loop_device: Callable[..., str], tmp_path: Path
+) -> None:
+    """The protocol docs/commands/trace.md gives a user's workload: a process that marks its
+    event ``"ack": true`` (one process) or ``"ack": N`` (local rank N, on the FIFO with
+    ``.N``) gets the tracer's byte once the event is sampled, each rank on its own FIFO."""
+    dev = loop_device()
+    stem = tmp_path / "acked"
+    cmd = [sys.executable, "-c", ACKED, str(stem)]
+    if ranks == 2:
+        cmd = [sys.executable, "-c", RANKS, ACKED, str(stem)]
+    code, doc = trace_json(tmp_path, "--devices", dev, "--", *cmd)
+    assert code == 0
+    files = [stem] if ranks == 1 else [Path(f"{stem}{r}") for r in (0, 1)]
+    assert [f.read_text() for f in files] == ["acked"] * ranks
+    # each event took a sample: the step's row is there
+    assert [s["label"] for s in doc["steps"]] == ["step:1"], doc["steps"]
