@@ -54,10 +54,10 @@ class AckSender:
         self._dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=tmp))
         self.path = self._dir / "ack"
         self._fds: list[int] = []
-        for rank in range(LOCAL_RANKS):
-            os.mkfifo(fifo_of(self.path, rank), 0o600)
+        for fifo in (fifo_of(self.path, rank) for rank in range(LOCAL_RANKS)):
+            os.mkfifo(fifo, 0o600)
             # read and write: the open never blocks, and the FIFO has a writer from now on
-            self._fds.append(os.open(fifo_of(self.path, rank), os.O_RDWR | os.O_NONBLOCK))
+            self._fds.append(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))
 
     def env(self) -> dict[str, str]:
         return {ACK_ENV: str(self.path)}

@@ -411,6 +411,12 @@ def step_rows(
     return out
 
 
+def event_label(ev: Mapping[str, Any]) -> str:
+    """The sample's label for a workload's event: its name, and ``:step`` where it has one.
+    Pure."""
+    return str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
+
+
 def owners_since(
     now: dict[tuple[int, int, int], tuple[int, int]],
     then: dict[tuple[int, int, int], tuple[int, int]],

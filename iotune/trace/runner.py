@@ -133,9 +133,10 @@ class Tracer:
         # own window: insist on a consistent read there
         ends = label in ("start", "end", READY)
         # at the ends, each process's bios in the requests' window (the other I/O's figures)
-        snap = self._snapshot(SNAPSHOT_TRIES if ends else 3, owners=label in ("start", "end"))
+        edge = label in ("start", "end")
+        snap = self._snapshot(SNAPSHOT_TRIES if ends else 3, owners=edge)
         counts, done, stats, inflight, owners, settled = snap
-        if label in ("start", "end"):
+        if edge:
             self.owners_at[label] = owners
         if ends and not settled:
             log.warning(
@@ -249,9 +250,7 @@ class Tracer:
                 self.wake.wait(due - (time.monotonic() - self.start))
                 now = time.monotonic() - self.start
                 for ev in self._new_events():
-                    self.sample(
-                        str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
-                    )
+                    self.sample(model.event_label(ev))
                     if isinstance(ev.get("ack"), int) and self._acks is not None:
                         self._acks.ack(ev["ack"])  # that rank goes on from here
                 if child is not None and child.poll() is not None:
@@ -285,9 +284,7 @@ class Tracer:
                 self._acks = None
             if self.start:
                 for ev in self._new_events():
-                    self.sample(
-                        str(ev.get("event", "event")) + (f":{ev['step']}" if "step" in ev else "")
-                    )
+                    self.sample(model.event_label(ev))
                 self.sample("end")
                 self.tracer_cpu_s = round(time.process_time() - cpu0, 3)
             if self._events is not None:
