@@ -227,6 +227,8 @@ def _worker(req: dict[str, Any], fds: list[int], go: int) -> None:
             Path("/proc/self/comm").write_text(worker_name(req["module"]))
         _forget_ops_unless_same_env()
         os.chdir(req["cwd"])
+        if "nice" in req:
+            os.setpriority(os.PRIO_PROCESS, 0, int(req["nice"]))
         if os.read(go, 1) != b"g":
             os._exit(1)
         os.close(go)
@@ -284,7 +286,11 @@ def client(path: str, module: str, args: list[str]) -> int:
         )
         sys.stderr.flush()
         return _run_module(module, args)
+    # the worker runs at this process's CPU priority, as a worker started here would
+    # (`nice iotune run ...`), not at the server's
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
     req = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    req["nice"] = nice
     socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
     hello = _recv_msg(conn)
     if not isinstance(hello, dict) or "pid" not in hello:

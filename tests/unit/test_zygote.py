@@ -123,11 +123,28 @@ def test_the_forked_worker_gets_the_clients_streams_env_and_exit_code(
         "cwd": str(tmp_path),
         "stdin": "hello",
         "forked": True,
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }
     assert said["pid"] != p.pid  # forked by the zygote, not the client itself
     assert "to stderr" in err
     # the tracer learns the worker's pid before it starts
     assert json.loads(events.read_text()) == {"event": "process", "pid": said["pid"]}
+
+
+def test_the_forked_worker_runs_at_the_clients_cpu_priority(zygote: Path) -> None:
+    """`nice iotune run ...` with a zygote: the worker is forked by the server, whose
+    priority is not the client's; it takes the client's, as a worker started by the client
+    would have."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for lower in (3, 11):
+        env = {**os.environ, ZYGOTE_ENV: str(zygote), "PYTHONPATH": str(TOP)}
+        argv = ["nice", "-n", str(lower), *command_for(zygote, "exit", "0")]
+        p = subprocess.run(
+            argv, env=env, input="\n", capture_output=True, text=True, timeout=60, check=False
+        )
+        said = json.loads(p.stdout)
+        assert p.returncode == 0 and said["forked"] is True, p.stderr
+        assert said["nice"] == min(mine + lower, 19), said
 
 
 def test_a_worker_that_raises_exits_1_with_its_traceback(zygote: Path) -> None:

@@ -23,6 +23,7 @@ if __name__ == "__main__":
                 "cwd": os.getcwd(),
                 "stdin": sys.stdin.readline().strip(),
                 "forked": forked(),
+                "nice": os.getpriority(os.PRIO_PROCESS, 0),
             }
         ),
         flush=True,
