@@ -288,9 +288,13 @@ def client(path: str, module: str, args: list[str]) -> int:
         return _run_module(module, args)
     # the worker runs at this process's CPU priority, as a worker started here would
     # (`nice iotune run ...`), not at the server's
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    req = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
-    req["nice"] = nice
+    req: dict[str, Any] = {
+        "module": module,
+        "args": args,
+        "env": dict(os.environ),
+        "cwd": os.getcwd(),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    }
     socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
     hello = _recv_msg(conn)
     if not isinstance(hello, dict) or "pid" not in hello:
