@@ -38,7 +38,7 @@ from iotune.trace.pathwatch import PathWatch
 from iotune.trace.request import TraceRequest
 from iotune.trace.targets import devno_of, kernel_dev
 from iotune.trace.wake import Wake
-from iotune.trace.workload import Terminated, raise_terminated, stop_child
+from iotune.trace.workload import DeferredStop, Terminated, raise_terminated, stop_child
 
 log = logging.getLogger("iotune.trace")
 
@@ -212,7 +212,8 @@ class Tracer:
         req.out.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
         self.wake.watch(self.events_path)
-        old_term = signal.signal(signal.SIGTERM, raise_terminated)
+        stop = DeferredStop(self.wake.set)
+        signal.signal(signal.SIGTERM, raise_terminated)
         child: subprocess.Popen[bytes] | None = None
         try:
             if traces_requests(req.backend):
@@ -242,10 +243,11 @@ class Tracer:
                     self.bpf.add_workload(child.pid)
                 self.wake.child(child.pid)
             next_tick = req.interval
+            stop.arm()  # signals between samples: inside one, the events read for it were lost
             while True:
+                stop.check()
                 # until the next periodic sample, or sooner: an event written (by the workload,
-                # or by a thread of this process: the swap folder's watch of a user's
-                # script, iotune.train.swapwatch), the workload's end
+                # or a thread of ours: iotune.train.swapwatch), the workload's end, a signal
                 due = next_tick if req.duration is None else min(next_tick, req.duration)
                 self.wake.wait(due - (time.monotonic() - self.start))
                 now = time.monotonic() - self.start
@@ -264,12 +266,13 @@ class Tracer:
                     if child is not None and (lost := self.watch.check(now)) is not None:
                         self.lost = lost
                         break
+            stop.check()  # a signal that came as the workload ended
         except KeyboardInterrupt:
             self.interrupted = "SIGINT"
         except Terminated:
             self.interrupted = "SIGTERM"
         finally:
-            signal.signal(signal.SIGTERM, old_term)
+            stop.restore()
             if child is not None and child.poll() is None:
                 stop_child(
                     child,

@@ -1,6 +1,6 @@
 """The workload's end, on every exit path of a trace: SIGTERM taken as Ctrl-C
-(:class:`Terminated`), and the workload stopped: signalled, given time, then killed, its
-process group with it."""
+(:class:`Terminated`), either taken between a loop's turns (:class:`DeferredStop`), and the
+workload stopped: signalled, given time, then killed, its process group with it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -18,6 +19,37 @@ class Terminated(Exception):
 
 def raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
+
+
+class DeferredStop:
+    """Ctrl-C and SIGTERM taken at a loop's next turn, not where they come: between two
+    pieces of its work, never inside one. Made before the loop's start-up (it keeps the
+    handlers it finds, and ``restore`` puts them back); ``arm`` as the loop begins; ``check``
+    at each turn raises KeyboardInterrupt or :class:`Terminated` for a signal that came;
+    *wake* ends the loop's sleep at once."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+        self.signum: int | None = None
+        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _take(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        self.wake()
+
+    def arm(self) -> None:
+        for s in self._old:
+            signal.signal(s, self._take)
+
+    def check(self) -> None:
+        if self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.signum == signal.SIGTERM:
+            raise Terminated
+
+    def restore(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
 
 
 def stop_child(
