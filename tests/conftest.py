@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier == "unit":
             item.add_marker(pytest.mark.beside_study)
     items.sort(key=_order)
+    if os.environ.get("IOTUNE_HYPOTHESIS") == "mutation":
+        items.sort(key=_fastest_first())
+
+
+def _fastest_first() -> Callable[[pytest.Item], float]:
+    """Under mutation testing, a mutant's tests by the seconds each took in mutmut's run of
+    them all (its stats, in the folder the tests run in), the quickest first: mutmut stops a
+    mutant's run at its first failing test, so a mutant that a quick test kills is not run
+    through the slow ones first (a property test of 2.4 s among tests of milliseconds). Where
+    there are no stats yet (that first run itself), the order stays."""
+    stats = Path("mutmut-stats.json")
+    seconds: dict[str, float] = {}
+    if stats.exists():
+        with contextlib.suppress(ValueError, OSError):
+            seconds = json.loads(stats.read_text()).get("duration_by_test", {})
+    return lambda item: seconds.get(item.nodeid, 0.0)
 
 
 def _group(item: pytest.Item) -> int:
