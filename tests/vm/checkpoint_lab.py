@@ -1,9 +1,8 @@
 """The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
 (``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
-offloads to a RAID0 of two throttled drives of its own (``ckoff``, XFS, as `raid create` makes
-it; as fast as the study's RAID0 of four), beside the study's runs, at the lowest CPU
-priority in the guest (study_lab.CK_NICE: the agent ``ck`` and all it starts, the workers
-its commands fork from the zygote too). First,
+offloads to a RAID0 of four throttled drives of its own (``ckoff``, XFS, as `raid create` makes
+it), beside the study's runs, at the lowest CPU priority in the guest (study_lab.CK_NICE: the
+agent ``ck`` and all it starts, the workers its commands fork from the zygote too). First,
 on the healthy array, one step of the study's cut tiny_opt_nvme saved by each of DeepSpeed's
 FastPersist writers (``fast``, its swap files copied by iotune's aio copy; ``decoupled``, by
 DeepSpeed's copytree: on the guest's CPU, their buffer locked by the aio op), and two ranks

@@ -1,5 +1,5 @@
 """The study's second volume, in the lab's guest (tests/vm/checkpoint_lab.py): checkpoints of a
-ZeRO-3 run that offloads to a RAID0 of two, saved to a RAID6 of four built by `iotune raid
+ZeRO-3 run that offloads to a RAID0 of four, saved to a RAID6 of four built by `iotune raid
 create`, traced on both arrays' members by the real eBPF program: by DeepSpeed's copytree, by
 iotune's aio copy, and as snapshots on the RAID0 persisted to the RAID6 beside the training.
 Each save's copy is the I/O model's to the byte; the RAID6's members write what full stripes
