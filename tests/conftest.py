@@ -70,9 +70,9 @@ def _tier(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets its tier's marker, and the unit tier ``beside_study`` (pure logic).
-    The order: the tests not marked ``beside_study``, then those marked, then the tests that
-    use the RAID0 study's guest, whose runs go on from the first test (tests/vm/conftest.py);
-    each group in the order collected."""
+    The order: the tests not marked ``beside_study``, then those marked, during which the
+    RAID0 study's runs go on in their guest (tests/vm/conftest.py), then the tests that use
+    that guest; each group in the order collected."""
     for item in items:
         tier = _tier(item)
         if tier:
@@ -124,8 +124,7 @@ _pending: list[str] = []
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """The selected tests' background commands start with the first test marked
-    ``beside_study``: before it, the root tier's traced runs share the host with the study's
-    lab only."""
+    ``beside_study``: before it run the tests that want the host to themselves."""
     if _pending and item.get_closest_marker("beside_study") is not None:
         for name in _pending:
             background.start(name)

@@ -143,12 +143,10 @@ _early: dict[str, Early[Any]] = {}
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
     """Before the first test runs: the set-ups of the guest fixtures that selected vm tests
-    use start, at the lowest CPU priority until a test takes them (tests/vm/guest.Early);
-    and the study's runs, which take the lab at once, at STUDY_NICE: the lab's set-up, its
-    study and the runs after it are the suite's longest path, and the tests beside them take
-    the CPU they leave (the study's steps mostly wait on the throttled drives). Not for
-    --collect-only, --setup-plan, a collection that failed, or without root, where the
-    fixtures fail on their own."""
+    use start, at the lowest CPU priority until a test takes them (tests/vm/guest.Early):
+    beside the root tier's traced runs, whose per-step counts need a tracer that is not
+    starved of CPU, they take only what is idle. Not for --collect-only, --setup-plan, a
+    collection that failed, or without root, where the fixtures fail on their own."""
     opt = session.config.option
     if opt.collectonly or getattr(opt, "setupplan", False) or os.geteuid() != 0:
         return
@@ -164,7 +162,20 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         _early[name] = _made(SETUPS[name])
     _wanted.update(wanted)
     if wanted & RUN_FIXTURES:
-        _start_runs()
+        session.config.pluginmanager.register(_StudyBeside(), "iotune-study-beside")
+
+
+class _StudyBeside:
+    """Starts the study's runs when the first test marked ``beside_study`` (or the first of
+    the study's own) begins: they wait on the lab's throttled drives for minutes, with the
+    host's CPU mostly idle, which those tests (no step's trace of a multi-rank run, no
+    timing checked) take. The lab runs at STUDY_NICE from then on, above them."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        uses = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("beside_study") is not None or uses & RUN_FIXTURES:
+            _start_runs()
 
 
 RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs", "fabric_runs"}
@@ -379,7 +390,7 @@ def lab() -> Iterator[Lab]:
 @pytest.fixture(scope="module")
 def lab_runs(lab: Lab) -> LabRuns:
     """The study's sweeps and runs on the lab (study_lab.sweeps_and_study and plans_of),
-    started with the test loop (pytest_runtestloop) or now."""
+    started beside the tests marked ``beside_study`` (_StudyBeside) or now."""
     _start_runs()
     result: LabRuns = _result("lab_runs")
     return result
