@@ -104,17 +104,10 @@ def _group(item: pytest.Item) -> int:
     return 1 if item.get_closest_marker("beside_study") is not None else 0
 
 
-def _order(item: pytest.Item) -> tuple[int, int, int]:
+def _order(item: pytest.Item) -> tuple[int, int]:
     """By group; within one, a test that waits for a background command (tests/background.py)
-    last, so that the command has the whole group's time beside it; and the session guest's
-    tests before the other tiers' of their group. Those tests wait on an emulated guest, whose
-    commands take longest where the host is busiest: beside the study's runs (their steps
-    mostly wait on the throttled drives) they got the CPU they needed; after the unit tier,
-    beside the checkpoints' runs at the study's priority, they had a fifth of a core, and
-    were still running, on one core, four minutes after the lab was done (a quiet `.ci/run`,
-    benchmarks/RESULTS.md)."""
-    first = 0 if _tier(item) == "vm" else 1
-    return _group(item), 1 if item.get_closest_marker("background") is not None else 0, first
+    last, so that the command has the whole group's time beside it."""
+    return _group(item), 1 if item.get_closest_marker("background") is not None else 0
 
 
 #: the background commands of the selected tests, until they start
