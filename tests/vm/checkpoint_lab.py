@@ -1,8 +1,7 @@
 """The study's second volume in the lab (tests/vm/study_lab.py): a RAID6 of four drives
 (``ckpt``, built with `iotune raid create --level 6`) for the checkpoints of a run that
-offloads to a RAID0 of four throttled drives of its own (``ckoff``, XFS, as `raid create` makes
-it), beside the study's runs, at the lowest CPU priority in the guest (study_lab.CK_NICE: the
-agent ``ck`` and all it starts, the workers its commands fork from the zygote too). First,
+offloads to the lab's RAID0 of four (XFS, as `raid create` makes it), once the study is done;
+the member lost (study_lab.lose_a_member) breaks the RAID0 of two beside these runs. First,
 on the healthy array, one step of the study's cut tiny_opt_nvme saved by each of DeepSpeed's
 FastPersist writers (``fast``, its swap files copied by iotune's aio copy; ``decoupled``, by
 DeepSpeed's copytree: on the guest's CPU, their buffer locked by the aio op), and two ranks

@@ -179,14 +179,13 @@ class _StudyBeside:
 
 
 RUN_FIXTURES = {"lab_runs", "lost_member", "checkpoint_runs", "fabric_runs"}
-#: the study's runs on the lab: the sweeps and the study (study_lab.sweeps_and_study) on a
-#: thread of their own; beside them, on another, the checkpoints (checkpoint_lab.run_checkpoints,
-#: on drives of their own, CK_OFFLOAD, at the lowest priority in the guest); and once the
-#: study is done, each through an agent of the lab's own: the planner's answers
-#: (study_lab.plans_of, with the sweeps and the study the value of the fixture lab_runs), and
-#: NVMe/TCP under training (fabric_lab.run_fabric) followed by a member lost mid-study
-#: (study_lab.lose_a_member), which breaks raid0x2. Only the study is timed, and each has
-#: drives of its own
+#: the study's runs on the lab: the sweeps and the study (study_lab.sweeps_and_study), then
+#: the checkpoints (checkpoint_lab.run_checkpoints, on CK_OFFLOAD), one after the other on a
+#: thread of their own; and beside the checkpoints, once the study is done, each through an
+#: agent of the lab's own: the planner's answers (study_lab.plans_of, with the sweeps and the
+#: study the value of the fixture lab_runs), and NVMe/TCP under training
+#: (fabric_lab.run_fabric) followed by a member lost mid-study (study_lab.lose_a_member),
+#: which breaks raid0x2. None of these is timed, and each has drives of its own
 RUNS: dict[str, Future[Any]] = {}
 #: each of those runs' start and end (time.monotonic), and how long the tests waited on it
 RUN_TIMES: dict[str, list[float]] = {}
@@ -225,10 +224,9 @@ def _start_runs(lost: bool = False) -> None:
         return lose_a_member(early.take().beside(), go_on)
 
     def saves() -> CheckpointRuns:
-        # beside the study, on drives of their own, through an agent whose commands run at
-        # the lowest priority in the guest (study_lab.CK_NICE); the lab at the study's
-        # priority on the host, whichever of the two takes it first
-        return run_checkpoints(early.take(nice=STUDY_NICE).beside("ck"), go_on)
+        RUNS["study"].result()
+        go_on()
+        return run_checkpoints(early.take(), go_on)
 
     def fabric() -> FabricRuns:
         RUNS["study"].result()
@@ -250,15 +248,13 @@ def _start_runs(lost: bool = False) -> None:
 
         return go
 
-    pool = ThreadPoolExecutor(1, "study-runs")
+    pool = ThreadPoolExecutor(1, "study-runs")  # one thread: in the order submitted
     RUNS["study"] = pool.submit(timed("study", study))
     planner = ThreadPoolExecutor(1, "plans")
     RUNS["lab_runs"] = planner.submit(timed("lab_runs", plans))
     planner.shutdown(wait=False)
     if "checkpoint_runs" in _wanted:
-        saver = ThreadPoolExecutor(1, "checkpoint-runs")
-        RUNS["checkpoint_runs"] = saver.submit(timed("checkpoint_runs", saves))
-        saver.shutdown(wait=False)
+        RUNS["checkpoint_runs"] = pool.submit(timed("checkpoint_runs", saves))
     side = ThreadPoolExecutor(1, "side-runs")
     if "fabric_runs" in _wanted:
         RUNS["fabric_runs"] = side.submit(timed("fabric_runs", fabric))

@@ -460,16 +460,13 @@ class Guest:
     def iotune(self, *args: str, timeout: float = COMMAND_LIMIT_S) -> Result:
         return self.run([str(Path(sys.executable).parent / "iotune"), *args], timeout=timeout)
 
-    def agent(self, name: str, timeout: float = COMMAND_LIMIT_S, nice: int = 0) -> Guest:
+    def agent(self, name: str, timeout: float = COMMAND_LIMIT_S) -> Guest:
         """A second agent in the guest, reading its commands from SHARE/NAME: the first runs
-        one command at a time, and a command sent to this one runs beside it, at CPU priority
-        *nice* in the guest (with all it starts). The object returned sends its commands
-        there; the guest stays this object's to stop."""
+        one command at a time, and a command sent to this one runs beside it. The object
+        returned sends its commands there; the guest stays this object's to stop."""
         d = self.share / name
         d.mkdir()
-        lower = ["nice", "-n", str(nice)] if nice else []
-        argv = [*lower, sys.executable, str(HERE / "agent.py"), str(d)]
-        self.spawn(argv, self.share / f"{name}.log")
+        self.spawn([sys.executable, str(HERE / "agent.py"), str(d)], self.share / f"{name}.log")
         self._await(d / "ready", timeout, f"starting the agent {name}", f"start agent {name}")
         other = copy.copy(self)
         other.share = d

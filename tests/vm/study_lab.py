@@ -32,17 +32,10 @@ VOLUMES = {"single": ("ST0",), "raid0x2": ("ST1", "ST2"), "raid0x4": ("ST3", "ST
 #: the checkpoints' RAID6 (tests/vm/checkpoint_lab.py): not throttled, the RAID0's reads pace
 #: each save
 CK_SERIALS = ("CK0", "CK1", "CK2", "CK3")
-#: the volume the checkpointed runs offload to: a RAID0 of four drives of their own, throttled
-#: as the study's, so that those runs go on beside the study (tests/vm/conftest.py) on drives
-#: the study does not use. Once they offloaded to the study's RAID0 of four after the study,
-#: and the lab's runs, one after the other, were the suite's longest path (benchmarks/RESULTS.md)
-CK_OFFLOAD = "ckoff"
-CK_OFFLOAD_SERIALS = ("CO0", "CO1", "CO2", "CO3")
+#: the volume the checkpointed runs offload to once the study is done: the RAID0 of four, as
+#: the member lost (lose_a_member) breaks the RAID0 of two beside them
+CK_OFFLOAD = "raid0x4"
 CK_OFFLOAD_MOUNT = f"/tmp/{CK_OFFLOAD}"
-#: the checkpointed runs' CPU priority in the guest, whose two CPUs they share with the
-#: study's runs: the lowest, so that a study's step, which is timed, is never held up by them
-#: (each waits on its own drives most of the time)
-CK_NICE = 19
 #: each RAID6 member's size. The array's initial resync reads every member and computes both
 #: parities on the guest's emulated CPU, beside the zygote's imports; but at 256 MiB (512 MiB
 #: of data) mkfs.xfs refuses the array: with the stripe's alignment its log would be under
@@ -55,12 +48,11 @@ LW_MIB = 320
 DRIVES = [
     *(Drive(s, size_mib=2048, bps=BPS) for members in VOLUMES.values() for s in members),
     *(Drive(s, size_mib=CK_MIB) for s in CK_SERIALS),
-    *(Drive(s, size_mib=512, bps=BPS) for s in CK_OFFLOAD_SERIALS),
     *(Drive(s, size_mib=512 if s == "LW1" else LW_MIB) for s in LW_SERIALS),
 ]
 ZYGOTE = "/tmp/iotune-zygote.sock"
-#: the lab's agents beside its first (Lab.beside), and the CPU priority of each in the guest
-AGENTS = {"side": 0, "plans": 0, "ck": CK_NICE}
+#: the lab's agents beside its first (Lab.beside)
+AGENTS = ("side", "plans")
 BIN = Path(sys.executable).parent
 #: the CPU priority of the lab once its study runs: above the tests that run beside it, so
 #: that its steps' emulated CPU (a few per cent of a step that waits on the drives) is not
@@ -174,9 +166,7 @@ def bring_up(
     guest = Guest(
         workdir,
         DRIVES,
-        # the study's run and the checkpoints' (two ranks and their launcher among them) at
-        # once, each a fork of the zygote, beside the agents' and the tracers' processes
-        memory="5G",
+        memory="4G",
         qemu_opts=(
             *("-accel", "tcg,thread=multi,tb-size=1024"),
             *(link.qemu_opts(2) if link else ()),
@@ -194,7 +184,7 @@ def bring_up(
         link.up(guest, 2)
     # the other agents now, while the first is free to start them: the fabric's and the
     # member lost's (tests/vm/conftest.py), and the planner's (plans_of)
-    lab = Lab(guest, env, agents={a: guest.agent(a, nice=n) for a, n in AGENTS.items()})
+    lab = Lab(guest, env, agents={a: guest.agent(a) for a in AGENTS})
     # the zygote imports torch, DeepSpeed and transformers once (minutes of emulated
     # CPU); every training and AIO worker forks from it. The volumes are built meanwhile.
     log = guest.share / "zygote.log"
@@ -217,11 +207,6 @@ def bring_up(
         )
         assert doc["applied"] is True and doc["array"]["level"] == "raid0", doc
     go_on()
-    devs = [f"/dev/{lab.names[s]}" for s in CK_OFFLOAD_SERIALS]
-    doc = lab.iotune_json(
-        "raid", "create", *devs, "--name", CK_OFFLOAD, "--mount", CK_OFFLOAD_MOUNT, "--yes"
-    )
-    assert doc["applied"] is True and doc["array"]["level"] == "raid0", doc
     ck = [f"/dev/{lab.names[s]}" for s in CK_SERIALS]
     doc = lab.iotune_json(
         "raid", "create", *ck, "--level", "6", "--name", "ckpt", "--mount", "/tmp/ckpt", "--yes"
@@ -427,7 +412,7 @@ def lose_a_member(lab: Lab, go_on: Callable[[], None] = lambda: None) -> LostMem
     """After the study, as it breaks raid0x2: a study of tiny_opt_nvme on raid0x2 and
     single, two steps each, whose run on raid0x2 loses one of the array's drives once it
     has initialised (UNPLUG, inside the guest); until both runs are recorded, the guest
-    dies or *go_on* raises. Neither volume is CK_OFFLOAD, whose checkpointed runs may go on
+    dies or *go_on* raises. Neither volume is CK_OFFLOAD, whose checkpointed runs go on
     beside it (tests/vm/conftest.py)."""
     proc = lab.guest.proc
     d = lab.share / "faulty"

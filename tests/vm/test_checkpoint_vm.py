@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.vm.checkpoint_lab import CK_STEPS, FAILED_SAVE, PERSISTED, WRITERS, CheckpointRuns
-from tests.vm.study_lab import CK_OFFLOAD_SERIALS, Lab
+from tests.vm.study_lab import CK_OFFLOAD, VOLUMES, Lab
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -49,7 +49,7 @@ def test_each_save_is_a_snapshot_on_the_raid0_persisted_whole_to_the_raid6(
     volume is traced apart, and its members wrote at least that."""
     n_s = saving["estimate"]["swapped"]["n_s"]
     ck = saving["checkpoints"]
-    raid0 = sorted(lab.names[s] for s in CK_OFFLOAD_SERIALS)
+    raid0 = sorted(lab.names[s] for s in VOLUMES[CK_OFFLOAD])
     assert ck["copy"] == "reflink"
     assert sorted(ck["offload_drives"]) == raid0 == sorted(ck["checkpoint_drives"]), ck
     assert len(ck["persist_drives"]) == 4 and not set(ck["persist_drives"]) & set(raid0), ck
@@ -125,7 +125,7 @@ def test_each_fastpersist_writer_saves_the_same_bytes_in_full_stripes(
     assert forked == (writer == "decoupled"), doc.get("notes")
     ck = doc["checkpoints"]
     assert ck["writer"] == writer and ck["copy"] == WRITERS[writer]
-    assert len(ck["offload_drives"]) == len(CK_OFFLOAD_SERIALS)
+    assert len(ck["offload_drives"]) == len(VOLUMES[CK_OFFLOAD])
     assert len(ck["checkpoint_drives"]) == 4
     (s,) = ck["saves"]
     n_s = doc["estimate"]["swapped"]["n_s"]
@@ -202,7 +202,7 @@ def test_two_ranks_save_once_and_the_raid6_writes_full_stripes_of_it(
     doc = checkpoint_runs.ranks
     assert doc["ranks"] == 2 and doc["steps_done"] == 1, doc.get("error")
     ck = doc["checkpoints"]
-    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in CK_OFFLOAD_SERIALS)
+    assert sorted(ck["offload_drives"]) == sorted(lab.names[s] for s in VOLUMES[CK_OFFLOAD])
     assert len(ck["checkpoint_drives"]) == 4
     (s,) = ck["saves"]
     # the tag folder's files, summed in the guest: the save, once
