@@ -1,6 +1,7 @@
 """The workload's end, on every exit path of a trace: SIGTERM taken as Ctrl-C
-(:class:`Terminated`), either taken between a loop's turns (:class:`DeferredStop`), and the
-workload stopped: signalled, given time, then killed, its process group with it."""
+(:class:`Terminated`), both signals held until a loop's next turn where they must not land
+inside its work (:class:`DeferredStop`), and the workload stopped: signalled, given time,
+then killed, its process group with it."""
 
 from __future__ import annotations
 
