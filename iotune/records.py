@@ -24,8 +24,22 @@ THREADS_RESULT = "threads.json"
 DRIVE_KINDS = frozenset({"read", "write", "gradients", "parameters"})
 
 
+#: values JSON takes as they are, by exact type (a subclass, an IntEnum say, takes the long way)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, enums, paths, tuples and mappings → plain JSON values."""
+    """Dataclasses, enums, paths, tuples and mappings → plain JSON values. Plain values, lists
+    and dicts by their exact type first: a trace's samples are long lists of counters, and
+    the checks below (a Mapping's among them, an abstract class's) cost each of them more
+    than the JSON encoding."""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return obj
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else to_jsonable(v) for v in obj]
+    if kind is dict:
+        return {str(k): v if type(v) in _PLAIN else to_jsonable(v) for k, v in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):

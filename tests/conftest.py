@@ -61,7 +61,7 @@ GROUPS = ("first", "beside the study's runs", "the study's own")
 
 
 def _tier(item: pytest.Item) -> str | None:
-    parts = Path(str(item.fspath)).parts
+    parts = item.path.parts
     for tier in TIERS:
         if tier in parts:
             return tier
@@ -84,18 +84,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_fastest_first())
 
 
-def _fastest_first() -> Callable[[pytest.Item], float]:
-    """Under mutation testing, a mutant's tests by the seconds each took in mutmut's run of
-    them all (its stats, in the folder the tests run in), the quickest first: mutmut stops a
-    mutant's run at its first failing test, so a mutant that a quick test kills is not run
-    through the slow ones first (a property test of 2.4 s among tests of milliseconds). Where
-    there are no stats yet (that first run itself), the order stays."""
+#: under mutation testing, a line per mutant killed: its function, then the test that failed
+#: (in the folder the tests run in, shared by mutmut's forks, each appending its own line)
+KILLERS = Path(".iotune-killers")
+
+
+def _mutant_function() -> str | None:
+    name = os.environ.get("MUTANT_UNDER_TEST", "")
+    return name.partition("__mutmut_")[0] if "__mutmut_" in name else None
+
+
+def _fastest_first() -> Callable[[pytest.Item], tuple[int, float]]:
+    """Under mutation testing, a mutant's tests in the order most likely to stop its run
+    soon (mutmut stops at the first failing test): first those that killed earlier mutants
+    of the same function in this run, the most kills first; then by the seconds each took in
+    mutmut's run of them all (its stats, in the folder the tests run in), the quickest first,
+    so that a property test of 2.4 s does not run before tests of milliseconds. The order
+    only changes how soon a mutant is judged, never whether it is killed: every test that
+    reaches it still runs until one fails. Where there are no stats yet (that first run
+    itself), the order stays."""
     stats = Path("mutmut-stats.json")
     seconds: dict[str, float] = {}
     if stats.exists():
         with contextlib.suppress(ValueError, OSError):
             seconds = json.loads(stats.read_text()).get("duration_by_test", {})
-    return lambda item: seconds.get(item.nodeid, 0.0)
+    kills: Counter[str] = Counter()
+    fn = _mutant_function()
+    if fn is not None and KILLERS.exists():
+        with contextlib.suppress(OSError):
+            for line in KILLERS.read_text().splitlines():
+                where, _, test = line.partition("\t")
+                if where == fn and test:
+                    kills[test] += 1
+    return lambda item: (-kills[item.nodeid], seconds.get(item.nodeid, 0.0))
 
 
 def _group(item: pytest.Item) -> int:
@@ -174,6 +195,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's outcome in its tier's count; under mutation testing, the test that killed
+    a mutant, for its function's next mutants' order (_fastest_first)."""
+    fn = _mutant_function()
+    if fn is not None and report.failed:
+        with contextlib.suppress(OSError), KILLERS.open("a") as fh:
+            fh.write(f"{fn}\t{report.nodeid}\n")  # one short write: whole between forks
     tier = next((t for t in TIERS if f"tests/{t}/" in report.nodeid), None)
     if tier is None:
         return

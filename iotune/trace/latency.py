@@ -57,13 +57,29 @@ def percentile(hist: Sequence[int] | Any, q: float) -> float | None:
 
 def rank_slot(counts: Sequence[int], q: float) -> int:
     """The slot of a histogram (non-empty) that holds the request of rank ceil(q/100 x n)."""
-    rank = max(1, -(-round(q * sum(counts) * 1000) // 100000))
+    return _rank_slot(list(enumerate(counts)), sum(counts), q, len(counts) - 1)
+
+
+def _rank_slot(slots: list[tuple[int, int]], n: int, q: float, past_end: int) -> int:
+    """rank_slot over (slot, count) pairs in slot order that hold *n* requests in all;
+    *past_end* where they hold fewer than the rank."""
+    rank = max(1, -(-round(q * n * 1000) // 100000))
     seen = 0
-    for slot, c in enumerate(counts):
+    for slot, c in slots:
         seen += c
         if seen >= rank:
             return slot
-    return len(counts) - 1
+    return past_end
+
+
+def _nonzero(hist: Sequence[int] | Any) -> list[tuple[int, int]]:
+    """A histogram's non-zero slots as (slot, count) in slot order; a numpy array's found
+    without a Python loop over its LAT_SLOTS slots (a trace's end summarises thousands)."""
+    nonzero = getattr(hist, "nonzero", None)
+    if nonzero is not None:
+        idx = nonzero()[0]
+        return list(zip(idx.tolist(), hist[idx].tolist(), strict=True))
+    return [(i, int(c)) for i, c in enumerate(hist) if int(c)]
 
 
 def sparse(hist: Sequence[int] | Any) -> dict[str, int]:
@@ -80,16 +96,16 @@ def dense(slots: Mapping[str, int] | Mapping[int, int], size: int = LAT_SLOTS) -
 
 def summary(hist: Sequence[int] | Any) -> dict[str, Any] | None:
     """Count, percentiles and maximum of a latency histogram, in µs (None: no requests)."""
-    counts = [int(c) for c in hist]
-    n = sum(counts)
+    slots = _nonzero(hist)
+    n = sum(c for _, c in slots)
     if not n:
         return None
-    top = max(i for i, c in enumerate(counts) if c)
-    mean = sum(slot_value(i) * c for i, c in enumerate(counts)) / n
+    top = slots[-1][0]
+    mean = sum(slot_value(i) * c for i, c in slots) / n
     out: dict[str, Any] = {"requests": n, "mean_us": round(mean / 1000, 2)}
     for q in QUANTILES:
-        v = percentile(counts, q)
-        out[f"p{q:g}_us".replace(".", "_")] = None if v is None else round(v / 1000, 2)
+        slot = _rank_slot(slots, n, q, len(hist) - 1)
+        out[f"p{q:g}_us".replace(".", "_")] = round(slot_value(slot) / 1000, 2)
     # the largest request's slot read back as its middle, as the percentiles are: within
     # REL_ERROR of the true maximum (the slot's upper bound would overstate it by up to 1/16)
     out["max_us"] = round(slot_value(top) / 1000, 2)

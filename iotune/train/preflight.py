@@ -257,6 +257,9 @@ def load_ops(
     report["seconds"] = round(time.monotonic() - t0, 3)
     (out / "ops.json").write_text(json.dumps(report, indent=2) + "\n")
     failed = {n: e for n, e in report.get("ops", {}).items() if e.get("error")}
+    for n, e in report.get("ops", {}).items():
+        if e.get("lock"):  # torch's build lock: one a stopped build left, or a build's
+            sys.stderr.write(f"iotune: {n.removesuffix('Builder')}: {e['lock']}\n")
     if failed:
         name, entry = next(iter(failed.items()))
         raise IotuneError(

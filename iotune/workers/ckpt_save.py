@@ -184,6 +184,7 @@ def save(p: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
                 aio_write_s=stats.get(AIO_WRITE_SEC_KEY),
                 # the writer's copy of each record (or, in place, the view of it)
                 copy_s=copy.seconds,
+                copy_bytes=copy.copied,
                 buffer=pinned,
             )
         out["bytes"] = os.path.getsize(path)

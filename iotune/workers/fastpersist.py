@@ -79,12 +79,14 @@ def _setup_for_aio(self: Any, aio_config: dict[str, Any]) -> None:
 
 class RecordCopy:
     """The writer's ``bytes_to_tensor``, timed: DeepSpeed's own (a copy), or, *in_place*,
-    the record read where it is. ``install`` puts it into the writer's module."""
+    the record read where it is; ``copied``: the bytes it copied (none in place).
+    ``install`` puts it into the writer's module."""
 
     def __init__(self, in_place: bool) -> None:
         self.in_place = in_place
         self.seconds = 0.0
         self.records = 0
+        self.copied = 0
         self._own: Any = None
 
     def __call__(self, buffer: Any) -> Any:
@@ -95,6 +97,7 @@ class RecordCopy:
         t0 = time.perf_counter()
         try:
             if not self.in_place:
+                self.copied += memoryview(buffer).nbytes
                 return self._own(buffer)
             if len(buffer) == 0:  # torch.frombuffer refuses an empty buffer
                 return torch.empty(0, dtype=torch.uint8)

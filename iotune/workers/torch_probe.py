@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
 from iotune.workers import cpu_info_once, private_stdout
-from iotune.workers.built_ops import built
+from iotune.workers.built_ops import built, free_stale_lock
 
 
 def _gpu_numa(props: Any) -> int | None:
@@ -101,6 +102,8 @@ def probe(build: bool, bf16_cost: bool = False) -> dict[str, Any]:
         aio["build_dir_error"] = str(exc)
     if aio["compatible"] and (aio["built"] or build):
         try:
+            if aio.get("build_dir"):
+                aio["lock"] = free_stale_lock(aio["build_dir"])
             builder.load(verbose=False)
             aio["loaded"] = True
             aio["built"] = True
@@ -121,21 +124,29 @@ def load_ops(names: list[str], warm: bool = True) -> dict[str, Any]:
     for name in names:
         entry: dict[str, Any] = {"loaded": False}
         builder = acc.create_op_builder(name)
+        # loaded already: by the zygote this worker forked from (DeepSpeed's own cache). Such
+        # an op is compatible: asking again compiles and links a test program (async_io's
+        # libaio check), seconds of a worker on an emulated CPU
+        cached = builder is not None and builder.name in type(builder)._loaded_ops
         if builder is None:
             entry["skipped"] = "not an op of this accelerator"
-        elif not builder.is_compatible(verbose=False):
+        elif not cached and not builder.is_compatible(verbose=False):
             entry["skipped"] = "not compatible with this host"
         else:
-            # loaded already: by the zygote this worker forked from (DeepSpeed's own cache)
-            entry["cached"] = builder.name in type(builder)._loaded_ops
+            entry["cached"] = cached
             t0 = time.monotonic()
             try:
+                entry["lock"] = free_stale_lock(built(builder)["build_dir"])
                 builder.load(verbose=False)
                 entry["loaded"] = True
             except Exception as exc:  # noqa: BLE001 - reported per op, the run decides
                 entry["error"] = f"{type(exc).__name__}: {exc}"[-500:]
             entry["seconds"] = round(time.monotonic() - t0, 3)
         out["ops"][name] = entry
+    # DeepSpeed's table of the ops this host can build, kept from the zygote this worker
+    # forked from (False: the worker's communication backend works it out as it starts)
+    ops_module = sys.modules.get("deepspeed.ops")
+    out["ops_table_kept"] = ops_module is not None and "__compatible_ops__" in vars(ops_module)
     out["warmed"] = warm_code() if warm else None
     return out
 

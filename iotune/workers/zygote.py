@@ -27,9 +27,12 @@ its exit code) until the child ends:
 
 The server also loads DeepSpeed's CPU Adam, async I/O and shared-memory ops (building them
 first where they are not built), so a worker's loads of them return at once; a worker
-whose ``TORCH_EXTENSIONS_DIR``, ``DS_ACCELERATOR``, ``CXX`` or ``PYTHONPATH`` differs from
-the server's loads its own. The server forks from a process that has imported and loaded
-but never computed: no thread, no OpenMP pool, no accelerator state is inherited.
+whose ``TORCH_EXTENSIONS_DIR``, ``DS_ACCELERATOR`` (unset: the accelerator DeepSpeed
+chose), ``CXX`` or ``PYTHONPATH`` differs from the server's loads its own. It keeps
+DeepSpeed's table of the ops this host can build for them too (``deepspeed.ops``), which
+each worker's communication backend reads as it starts. The server forks from a process
+that has imported and loaded but never computed: no thread, no OpenMP pool, no accelerator
+state is inherited.
 """
 
 from __future__ import annotations
@@ -135,15 +138,53 @@ def _preload_ops() -> str:
     took = load_quietly(OPS, build=True)
     if not took:
         return "; no DeepSpeed op loaded"
-    _ops_env.update({k: os.environ.get(k) for k in OPS_ENV})
+    _compatible_ops_once()  # in the ops' environment: a worker in another forgets both
+    _ops_env.update(_env_of_ops())
     return "; ops loaded: " + ", ".join(f"{n} {s:.1f} s" for n, s in took.items())
+
+
+def _compatible_ops_once() -> None:
+    """DeepSpeed's table of the ops this host can build (``deepspeed.ops.__compatible_ops__``),
+    worked out here once for every fork: its communication backend reads it as each worker
+    initialises (whether to load the shared-memory op), and working it out compiles and links
+    a test program for each op that needs a library (async_io's libaio), seconds of every
+    worker's start on an emulated CPU. Left to the worker where it fails here, and with a GPU
+    accelerator: its builders' checks ask the GPU (its compute capability), and a GPU a
+    process has initialised cannot be used by the processes it forks."""
+    try:
+        import deepspeed.ops
+        from deepspeed.accelerator import get_accelerator
+
+        if get_accelerator().device_name() != "cpu":
+            return
+        deepspeed.ops.__compatible_ops__  # noqa: B018 - computed and kept on first access
+    except Exception:  # noqa: BLE001, S110 - the worker asks again and meets the failure
+        pass
+
+
+def _env_of_ops() -> dict[str, str | None]:
+    """OPS_ENV as it decides which builds of the ops a process loads. DS_ACCELERATOR unset
+    is the accelerator DeepSpeed chose on its import, the one the server's ops are built
+    for: a server started without it and a worker given it by its run (``cpu`` on a host
+    without a GPU, as iotune's runs set it) load the same builds."""
+    env = {k: os.environ.get(k) for k in OPS_ENV}
+    if not env["DS_ACCELERATOR"]:
+        with contextlib.suppress(Exception):
+            from deepspeed.accelerator import get_accelerator
+
+            env["DS_ACCELERATOR"] = get_accelerator().device_name()
+    return env
 
 
 def _forget_ops_unless_same_env() -> None:
     """In a worker whose environment would find other builds of the ops than the server
     loaded: forget them, so that its own load finds its own."""
-    if not _ops_env or _ops_env == {k: os.environ.get(k) for k in OPS_ENV}:
+    if not _ops_env or _ops_env == _env_of_ops():
         return
+    # the compatibility table too: a compiler or library flags of its own answer otherwise
+    ops = sys.modules.get("deepspeed.ops")
+    if ops is not None:
+        vars(ops).pop("__compatible_ops__", None)
     # DeepSpeed's builders import as deepspeed.ops.op_builder and as op_builder: a cache each
     for name, module in list(sys.modules.items()):
         if name.endswith("op_builder.builder"):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.root.conftest import LoopDevices, iotune
+from tests.root.fswrites import traced_run
 
 pytestmark = pytest.mark.beside_study
 
@@ -49,20 +50,8 @@ def volumes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 def _run(v: dict[str, Any], name: str, *args: str) -> dict[str, Any]:
-    out = v["tmp"] / name
-    p = iotune(
-        "--json",
-        "trace",
-        "--run",
-        "tiny_opt_nvme",
-        "--nvme-path",
-        str(v["offload"]),
-        "--out",
-        str(out),
-        *args,
-    )
-    doc: dict[str, Any] = json.loads(p.stdout)
-    return doc
+    """The run's document, with ext4's own writes on the offload volume (``fs_own_writes``)."""
+    return traced_run(v["tmp"] / name, v["offload"], *args)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +126,12 @@ def test_saves_leave_the_steps_io_as_modelled(saved: dict[str, Any]) -> None:
     est = next(r for r in doc["estimate_table"] if r["case"] == "estimate: steady step")
     # the save read the swap files through the page cache; the step's reads are O_DIRECT
     assert steady["read_bytes"] == est["read_bytes"]
-    assert est["write_bytes"] <= steady["write_bytes"] <= est["write_bytes"] + 256 * KIB
+    # beyond the model's data, ext4's own writes: its journal commits every 5 s, so a slower
+    # step holds more of them (the kernel's count over the whole run bounds them)
+    own = doc["fs_own_writes"]
+    assert (
+        est["write_bytes"] <= steady["write_bytes"] <= est["write_bytes"] + 256 * KIB + own["bytes"]
+    ), (steady, est, own)
     labels = [s["label"] for s in doc["io_steps"]]
     assert labels.index("step:1") < labels.index("checkpoint:1") < labels.index("step:2")
 
@@ -155,7 +149,8 @@ def test_a_resumed_run_trains_on_from_the_save(saved: dict[str, Any]) -> None:
     assert (est["read_bytes"], est["write_bytes"]) == want, (est, want)
     got = next(r for r in resumed["table"] if r["case"] == "init + first step")
     assert want[0] <= got["read_bytes"] <= want[0] + 64 * KIB, (got, want)
-    assert abs(got["write_bytes"] - want[1]) <= 256 * KIB, (got, want)
+    own = resumed["fs_own_writes"]  # ext4's journal and metadata, as for a steady step
+    assert -256 * KIB <= got["write_bytes"] - want[1] <= 256 * KIB + own["bytes"], (got, want, own)
     moved = [n for n in resumed["notes"] if n.startswith("resumed: the estimate's initialisation")]
     assert len(moved) == 1 and "swap files copied back" in moved[0], resumed["notes"]
     assert not any(n.startswith("resumed: the estimate") for n in first["notes"]), first["notes"]

@@ -163,11 +163,15 @@ def test_latency_agrees_with_biolatency_fio_and_the_kernel(
         assert depth["at_issue"]["p50"] == 1, depth
         assert depth["at_issue"]["p99"] <= 2 + unseen, depth
     if bs == "512k":
-        # the drive is what the job waits for: fio's latency is mostly the drive's (within
-        # 7% on a quiet 2-core host, benchmarks/latency_agreement.py; beside the vm tier's
-        # guests fio's own path has added a fifth); the drive never holds more than fio
-        # keeps in flight (each 512 KiB read one request), and does hold that many
-        assert read["p50_us"] >= 0.6 * fio_p[50.0], (read, fio_p)
+        # the drive is what the job waits for: the requests' time from issue to completion,
+        # as timed, is most of the kernel's own count of their time from their start
+        # (time_in_queue); the rest is the wait before issue, which a loaded CPU stretches
+        # (fio's latency adds its own path on top, within 7% on a quiet 2-core host,
+        # benchmarks/latency_agreement.py, but twice the drive's beside the vm tier's guests
+        # starting: a bound on it would judge the host's load, not the tracer); the drive
+        # never holds more than fio keeps in flight (each 512 KiB read one request), and
+        # does hold that many
+        assert depth["mean"] >= 0.8 * depth["kernel_mean"], depth
         assert qd <= depth["at_issue"]["max"] <= qd + unseen, depth
         assert entry["read"]["sizes"] == {str(512 * 1024): n + unseen}, entry["read"]["sizes"]
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.root.conftest import IOTUNE, LoopDevices, iotune
+from tests.root.fswrites import traced_run as _run
 
 pytestmark = pytest.mark.beside_study
 
@@ -31,13 +32,6 @@ def _mounted(devs: LoopDevices, size_mib: int, fs: str) -> tuple[str, Path]:
     dev = devs(size_mib=size_mib, fs=fs, mount=True)
     Path(f"/sys/block/{Path(dev).name}/queue/max_sectors_kb").write_text("512")
     return Path(dev).name, devs.mounts[-1]
-
-
-def _run(out: Path, offload: Path, *args: str) -> dict[str, Any]:
-    p = iotune("--json", "trace", "--run", "tiny_opt_nvme", "--nvme-path", str(offload),
-               "--out", str(out), *args)  # fmt: skip
-    doc: dict[str, Any] = json.loads(p.stdout)
-    return doc
 
 
 def _du(folder: Path) -> int:
@@ -166,7 +160,10 @@ def test_a_run_resumed_through_the_copy_continues_the_loss(
     assert (est["read_bytes"], est["write_bytes"]) == want, (est, want)
     got = next(r for r in doc["table"] if r["case"] == "init + first step")
     assert want[0] <= got["read_bytes"] <= want[0] + 64 * KIB, (got, want)
-    assert abs(got["write_bytes"] - want[1]) <= 256 * KIB, (got, want)
+    # beyond the model's data, the file system's own writes (ext4's journal commits every 5 s:
+    # a slower run holds more of them), bounded by the kernel's count over the whole run
+    own = doc["fs_own_writes"]
+    assert -256 * KIB <= got["write_bytes"] - want[1] <= 256 * KIB + own["bytes"], (got, want, own)
     assert any(n.startswith("resumed: the estimate's initialisation") for n in doc["notes"])
     assert rec["source"].endswith("step1/offloaded_tensors/rank00")
 

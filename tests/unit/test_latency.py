@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iotune.trace import latency as lt
 from iotune.trace.mapreader import DEPTH_SLOTS, INFLIGHT_WORDS, LAT_SLOTS
@@ -251,3 +253,41 @@ def test_dense_is_sparses_inverse() -> None:
     assert lt.sparse(hist) == {"3": 2, str(LAT_SLOTS - 1): 7}
     assert lt.dense(lt.sparse(hist)) == hist
     assert lt.dense({"1": 1}, size=3) == [0, 1, 0] and lt.dense({1: 2}, size=3) == [0, 2, 0]
+
+
+def _summary_before(hist: Any) -> dict[str, Any] | None:
+    """lt.summary as it was before it took only the non-zero slots: every slot of the
+    histogram through the percentiles and the mean."""
+    counts = [int(c) for c in hist]
+    n = sum(counts)
+    if not n:
+        return None
+    top = max(i for i, c in enumerate(counts) if c)
+    mean = sum(lt.slot_value(i) * c for i, c in enumerate(counts)) / n
+    out: dict[str, Any] = {"requests": n, "mean_us": round(mean / 1000, 2)}
+    for q in lt.QUANTILES:
+        # the rank ceil(q/100 x n), as lt.rank_slot writes it (in thousandths of a percent)
+        rank, seen, slot = max(1, -(-round(q * n * 1000) // 100000)), 0, len(counts) - 1
+        for i, c in enumerate(counts):
+            seen += c
+            if seen >= rank:
+                slot = i
+                break
+        out[f"p{q:g}_us".replace(".", "_")] = round(lt.slot_value(slot) / 1000, 2)
+    out["max_us"] = round(lt.slot_value(top) / 1000, 2)
+    return out
+
+
+@given(
+    st.dictionaries(st.integers(0, LAT_SLOTS - 1), st.integers(0, 10**12), max_size=12),
+    st.booleans(),
+)
+def test_the_summary_of_the_non_zero_slots_is_the_summary_of_them_all(
+    slots: dict[int, int], as_array: bool
+) -> None:
+    """The same figures for a histogram as a list and as the tracer's numpy array, empty,
+    one request, or counts up to 10**12 in a dozen slots anywhere."""
+    hist: Any = lt.dense(slots, LAT_SLOTS)
+    if as_array:
+        hist = np.array(hist, dtype=np.uint64)
+    assert lt.summary(hist) == _summary_before(hist)

@@ -32,10 +32,19 @@ from tests.progress import following, wait_busy
 OPS = ("CPUAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder")
 
 CXX = """#!/bin/sh
-# DeepSpeed's -march=native, for the vm guest's CPU (QEMU TCG -cpu max: AVX2, no AVX-512)
+# DeepSpeed's -march=native, for the vm guest's CPU (QEMU TCG -cpu max: AVX2, no AVX-512);
+# and no debug information (DeepSpeed's -g), which nothing in the guest reads: each object
+# compiles in about four fifths of the time (a large one 36 against 47 CPU s), and is a
+# fifth of the size. What it does is part of its -v, which ccache hashes as the compiler's
+# identity (CCACHE_COMPILERCHECK below): an object another version of it built is not reused
+[ "$*" = "-v" ] && echo "iotune guest c++: -march=native as x86-64-v3, no -g" >&2
 for a do
   shift
-  if [ "$a" = "-march=native" ]; then set -- "$@" "-march=x86-64-v3"; else set -- "$@" "$a"; fi
+  case "$a" in
+    -march=native) set -- "$@" "-march=x86-64-v3" ;;
+    -g) ;;
+    *) set -- "$@" "$a" ;;
+  esac
 done
 exec c++ "$@"
 """
@@ -58,14 +67,21 @@ def get_cpu_info():
 #: and their second OpenMP thread spins: in one guest on a quiet host, the lab's model's
 #: forward and backward (hidden 256, vocab 4096, 2 tokens) took 1.03 s a step and 1.93 s of
 #: CPU with AVX2, 0.57 s and 1.14 s of CPU with these (benchmarks/RESULTS.md, 2026-11-30).
-#: DeepSpeed's ops keep their AVX2 build (CXX, CPUINFO above). Tried and not kept: torch's
-#: compiler off (TORCHDYNAMO_DISABLE) and passive OpenMP threads (OMP_WAIT_POLICY=PASSIVE).
-#: With the tracer asleep between samples they cut the lab's host CPU to the study's end from
-#: 1,229 to 971 s, but in a `.ci/run` with all three the study's 4-drive step with the
-#: parameters on NVMe ran 9.02 s against its prediction of 10.49 s (+16.2%, past the test's
-#: 15%; +4.8 to +10.5% in the three runs before). Which of the three moved it was not
-#: separated (benchmarks/RESULTS.md, 2026-11-30)
-TORCH_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+#: DeepSpeed's ops keep their AVX2 build (CXX, CPUINFO above). And torch's compiler off:
+#: nothing the lab runs compiles, but DeepSpeed's Muon optimizer, which deepspeed.initialize
+#: imports (the zygote with it), wraps functions in torch.compile as it is imported, and that
+#: imports the inductor (a fifth of the zygote's imports). And torch's OpenMP threads asleep
+#: as soon as they wait (OMP_WAIT_POLICY=PASSIVE), not an emulated spin first. Both were
+#: tried on 2026-11-30 and taken out when the study's 4-drive prediction went past its bound
+#: in that run (+16.2%); the cause was QEMU's throttle, which let a short phase's requests
+#: through at once, and the drives have been throttled by the guest's block layer since
+#: (cec8b76; benchmarks/RESULTS.md, 2026-12-01)
+TORCH_ENV = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+    "TORCHDYNAMO_DISABLE": "1",
+    "OMP_WAIT_POLICY": "PASSIVE",
+}
 
 
 def default_dir() -> Path:

@@ -393,7 +393,10 @@ def _study(lab: Lab) -> dict[str, Any]:
         *volumes,
         "--out",
         str(d),
-        timeout=3600,
+        # a hang detector: the study took up to 834 s quiet on an AVX2-only 2-core host
+        # (benchmarks/RESULTS.md, 2026-12-01), 4.3x under the 3600 s it had; a limit sits 5x
+        # above the longest seen, and a loaded host stretches the study by half again
+        timeout=7200,
     ).check()
     doc = json.loads(r.stdout)
     runs = list(read_records(d / "runs.jsonl"))
