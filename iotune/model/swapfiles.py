@@ -191,3 +191,30 @@ def swap_alignment(cfg: dict[str, Any]) -> int:
     (swap_tensor/optimizer_utils.py OptimizerSwapper.numel_alignment)."""
     par = max(1, int(cfg.get("aio", {}).get("intra_op_parallelism", 1)))
     return 1024 * par // 4
+
+
+def swap_files(
+    preset: Preset, cfg: dict[str, Any], *, parameters: bool = True
+) -> tuple[list[int], list[int]]:
+    """The files one rank reads and writes in a steady step, in bytes, each listed as often
+    as the step moves it (weights for :func:`iotune.plan.drives.stripe_share`, not a byte
+    count: :mod:`iotune.model.estimate` counts the bytes). DeepSpeed's async I/O moves one
+    file per operation: each sub-group's fp32 master and two moments, read and written; each
+    gradient's file, written in backward and read in the optimizer step; with *parameters*,
+    each partition left on the drive, read in forward and backward (once where it is
+    persistent) and written after the optimizer step."""
+    reads: list[int] = []
+    writes: list[int] = []
+    for state, grads in swap_layout(preset, cfg):
+        moved = [4 * state] * 3 if state else []
+        moved += [4 * n for n in grads]
+        reads += moved
+        writes += moved
+    if parameters:
+        eb = model_element_size(cfg)
+        place = parameter_placement(preset, cfg)
+        for n, where in zip(rank_tensors(preset), place, strict=True):
+            if where in (ON_NVME, PERSISTENT):
+                reads += [eb * n] * (1 if where == PERSISTENT else 2)
+                writes.append(eb * n)
+    return reads, writes

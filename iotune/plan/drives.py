@@ -11,7 +11,13 @@ narrower:
   keep at most that many members busy (md RAID0 sends each chunk to one member);
 - a DRAM-less or consumer drive's SLC cache: once a step's writes to each drive exceed it,
   the rest goes at the sustained rate its datasheet gives;
-- the host's memory bandwidth, where it is known (every swapped byte crosses RAM once).
+- the host's memory bandwidth, where it is known (every swapped byte crosses RAM once);
+- the swap files against the stripe: DeepSpeed's async I/O finishes one file before it
+  starts the next (each thread runs one operation to its end), and md RAID0 sends chunk i
+  of a file to member i mod K, so a file takes as long as its busiest member, and a file
+  of 14 chunks on 4 drives gets 14 / 16 of their rate (:func:`stripe_share`). That holds
+  for one stream of files (one rank, one aio thread); where several are in flight, each
+  keeps busy the members another leaves idle (:meth:`Raid.share`).
 
 The step is then :func:`iotune.plan.predict.predict`'s at that bandwidth: the swaps shrink
 as 1/K, CPU Adam and forward + backward do not, so the speed-up flattens where the drives
@@ -22,6 +28,7 @@ writes a day against its rated endurance.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -64,6 +71,24 @@ class Raid:
     source: str
     #: the node's ranks, each swapping its own partition with its own requests in flight
     ranks: int = 1
+    #: the files one rank reads and writes in a step, bytes, each as often as it moves
+    read_files: tuple[int, ...] = ()
+    write_files: tuple[int, ...] = ()
+
+    @property
+    def streams(self) -> int:
+        """Files in flight at once: each rank's aio threads each work through their own
+        slice of every file, one file after the other."""
+        return max(1, self.threads) * max(1, self.ranks)
+
+    def share(self, op: str, k: int) -> float:
+        """The share of K members' rate that this run's swap files get: one stream's files
+        each take as long as their busiest member (:func:`stripe_share`); where several
+        streams are in flight, the others' requests keep busy the members one leaves idle,
+        and the swaps are counted at the members' whole rate."""
+        if self.streams > 1:
+            return 1.0
+        return stripe_share(self.read_files if op == "read" else self.write_files, self.chunk, k)
 
     @property
     def busy(self) -> int:
@@ -79,6 +104,23 @@ class Raid:
             f"{self.threads} request(s) of {binary_size(self.block)} in flight: at most "
             f"{self.busy} members busy ({self.source})"
         )
+
+
+def busiest_member(size: int, chunk: int, k: int) -> int:
+    """The bytes of a file of *size* bytes that land on the busiest member of a RAID0 of K
+    drives, the file starting on a chunk (XFS and ext4 on md align a large file's extents
+    to the stripe unit): chunk i goes to member i mod K, the last part chunk to the member
+    after the last whole one."""
+    whole, rest = divmod(size, chunk)
+    return chunk * (whole // k) + (chunk if whole % k else rest)
+
+
+def stripe_share(files: Sequence[int], chunk: int, k: int) -> float:
+    """The share of K members' summed rate that swaps of *files* (bytes each) get, one file
+    after the other, each done when its busiest member is: their bytes over K times the
+    busiest members' bytes. 1 for one drive or no files."""
+    busiest = sum(busiest_member(f, chunk, k) for f in files)
+    return sum(files) / (k * busiest) if busiest else 1.0
 
 
 @dataclass(frozen=True)
@@ -179,18 +221,21 @@ GROWS = ("drives", "PCIe link", "SLC cache")
 def _bandwidth(k: int, op: str, inputs: DriveInputs, step_writes: float) -> tuple[float, str]:
     """K drives' bandwidth for *op* and what bounds it, the tightest of the candidates."""
     per = getattr(inputs.one, op)
-    found = [(k * per, "drives")]
+    # each drive's rate reaches the run's swaps at the stripe's share (1 for one drive)
+    share = inputs.raid.share(op, k) if inputs.raid is not None else 1.0
+    found = [(k * per * share, "drives")]
     if inputs.link is not None and inputs.link.value < per:
         per = inputs.link.value
-        found.append((k * per, "PCIe link"))
+        found.append((k * per * share, "PCIe link"))
     spec = inputs.spec
     if op == "write" and spec is not None and spec.cache is not None and step_writes:
         w = step_writes / k
         eff = w / spec.write_seconds(w, per)
         if eff < per:
             per = eff
-            found.append((k * per, "SLC cache"))
+            found.append((k * per * share, "SLC cache"))
     if inputs.raid is not None and inputs.raid.busy < k:
+        # the requests in flight keep that many members busy, whatever the files' rounds
         found.append((inputs.raid.busy * per, "RAID0 chunk"))
     if inputs.memory is not None:
         found.append((inputs.memory.value, "memory"))

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotune.errors import IotuneError, UsageError
 from iotune.model.estimate import Estimate
 from iotune.model.presets import Preset
+from iotune.model.swapfiles import swap_files
 from iotune.plan.cpus import CpuSpec
 from iotune.plan.datasheet import (
     Derate,
@@ -40,6 +41,7 @@ from iotune.plan.drives import (
     parse_target,
     plan_drives,
     smallest_for,
+    stripe_share,
 )
 from iotune.plan.measured import (
     STUDY,
@@ -53,7 +55,10 @@ from iotune.plan.measured import (
 from iotune.probes.host import Host
 from iotune.probes.nvme_health import Health
 from iotune.sweep.run import SweepRun, has_points
-from iotune.units import GIB, parse_quantity, parse_size
+from iotune.units import GIB, binary_size, parse_quantity, parse_size
+
+if TYPE_CHECKING:
+    from iotune.trace.targets import Targets
 
 #: mdadm's default RAID0 chunk (mdadm(8) --chunk), and `iotune raid create`'s
 DEFAULT_CHUNK = 512 * 1024
@@ -148,16 +153,28 @@ def swept_network(aio_config: str | None, *, host: Host | None = None) -> Limit 
     )
 
 
-def _swept_disks(aio_config: str | None, *, host: Host | None = None) -> list[str]:
+def _swept_targets(aio_config: str | None, *, host: Host | None = None) -> Targets | None:
+    """What the sweep's target is on this host (or *host*): its drives and arrays."""
     from iotune.trace.targets import resolve_path
 
     if not has_points(aio_config):
-        return []
+        return None
     target = SweepRun.load(Path(str(aio_config))).target
     try:
-        return list(resolve_path(_live(host).tree, target).disks) if target else []
+        return resolve_path(_live(host).tree, target) if target else None
     except (OSError, ValueError, IotuneError):
-        return []
+        return None
+
+
+def _swept_disks(aio_config: str | None, *, host: Host | None = None) -> list[str]:
+    t = _swept_targets(aio_config, host=host)
+    return list(t.disks) if t is not None else []
+
+
+def _swept_chunk(aio_config: str | None, *, host: Host | None = None) -> int | None:
+    """The chunk of the array the sweep measured (None for one drive)."""
+    t = _swept_targets(aio_config, host=host)
+    return next((a.chunk_bytes for a in t.arrays if a.chunk_bytes), None) if t else None
 
 
 def _one_drive(
@@ -185,6 +202,11 @@ def _one_drive(
     if bw is not None:  # a sweep stays the measured way in; the factor is shown beside it
         return measured, factor
     return replace(datasheet_bandwidth(spec, factor), source=f"{spec.label} datasheet"), factor
+
+
+def _pct(read: float, write: float) -> str:
+    r, w = f"{100 * read:.1f}%", f"{100 * write:.1f}%"
+    return r if r == w else f"{r} read, {w} write"
 
 
 def _study_steps(p: Preset) -> tuple[tuple[int, float], ...]:
@@ -257,15 +279,37 @@ def plan_storage(
         from iotune.probes.topology import crossing_note
 
         sockets = crossing_note(_live(host).tree, swept, max(1, e.ranks), "the swept volume")
+    aio = cfg.get("aio") or p.aio or {}
+    reads, writes = swap_files(p, cfg)
+    raid = Raid(
+        parse_size(chunk, what="--chunk") if chunk else DEFAULT_CHUNK,
+        int(aio.get("block_size", 1 << 20)),
+        int(aio.get("queue_depth", 8)),
+        int(aio.get("intra_op_parallelism", 1)),
+        "--chunk" if chunk else "mdadm's default chunk",
+        max(1, e.ranks),
+        tuple(reads),
+        tuple(writes),
+    )
+    # the optimizer's files, which a swap rehearsal and a run's swap timings moved
+    opt_files = swap_files(p, cfg, parameters=False)
     if bw is not None and len(swept) > 1:
-        # a sweep of an array measured all its members at once: one drive is its share
+        # a sweep of an array measured all its members at once: one drive is its share; a
+        # rehearsal of the swaps had the stripe's share of their rate, on the array's chunk
         members = len(swept)
+        c = _swept_chunk(aio_config, host=host) or raid.chunk
+        swap = bw.pattern == "swap" and raid.streams == 1
+        rs, ws = (stripe_share(f, c, members) if swap else 1.0 for f in opt_files)
         bw = replace(
             bw,
-            read=bw.read / members,
-            write=bw.write / members,
+            read=bw.read / (members * rs),
+            write=bw.write / (members * ws),
             source=f"{bw.source}, one of its {members} drives ({', '.join(swept)})",
         )
+    if ran is not None and ran.drives > 1 and raid.streams == 1:
+        # a run's swaps on an array had the stripe's share of its members' rate
+        rs, ws = (stripe_share(f, raid.chunk, ran.drives) for f in opt_files)
+        ran = replace(ran, read=ran.read / rs, write=ran.write / ws)
     one, derate = _one_drive(bw, ran, spec, default)
     lim: Limit | None
     if link:
@@ -295,16 +339,15 @@ def plan_storage(
         if network
         else swept_network(aio_config, host=host)
     )
-    aio = cfg.get("aio") or p.aio or {}
-    raid = Raid(
-        parse_size(chunk, what="--chunk") if chunk else DEFAULT_CHUNK,
-        int(aio.get("block_size", 1 << 20)),
-        int(aio.get("queue_depth", 8)),
-        int(aio.get("intra_op_parallelism", 1)),
-        "--chunk" if chunk else "mdadm's default chunk",
-        max(1, e.ranks),
-    )
     notes = [raid.describe(), *([sockets] if sockets else [])]
+    shares = [(k, raid.share("read", k), raid.share("write", k)) for k in ks if k > 1]
+    if any(min(r, w) < 0.995 for _, r, w in shares):
+        notes.append(
+            "RAID0 against the swap files: DeepSpeed's async I/O moves one file at a time and "
+            "a file is done when its busiest member is, so this run's files get "
+            + ", ".join(f"{_pct(r, w)} of {k} drives' rate" for k, r, w in shares)
+            + f" (chunk {binary_size(raid.chunk)})"
+        )
     capacity = writes_left = None
     if spec is None:
         found = _health(_swept_disks(aio_config, host=host) or run_disks, host=host)
