@@ -66,6 +66,9 @@ def stage(where: Path, tests: list[str]) -> None:
         # a unit test checks what the vm tier refuses (tests/vm/guest.py): pure logic
         "tests/vm/__init__.py",
         "tests/vm/guest.py",
+        # the vm study's model (its --set overrides), which a unit test plans
+        "tests/vm/guest_ops.py",
+        "tests/vm/study_lab.py",
     ):
         shutil.copy2(TOP / f, where / f)
     for t in tests:  # the test files; not the options among them (--deselect and its node)

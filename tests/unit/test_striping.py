@@ -26,17 +26,11 @@ from iotune.plan.measured import AdamRate, Bandwidth, Baseline
 from iotune.plan.planner import plan_storage
 from iotune.probes.host import RecordedHost
 from tests.striping import share_by_count
+from tests.vm.study_lab import SETS
 
 KIB = 1024
 CHUNK = 512 * KIB
-#: the vm tier's study model (tests/vm/study_lab.py SETS): one layer of 256
-SETS = (
-    "seq_len=2",
-    "model.num_hidden_layers=1",
-    "model.hidden_size=256",
-    "model.intermediate_size=768",
-    "model.vocab_size=4096",
-)
+#: the vm tier's study model: one layer of 256
 LAB = preset_with("tiny_opt_nvme", SETS)
 AIO = {"block_size": CHUNK, "queue_depth": 8, "intra_op_parallelism": 1}
 #: its one sub-group: 1,835,776 fp32 elements, 7,343,104 bytes a state file (14 chunks and
