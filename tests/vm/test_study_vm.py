@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from iotune.plan.rundoc import swap_medians
 from tests.io_rules import param_reads_shift_ok
 from tests.vm.study_lab import (
     BIN,
@@ -168,32 +169,43 @@ def test_the_sweeps_rehearse_the_runs_swapping(
         assert abs(r["read_bytes"] - want) <= 0.01 * want, (name, r["read_bytes"], want)
 
 
+def _drive_phases(r: dict[str, Any]) -> float:
+    """The seconds a run's steady step spent in DeepSpeed's optimizer swapper, median over
+    the steps after the first, as iotune's SwapClock timed them: the gradients written and
+    flushed, the state read in and written out (swap_in_s holds the flush's wait)."""
+    sm = swap_medians(_run_json(r))
+    assert sm is not None, r["run_dir"]
+    return sm["grad_out_s"] + sm["backward_grad_out_s"] + sm["swap_in_s"] + sm["swap_out_s"]
+
+
 def test_the_step_shrinks_with_the_drives(
     study: dict[str, Any],
     sweeps: dict[str, dict[str, Any]],
     plans: dict[str, dict[int, dict[str, Any]]],
 ) -> None:
-    """More drives, a shorter step: on 2 and 4 drives the drives' share of the step (the
-    step less the RAM run's forward + backward, the compute no drive shortens) is shorter
-    than on one by at least 0.8 x the ratio of the volumes' swept bandwidths wherever the
-    planner finds the step drive-bound (two drives at least are). The whole step shrinks
-    less where compute is a larger part of it: on an AVX2 host's emulated guest, 2.7 s of
-    a 9.7 s step on 4 drives."""
+    """More drives, a shorter step: on 2 and 4 drives the step is shorter than on one, and
+    the part of it spent on the drives (the optimizer swapper's phases, timed in the run)
+    is shorter by at least 0.8 x the ratio of the volumes' swept bandwidths wherever the
+    planner finds the step drive-bound (two drives at least are). That part is what the
+    drives decide. The rest of the step (forward, backward, CPU Adam) is the guest's
+    emulated CPU, which the host's other work beside the lab slows by up to 1.6 s of an
+    11.5 s step on 4 drives (benchmarks/RESULTS.md), so it is not what the gain is taken
+    over; the whole step is held to the planner's figure in the tests below."""
     bw = {name: _swept(sweeps[name]) for name in VOLUMES}
     assert bw["raid0x2"] / bw["single"] > 1.6 and bw["raid0x4"] / bw["single"] > 3.2, bw
-    compute = ram_run(study)["measured"]["forward_backward_s"]
     for s in STRATEGIES:
         runs = runs_by_volume(study, s)
         step = {name: runs[name]["measured"]["step_s"] for name in VOLUMES}
         assert step["single"] > step["raid0x2"] > step["raid0x4"], (s, step)
         assert plans[s][1]["drive_bound"] and plans[s][2]["drive_bound"], (s, plans[s])
+        drives = {name: _drive_phases(runs[name]) for name in VOLUMES}
         for k, name in ((2, "raid0x2"), (4, "raid0x4")):
             if not plans[s][k]["drive_bound"]:
                 continue
             ratio = bw[name] / bw["single"]
-            assert 0 < compute < step[name], (s, name, compute, step)
-            gain = (step["single"] - compute) / (step[name] - compute)
-            assert gain >= 0.8 * ratio, (s, name, step, compute, gain, ratio)
+            assert 0 < drives[name] < step[name], (s, name, drives, step)
+            gain = drives["single"] / drives[name]
+            assert gain >= 0.8 * ratio, (s, name, drives, gain, ratio)
 
 
 def test_the_study_predicts_each_volume_within_15_percent(study: dict[str, Any]) -> None:
