@@ -16,13 +16,17 @@ from iotune.trace.request import TraceRequest
 from iotune.trace.runner import Tracer
 from iotune.trace.targets import Targets
 
-#: writes two step events where the trace reads them, then waits to be stopped
+#: writes two step events where the trace reads them, in one write(2): a reader sees both or
+#: neither, never the first alone (two writes let a busy host run the trace between them, and
+#: the second step was then read after the signal had stopped the trace), then waits to be
+#: stopped
 WORKLOAD = """
 import json, os, time
-with open(os.environ["IOTUNE_EVENTS"], "a") as fh:
-    for step in (1, 2):
-        fh.write(json.dumps({"event": "step", "step": step}) + "\\n")
-        fh.flush()
+lines = "".join(json.dumps({"event": "step", "step": step}) + "\\n" for step in (1, 2))
+fd = os.open(os.environ["IOTUNE_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+if os.write(fd, lines.encode()) != len(lines):
+    raise SystemExit("a short write")
+os.close(fd)
 time.sleep(60)
 """
 
